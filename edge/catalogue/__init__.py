@@ -1,0 +1,24 @@
+"""The model catalogue (``models/catalogue.toml``): which models the service supports,
+where each comes from, and checking that they are installed and intact."""
+
+from ._catalogue import (
+    BUILTIN_CATALOGUE,
+    REPO_ROOT,
+    Catalogue,
+    CatalogueError,
+    ModelEntry,
+    ModelMissingError,
+    default_model_path,
+    sha256_file,
+)
+
+__all__ = [
+    "BUILTIN_CATALOGUE",
+    "REPO_ROOT",
+    "Catalogue",
+    "CatalogueError",
+    "ModelEntry",
+    "ModelMissingError",
+    "default_model_path",
+    "sha256_file",
+]

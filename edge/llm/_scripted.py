@@ -1,0 +1,186 @@
+"""A deterministic LLM for unit tests of the components that use one."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import anyio
+
+from ._activity import ActivityTracker
+from ._types import (
+    ChatMessage,
+    ChatResponse,
+    FinishReason,
+    GenerationError,
+    LLMClosedError,
+    LLMHealth,
+    Messages,
+    Priority,
+    RequestMetrics,
+    TextStream,
+    as_messages,
+    collect,
+)
+
+
+@dataclass
+class ScriptedReply:
+    """One scripted answer.
+
+    ``fail_after`` raises :class:`GenerationError` after that many deltas;
+    ``finish_reason="length"`` marks a cut-off reply; ``delay_s`` is slept before each
+    delta and ``first_delay_s`` before the first one (time to first token).
+    """
+
+    text: str
+    finish_reason: FinishReason = "stop"
+    fail_after: int | None = None
+    delay_s: float = 0.0
+    first_delay_s: float = 0.0
+
+
+@dataclass
+class RecordedRequest:
+    messages: list[ChatMessage]
+    max_tokens: int | None
+    temperature: float | None
+    stop: list[str] | None
+    priority: Priority
+    cache_key: str | None
+    completed: bool = False
+    cancelled: bool = False
+    output: str = ""
+
+    @property
+    def prompt(self) -> str:
+        """Every message's content joined, handy for assertions."""
+        return "\n".join(m.content for m in self.messages)
+
+
+Responder = Callable[[list[ChatMessage]], "str | ScriptedReply"]
+
+
+@dataclass
+class ScriptedLLM:
+    """Replies from a script: a list consumed in order, then ``default``; or a function of
+    the messages. Every request is recorded in ``requests``. Deltas are words (with their
+    leading space), so streaming consumers see several chunks.
+    """
+
+    replies: Iterable[str | ScriptedReply] | Responder = ()
+    default: str | ScriptedReply = "OK."
+    delay_s: float = 0.0
+    requests: list[RecordedRequest] = field(default_factory=list)
+    closed: bool = False
+    activity: ActivityTracker = field(default_factory=ActivityTracker)
+
+    def __post_init__(self) -> None:
+        self._queue: list[str | ScriptedReply] | None = (
+            None if callable(self.replies) else list(self.replies)
+        )
+
+    def push(self, *replies: str | ScriptedReply) -> None:
+        """Append replies to the script."""
+        if self._queue is None:
+            raise TypeError("this ScriptedLLM answers with a function")
+        self._queue.extend(replies)
+
+    def _next(self, messages: list[ChatMessage]) -> ScriptedReply:
+        if self._queue is None:
+            reply = self.replies(messages)  # type: ignore[operator]
+        elif self._queue:
+            reply = self._queue.pop(0)
+        else:
+            reply = self.default
+        if isinstance(reply, str):
+            reply = ScriptedReply(reply, delay_s=self.delay_s)
+        return reply
+
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> TextStream:
+        if self.closed:
+            raise LLMClosedError("the scripted LLM is closed")
+        msgs = as_messages(messages)
+        record = RecordedRequest(
+            msgs,
+            max_tokens,
+            temperature,
+            list(stop) if stop else None,
+            Priority(priority),
+            cache_key,
+        )
+        self.requests.append(record)
+        reply = self._next(msgs)
+        metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key, queue_wait_s=0.0)
+        holder: list[TextStream] = []
+
+        interactive = Priority(priority) is Priority.INTERACTIVE
+
+        async def deltas() -> AsyncIterator[str]:
+            started = time.perf_counter()
+            pieces = re.findall(r"\s*\S+", reply.text) or ([reply.text] if reply.text else [])
+            busy = self.activity.interactive() if interactive else nullcontext()
+            try:
+                with busy:
+                    for i, piece in enumerate(pieces):
+                        if reply.fail_after is not None and i >= reply.fail_after:
+                            raise GenerationError("scripted model failure")
+                        await anyio.sleep(reply.first_delay_s if i == 0 else 0)
+                        await anyio.sleep(reply.delay_s)
+                        if i == 0:
+                            metrics.ttft_s = time.perf_counter() - started
+                        metrics.generated_tokens += 1
+                        record.output += piece
+                        yield piece
+                    if reply.fail_after is not None and reply.fail_after >= len(pieces):
+                        raise GenerationError("scripted model failure")
+                holder[0].finish_reason = reply.finish_reason
+                record.completed = True
+            except (GeneratorExit, anyio.get_cancelled_exc_class()):
+                record.cancelled = True
+                raise
+            finally:
+                metrics.total_s = time.perf_counter() - started
+
+        stream = TextStream(deltas(), metrics)
+        holder.append(stream)
+        return stream
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> ChatResponse:
+        return await collect(
+            self.stream(
+                messages,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stop=stop,
+                priority=priority,
+                cache_key=cache_key,
+            )
+        )
+
+    async def health(self) -> LLMHealth:
+        return LLMHealth(ok=not self.closed, backend="scripted", model="scripted")
+
+    async def close(self) -> None:
+        self.closed = True

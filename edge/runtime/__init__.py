@@ -1,0 +1,33 @@
+"""Typed in-process topics: :class:`Topic`, :class:`Agent`, :class:`AgentRuntime`.
+
+Example::
+
+    QUESTIONS = Topic("questions", UserQuery)
+
+    class Echo(Agent):
+        @subscribe(QUESTIONS)
+        async def on(self, message: UserQuery, ctx: HandlerContext) -> None:
+            await ctx.publish(ANSWERS, ResponseOutput(text=message.text))
+
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    async with runtime:
+        await runtime.publish(QUESTIONS, UserQuery(text="hi"), participant_id="p1")
+"""
+
+from ._agent import Agent, Handler, subscribe
+from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
+from ._topic import PayloadError, Topic
+
+__all__ = [
+    "Agent",
+    "AgentRuntime",
+    "Handler",
+    "HandlerContext",
+    "MessageMetadata",
+    "PayloadError",
+    "Topic",
+    "new_id",
+    "now_us",
+    "subscribe",
+]

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from edge.interaction import ResponseOutput, UserQuery
+from edge.runtime import Agent, AgentRuntime, HandlerContext, PayloadError, Topic, subscribe
+
+pytestmark = pytest.mark.anyio
+
+QUERIES = Topic("test.queries", UserQuery)
+ANSWERS = Topic("test.answers", ResponseOutput)
+
+
+class Echo(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, object]] = []
+
+    @subscribe(QUERIES)
+    async def on(self, message: UserQuery, ctx: HandlerContext) -> None:
+        self.seen.append((message.text, ctx.metadata))
+        await ctx.publish(ANSWERS, ResponseOutput(text=message.text.upper()))
+
+
+class Collector(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[tuple[ResponseOutput, object]] = []
+
+    @subscribe(ANSWERS)
+    async def on(self, message: ResponseOutput, ctx: HandlerContext) -> None:
+        self.got.append((message, ctx.metadata))
+
+
+async def test_publish_delivers_with_metadata_and_ctx_publish_keeps_participant() -> None:
+    runtime = AgentRuntime()
+    echo, sink = Echo(), Collector()
+    runtime.register("echo", echo)
+    runtime.register("sink", sink)
+    async with runtime:
+        meta = await runtime.publish(QUERIES, UserQuery(text="hi"), participant_id="p1", source="t")
+    assert echo.seen[0][0] == "hi"
+    reply, reply_meta = sink.got[0]
+    assert reply.text == "HI"
+    assert reply_meta.participant_id == "p1"
+    assert reply_meta.correlation_id == meta.message_id
+    assert reply_meta.source == "echo"
+    assert reply_meta.timestamp_us > 1_600_000_000_000_000
+
+
+async def test_payload_validated_against_topic_class() -> None:
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    async with runtime:
+        with pytest.raises(PayloadError):
+            await runtime.publish(QUERIES, ResponseOutput(text="x"))  # type: ignore[arg-type]
+        with pytest.raises(PayloadError):
+            await runtime.publish(QUERIES, {"text": ""})
+        await runtime.publish(QUERIES, {"text": "from a dict"})
+
+
+async def test_one_name_one_class() -> None:
+    class Other(BaseModel):
+        x: int
+
+    runtime = AgentRuntime()
+
+    class A(Agent):
+        @subscribe(Topic("same", Other))
+        async def on(self, message: Other, ctx: HandlerContext) -> None: ...
+
+    class B(Agent):
+        @subscribe(Topic("same", UserQuery))
+        async def on(self, message: UserQuery, ctx: HandlerContext) -> None: ...
+
+    runtime.register("a", A())
+    with pytest.raises(TypeError):
+        runtime.register("b", B())
+
+
+async def test_failing_subscriber_does_not_stop_others_and_raises_group() -> None:
+    class Boom(Agent):
+        @subscribe(ANSWERS)
+        async def on(self, message: ResponseOutput, ctx: HandlerContext) -> None:
+            raise ValueError("boom")
+
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("boom", Boom())
+    runtime.register("sink", sink)
+    async with runtime:
+        with pytest.raises(ExceptionGroup) as info:
+            await runtime.publish(ANSWERS, ResponseOutput(text="x"))
+    assert info.group_contains(ValueError, match="boom")
+    assert len(sink.got) == 1
+
+
+async def test_register_after_start_and_publish_before_start_are_errors() -> None:
+    runtime = AgentRuntime()
+    with pytest.raises(RuntimeError):
+        await runtime.publish(ANSWERS, ResponseOutput(text="x"))
+    async with runtime:
+        with pytest.raises(RuntimeError):
+            runtime.register("late", Collector())
+    with pytest.raises(ValueError):
+        r2 = AgentRuntime()
+        r2.register("x", Collector())
+        r2.register("x", Collector())
+
+
+async def test_stop_waits_for_inflight_delivery_and_dynamic_handlers() -> None:
+    done: list[str] = []
+
+    async def slow(message: ResponseOutput, ctx: HandlerContext) -> None:
+        await anyio.sleep(0.05)
+        done.append(message.text)
+
+    agent = Agent()
+    agent.add_handler(ANSWERS, slow)
+    runtime = AgentRuntime()
+    runtime.register("slow", agent)
+    await runtime.start()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.publish, ANSWERS, ResponseOutput(text="late"))
+        await anyio.sleep(0.01)
+        await runtime.stop()
+    assert done == ["late"]
