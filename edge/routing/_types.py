@@ -1,0 +1,109 @@
+"""Public contracts between the router and its destinations."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A destination's decision before it speaks or starts work.
+
+    ``accept`` permits work (``preamble`` is spoken first, only then); ``decline`` hands
+    control back for another route; ``clarify`` ends routing with ``text`` as a question;
+    ``release`` clears focus and returns the same query to ordinary routing (``text``, if
+    any, is spoken before rerouting). Declining does not clear focus or call ``release()``.
+    """
+
+    disposition: Literal["accept", "decline", "clarify", "release"]
+    preamble: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class AgentExchange:
+    """One completed request and the destination's response context."""
+
+    user: str
+    assistant: str
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """The current turn and the completed exchanges selected for a destination."""
+
+    participant_id: str
+    turn_id: str
+    query: str
+    history: tuple[AgentExchange, ...] = ()
+    timestamp_us: int | None = None
+
+
+@dataclass(frozen=True)
+class DestinationResult:
+    """Optional response context for history, and the focus transition.
+
+    Destinations return ``answer``, ``focus`` or ``release``; the router returns
+    ``clarify`` when it asked for clarification before any answer. ``text`` is kept in
+    history, never delivered as output.
+    """
+
+    disposition: Literal["answer", "focus", "release", "clarify"] = "answer"
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class RoutingAid:
+    """Brief routing metadata for one participant, separate from full instructions."""
+
+    name: str
+    description: str
+    priority: int = 0
+    eligible: bool = True
+    eligibility: str = "available"
+
+
+StartedSignal = Callable[[], Awaitable[None]]
+
+
+@runtime_checkable
+class RoutableAgent(Protocol):
+    """A destination the router can admit, answer with, and release.
+
+    An optional ``async participant_left(participant_id)`` hook, when present, is called on
+    departure instead of ``release()``.
+    """
+
+    def routing_aid(self, participant_id: str) -> RoutingAid: ...
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission: ...
+
+    async def answer(self, turn: AgentTurn, *, started: StartedSignal) -> DestinationResult: ...
+
+    async def release(self, participant_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RoutingTurnContext:
+    """Read-only metadata of the active routed turn (a stable snapshot).
+
+    Outside a routed turn the identifiers are None and the tuples empty.
+    """
+
+    exchange_id: object | None = None
+    history_exchange_ids: tuple[object | None, ...] = ()
+    history_timestamps: tuple[int | None, ...] = ()
+
+
+_OUTSIDE_TURN = RoutingTurnContext()
+_TURN_CONTEXT: ContextVar[RoutingTurnContext | None] = ContextVar(
+    "edge_routing_turn_context", default=None
+)
+
+
+def current_turn_context() -> RoutingTurnContext:
+    """The metadata of the routed turn running in this asynchronous context."""
+    return _TURN_CONTEXT.get() or _OUTSIDE_TURN
