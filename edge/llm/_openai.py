@@ -1,0 +1,457 @@
+"""The remote backend: any OpenAI-compatible chat server (llama.cpp's server, vLLM, Ollama).
+
+A site that outgrows one device moves the model to an existing serving engine and points
+the service at it; nothing else changes, because this backend speaks the same
+:class:`~edge.llm.LLMService` protocol as the local one.
+
+What crosses the wire (``POST {base_url}/chat/completions``, streamed as server-sent
+events):
+
+* ``max_tokens``, ``temperature``, ``stop``, ``stream: true`` and
+  ``stream_options: {"include_usage": true}`` (token counts come from the usage chunk when
+  the server sends one, otherwise deltas are counted);
+* ``cache_key`` becomes the standard ``user`` field. Servers that route or cache per user
+  can use it; nothing server-specific (llama.cpp's ``cache_prompt`` / ``id_slot``) is
+  assumed. Pass such fields through ``extra_body`` when a site wants them;
+* ``chat_template_kwargs: {"enable_thinking": false}`` when ``disable_thinking`` (the
+  default), so reasoning models answer directly; servers ignore fields they do not know;
+* ``priority`` is accepted, recorded in the metrics and sent nowhere: there is no standard
+  field for it, and the remote engine runs its own batching scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, nullcontext
+from typing import Any
+
+import httpx
+
+from ._activity import ActivityTracker
+from ._types import (
+    ChatResponse,
+    ContextOverflowError,
+    FinishReason,
+    GenerationError,
+    LLMClosedError,
+    LLMHealth,
+    LLMUnavailableError,
+    Messages,
+    Priority,
+    RequestMetrics,
+    TextStream,
+    as_messages,
+    collect,
+)
+
+_CONTEXT_TEXT = re.compile(
+    r"context[ _-]?(length|window|size)|maximum context|exceed_context|too many tokens"
+    r"|prompt is too long|reduce (the length|your prompt)",
+    re.IGNORECASE,
+)
+_LENGTH_REASONS = {"length", "max_tokens", "model_length"}
+_FAILED_REASONS = {"error", "abort", "aborted", "cancelled"}
+_EXCERPT = 300
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+
+
+def _error_text(body: str) -> str:
+    """The readable part of an error body: ``error.message`` or ``detail`` when JSON."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail"))
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return body
+
+
+class OpenAICompatLLM:
+    """The LLM service over an OpenAI-compatible HTTP server.
+
+    ``base_url`` is the API root, e.g. ``http://gpu-box:8000/v1`` (llama.cpp, vLLM) or
+    ``http://gpu-box:11434/v1`` (Ollama). ``model`` is sent as-is; when None, the first
+    model the server lists at ``/models`` is used (asked once). ``timeout_s`` bounds the
+    wait for the response head and then each gap between streamed chunks, so a long
+    answer is never cut short by it; ``connect_timeout_s`` bounds connecting.
+
+    Errors: the server unreachable or answering an HTTP error raises
+    :class:`LLMUnavailableError` (with the URL, status and body excerpt); a 4xx saying the
+    prompt exceeds the context raises :class:`ContextOverflowError`; a stream that breaks
+    or carries a malformed chunk raises :class:`GenerationError` (``chat`` turns that into
+    ``finish_reason="error"``). Closing a stream early closes its HTTP response at once;
+    the client stays usable. ``context_length`` is what the caller declares, or what the
+    server reports (vLLM's ``max_model_len``) once :meth:`health` has run.
+    """
+
+    backend = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        connect_timeout_s: float = 5.0,
+        default_max_tokens: int = 256,
+        temperature: float = 0.2,
+        extra_body: Mapping[str, Any] | None = None,
+        disable_thinking: bool = True,
+        context_length: int | None = None,
+    ) -> None:
+        url = httpx.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url must be an http(s) URL with a host, got {base_url!r}")
+        if timeout_s <= 0 or connect_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+        if default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be at least 1, got {default_max_tokens}")
+        self.base_url = str(base_url).rstrip("/")
+        self.model = model
+        self.default_max_tokens = default_max_tokens
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self.disable_thinking = disable_thinking
+        self.context_length = context_length
+        self.activity = ActivityTracker()
+        self.closed = False
+        headers = {"Accept": "text/event-stream, application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the HTTP client; later requests raise :class:`LLMClosedError`."""
+        self.closed = True
+        await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAICompatLLM:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LLMClosedError(f"the LLM client for {self.base_url} is closed")
+
+    # -- health ------------------------------------------------------------------------
+
+    async def _list_models(self) -> list[dict[str, Any]]:
+        url = f"{self.base_url}/models"
+        try:
+            response = await self._client.get(url)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(url, exc) from exc
+        if response.status_code >= 400:
+            raise LLMUnavailableError(
+                f"LLM server at {url} answered HTTP {response.status_code}: "
+                f"{_excerpt(_error_text(response.text))}"
+            )
+        try:
+            data = response.json()["data"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LLMUnavailableError(
+                f"{url} is not an OpenAI-compatible model list: {_excerpt(response.text)}"
+            ) from exc
+        return [m for m in data if isinstance(m, dict)]
+
+    async def health(self) -> LLMHealth:
+        """Ask the server for its models (``GET {base_url}/models``); never raises."""
+        if self.closed:
+            return LLMHealth(False, self.backend, self.model or "", "the client is closed")
+        try:
+            models = await self._list_models()
+        except LLMUnavailableError as exc:
+            return LLMHealth(False, self.backend, self.model or "", str(exc))
+        ids = [str(m.get("id", "")) for m in models]
+        if self.model is not None and self.model not in ids and ids:
+            detail = f"{self.model!r} is not among the served models {ids}"
+            return LLMHealth(False, self.backend, self.model, detail)
+        name = self.model or (ids[0] if ids else "")
+        served = next((m for m in models if m.get("id") == name), {})
+        if isinstance(served.get("max_model_len"), int):
+            self.context_length = served["max_model_len"]
+        detail = f"{self.base_url} serves {', '.join(ids) or 'no listed model'}"
+        return LLMHealth(True, self.backend, name, detail, self.context_length)
+
+    async def _model_name(self) -> str | None:
+        if self.model is None:
+            models = await self._list_models()
+            if models and models[0].get("id"):
+                self.model = str(models[0]["id"])
+        return self.model
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _body(
+        self,
+        messages: Messages,
+        max_tokens: int | None,
+        temperature: float | None,
+        stop: Sequence[str] | None,
+        cache_key: str | None,
+    ) -> dict[str, Any]:
+        msgs = as_messages(messages)
+        max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        temperature = self.temperature if temperature is None else temperature
+        if temperature < 0:
+            raise ValueError(f"temperature must not be negative, got {temperature}")
+        body: dict[str, Any] = {
+            "messages": [m.model_dump() for m in msgs],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if stop:
+            if isinstance(stop, str):
+                raise TypeError("stop must be a sequence of strings, not a string")
+            body["stop"] = list(stop)
+        if cache_key is not None:
+            body["user"] = cache_key
+        if self.disable_thinking:
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        body.update(self.extra_body)
+        return body
+
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> TextStream:
+        """Stream the answer's text deltas; see the class docstring for errors."""
+        self._check_open()
+        priority = Priority(priority)
+        body = self._body(messages, max_tokens, temperature, stop, cache_key)
+        metrics = RequestMetrics(priority=priority, cache_key=cache_key)
+        stream: TextStream
+
+        async def deltas() -> AsyncIterator[str]:
+            busy = self.activity.interactive() if priority is Priority.INTERACTIVE else None
+            with busy or nullcontext():
+                async for delta in self._run(body, metrics, stream):
+                    yield delta
+
+        stream = TextStream(deltas(), metrics)
+        return stream
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> ChatResponse:
+        """The whole answer; a failure mid-stream gives ``finish_reason="error"``."""
+        return await collect(
+            self.stream(
+                messages,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stop=stop,
+                priority=priority,
+                cache_key=cache_key,
+            )
+        )
+
+    async def _run(
+        self, body: dict[str, Any], metrics: RequestMetrics, stream: TextStream
+    ) -> AsyncIterator[str]:
+        started = time.perf_counter()
+        first = last = None
+        counted = 0
+        finish: str | None = None
+        done = False
+        url = f"{self.base_url}/chat/completions"
+        try:
+            model = await self._model_name()
+            if model is not None:
+                body = {"model": model, **body}
+            async with self._open(url, body) as response:
+                try:
+                    async for event, data in _sse_events(response.aiter_lines()):
+                        if data.strip() == "[DONE]":
+                            done = True
+                            break
+                        chunk = _parse_chunk(url, event, data, counted)
+                        _read_usage(chunk, metrics)
+                        text, reason = _first_choice(chunk)
+                        if text:
+                            last = time.perf_counter()
+                            if first is None:
+                                first = last
+                                metrics.ttft_s = first - started
+                            counted += 1
+                            yield text
+                        finish = reason or finish
+                except (httpx.HTTPError, httpx.StreamError) as exc:
+                    raise GenerationError(
+                        f"the stream from {url} broke after {counted} deltas: "
+                        f"{type(exc).__name__} {exc}".rstrip()
+                    ) from exc
+            if not done and finish is None:
+                raise GenerationError(
+                    f"the stream from {url} ended after {counted} deltas without a finish "
+                    "reason or [DONE]"
+                )
+            stream.finish_reason = _map_finish(url, finish)
+        finally:
+            if not metrics.generated_tokens:
+                metrics.generated_tokens = counted
+            if first is not None and last is not None:
+                metrics.generation_s = last - first
+            metrics.total_s = time.perf_counter() - started
+
+    @asynccontextmanager
+    async def _open(self, url: str, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """Send the request; raise the right error for an unreachable server or HTTP error."""
+        request = self._client.build_request("POST", url, json=body)
+        try:
+            response = await self._client.send(request, stream=True)
+        except RuntimeError as exc:  # httpx: "the client has been closed"
+            if self._client.is_closed:
+                raise LLMClosedError(f"the LLM client for {self.base_url} is closed") from exc
+            raise
+        except httpx.HTTPError as exc:
+            raise self._unreachable(url, exc) from exc
+        try:
+            if response.status_code >= 400:
+                await _raise_for_status(url, response)
+            yield response
+        finally:
+            await response.aclose()
+
+    def _unreachable(self, url: str, exc: httpx.HTTPError) -> LLMUnavailableError:
+        if isinstance(exc, httpx.TimeoutException):
+            why = "did not answer in time"
+        elif isinstance(exc, httpx.ConnectError):
+            why = "cannot be reached"
+        else:
+            why = "failed"
+        return LLMUnavailableError(
+            f"the LLM server at {url} {why}: {type(exc).__name__} {exc}".rstrip()
+        )
+
+
+async def _raise_for_status(url: str, response: httpx.Response) -> None:
+    try:
+        raw = (await response.aread()).decode("utf-8", "replace")
+    except httpx.HTTPError:
+        raw = ""
+    text = _error_text(raw)
+    if 400 <= response.status_code < 500 and _CONTEXT_TEXT.search(text):
+        raise ContextOverflowError(
+            f"the prompt does not fit the model's context window ({url} answered "
+            f"HTTP {response.status_code}: {_excerpt(text)})"
+        )
+    raise LLMUnavailableError(
+        f"LLM server at {url} answered HTTP {response.status_code}: {_excerpt(text) or '(empty)'}"
+    )
+
+
+async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """Server-sent events as ``(event, data)``; comments (keep-alive pings) skipped."""
+    event, data = "", []
+    async for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:
+        yield event, "\n".join(data)
+
+
+def _parse_chunk(url: str, event: str, data: str, counted: int) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise GenerationError(
+            f"malformed chunk from {url} after {counted} deltas: {_excerpt(data)!r}"
+        )
+    error = chunk.get("error")
+    if error is not None or event == "error":
+        message = error.get("message", error) if isinstance(error, dict) else (error or chunk)
+        text = str(message)
+        if counted == 0 and _CONTEXT_TEXT.search(text):
+            raise ContextOverflowError(
+                f"the prompt does not fit the model's context window ({url}: {_excerpt(text)})"
+            )
+        raise GenerationError(f"the server at {url} failed mid-stream: {_excerpt(text)}")
+    return chunk
+
+
+def _first_choice(chunk: dict[str, Any]) -> tuple[str, str | None]:
+    """The text delta and finish reason of ``choices[0]`` (empty for a usage-only chunk)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "", None
+    choice = choices[0]
+    delta = choice.get("delta")
+    text = delta.get("content") if isinstance(delta, dict) else None
+    reason = choice.get("finish_reason")
+    return (text if isinstance(text, str) else ""), (str(reason) if reason else None)
+
+
+def _read_usage(chunk: dict[str, Any], metrics: RequestMetrics) -> None:
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        if isinstance(usage.get("prompt_tokens"), int):
+            metrics.prompt_tokens = usage["prompt_tokens"]
+        if isinstance(usage.get("completion_tokens"), int):
+            metrics.generated_tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            metrics.reused_tokens = details["cached_tokens"]
+    timings = chunk.get("timings")  # llama.cpp's server
+    if isinstance(timings, dict):
+        if isinstance(timings.get("cache_n"), int):
+            metrics.reused_tokens = timings["cache_n"]
+        if isinstance(timings.get("prompt_ms"), int | float):
+            metrics.prompt_eval_s = timings["prompt_ms"] / 1000
+
+
+def _map_finish(url: str, reason: str | None) -> FinishReason:
+    if reason in _LENGTH_REASONS:
+        return "length"
+    if reason in _FAILED_REASONS:
+        raise GenerationError(f"the server at {url} ended the answer with {reason!r}")
+    return "stop"
