@@ -2,6 +2,8 @@
 an OpenAI-compatible remote backend, and a scripted model for tests."""
 
 from ._activity import ActivityTracker
+from ._llamacpp import LlamaCppLLM, ScoreResult
+from ._scheduler import ModelScheduler, Slot
 from ._scripted import RecordedRequest, ScriptedLLM, ScriptedReply
 from ._types import (
     ChatMessage,
@@ -35,13 +37,17 @@ __all__ = [
     "LLMHealth",
     "LLMService",
     "LLMUnavailableError",
+    "LlamaCppLLM",
     "Messages",
     "ModelLoadError",
+    "ModelScheduler",
     "Priority",
     "RecordedRequest",
     "RequestMetrics",
+    "ScoreResult",
     "ScriptedLLM",
     "ScriptedReply",
+    "Slot",
     "TextStream",
     "as_messages",
     "collect",

@@ -1,0 +1,228 @@
+"""The synchronous llama.cpp model: loading, chat template, KV bookkeeping, one step at a time.
+
+Nothing here is thread-safe or async. :class:`~edge.llm.LlamaCppLLM` calls these methods
+from a worker thread while it holds the scheduler's slot, one small step at a time, so it
+can check for preemption and cancellation between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._kvstore import KVStore
+from ._types import ChatMessage, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf(path: Path) -> None:
+    """Raise :class:`ModelLoadError` unless ``path`` is a readable GGUF file."""
+    if not path.exists():
+        raise ModelLoadError(f"model file {path} does not exist")
+    if path.is_dir():
+        raise ModelLoadError(f"model path {path} is a directory, not a GGUF file")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"model file {path} cannot be read: {exc}") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(
+            f"model file {path} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
+            "convert it with llama.cpp's convert scripts or pick a .gguf from the catalogue"
+        )
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class LlamaEngine:
+    """One llama.cpp context plus saved states of other cache keys."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_ctx: int | None,
+        n_threads: int | None,
+        n_gpu_layers: int,
+        seed: int,
+        kv_cache_budget_bytes: int,
+        n_batch: int = 512,
+    ) -> None:
+        self.path = path
+        self._want_ctx = n_ctx
+        self.n_threads = n_threads or len(os.sched_getaffinity(0))
+        self.n_gpu_layers = n_gpu_layers
+        self.seed = seed
+        self.n_batch = n_batch
+        self.store = KVStore(kv_cache_budget_bytes)
+        self.owner: str | None = None  # cache key whose tokens are in the live context
+        self._dirty = False
+        self._logits_fresh = False
+        self.llama: Any = None
+
+    # -- loading -------------------------------------------------------------------------
+    def load(self) -> None:
+        check_gguf(self.path)
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        try:
+            self.llama = Llama(
+                model_path=str(self.path),
+                n_ctx=self._want_ctx or 0,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                n_gpu_layers=self.n_gpu_layers,
+                n_batch=self.n_batch,
+                seed=self.seed,
+                logits_all=False,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: {exc} "
+                "(the file may be truncated or corrupt, or its architecture unsupported "
+                "by this llama-cpp-python build)"
+            ) from exc
+        if self._want_ctx is None and self.llama.n_ctx() > 8192:
+            # The model's training context can be huge; size the KV cache sensibly by default.
+            self.llama.close()
+            self._want_ctx = 8192
+            self.load()
+            return
+        model = self.llama._model
+        template = self.llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ModelLoadError(f"{self.path} has no chat template in its GGUF metadata")
+        eos = model.token_get_text(self.llama.token_eos())
+        bos_id = self.llama.token_bos()
+        bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
+        self._formatter = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
+        self._eos_text = eos
+        self.n_ctx = self.llama.n_ctx()
+        self.n_vocab = self.llama.n_vocab()
+        self.model_name = self.llama.metadata.get("general.name", self.path.stem)
+        self.n_ctx_train = int(self.llama.metadata.get(
+            f"{self.llama.metadata.get('general.architecture', 'llama')}.context_length", 0
+        ) or 0)
+
+    def close(self) -> None:
+        if self.llama is not None:
+            self.llama.close()
+            self.llama = None
+        self.store.clear()
+
+    # -- text <-> tokens -----------------------------------------------------------------
+    def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
+        self._formatter.add_generation_prompt = add_generation_prompt
+        result = self._formatter(
+            messages=[m.model_dump() for m in messages], enable_thinking=False
+        )
+        return result.prompt
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """Tokens of a rendered prompt (special tokens parsed, no extra BOS)."""
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def tokenize_plain(self, text: str) -> list[int]:
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.llama.detokenize([token])
+
+    def is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.llama._model.vocab, token))
+
+    # -- KV state ------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        return list(self.llama.input_ids[: self.llama.n_tokens])
+
+    def switch_to(self, key: str) -> None:
+        """Make ``key`` the live context's owner, saving the previous owner's state."""
+        if self.owner == key:
+            return
+        if self.owner is not None and self._dirty and self.llama.n_tokens > 0:
+            self.store.put(self.owner, self.llama.save_state())
+        self._dirty = False
+        state = self.store.get(key)
+        if state is not None:
+            self.llama.load_state(state)
+            self._logits_fresh = False
+        self.owner = key
+
+    def forget(self, key: str) -> None:
+        """Drop a key's saved state (and its claim on the live context)."""
+        self.store.drop(key)
+        if self.owner == key:
+            self.owner = None
+            self._dirty = False
+
+    def plan(self, target: Sequence[int], need_logits: bool = True) -> tuple[int, list[int]]:
+        """How many of ``target``'s tokens the live context already holds, and the rest.
+
+        When logits are needed and the whole target is cached but its logits are stale,
+        the last token is evaluated again.
+        """
+        n = self.llama.n_tokens
+        reuse = common_prefix(self.llama.input_ids[:n], target)
+        if need_logits and reuse == len(target) and not (self._logits_fresh and n == reuse):
+            reuse = max(0, reuse - 1)
+        return reuse, list(target[reuse:])
+
+    def truncate(self, n: int) -> None:
+        if n < self.llama.n_tokens:
+            self.llama._ctx.kv_cache_seq_rm(-1, n, -1)
+            self.llama.n_tokens = n
+            self._logits_fresh = False
+            self._dirty = True
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        if not tokens:
+            return
+        self._dirty = True
+        self._logits_fresh = False
+        self.llama.eval(tokens)
+        self._logits_fresh = True
+
+    def reset(self) -> None:
+        """Forget the live context (after a failure)."""
+        if self.llama is not None:
+            self.llama.reset()
+        self.owner = None
+        self._dirty = False
+        self._logits_fresh = False
+
+    # -- sampling ------------------------------------------------------------------------
+    def new_sampler(self, temperature: float, repeat_penalty: float = 1.1) -> Any:
+        return self.llama._init_sampler(
+            top_k=40, top_p=0.95, min_p=0.05, temp=temperature, repeat_penalty=repeat_penalty
+        )
+
+    def sample(self, sampler: Any) -> int:
+        return int(sampler.sample(self.llama._ctx, -1))
+
+    def logprobs(self) -> Any:
+        """Log-softmax (a numpy array) of the next-token distribution after the last
+        evaluated token."""
+        import numpy as np
+
+        raw = self.llama._ctx.get_logits_ith(-1)
+        logits = np.ctypeslib.as_array(raw, shape=(self.n_vocab,)).astype(np.float64)
+        peak = logits.max()
+        return logits - (peak + np.log(np.exp(logits - peak).sum()))

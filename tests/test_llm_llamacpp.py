@@ -1,0 +1,160 @@
+"""LlamaCppLLM on the real default model (SmolLM2-135M)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import anyio
+import pytest
+
+from edge.llm import (
+    ContextOverflowError,
+    LlamaCppLLM,
+    LLMClosedError,
+    LLMService,
+    ModelLoadError,
+    Priority,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+SYSTEM = (
+    "You are a concise assistant in a robotics lab. The lab has three rooms: the assembly "
+    "room, the clean room and the test bay. Calibration happens every Tuesday at 10:00. "
+    "Answer in one short sentence."
+)
+
+
+def ask(question: str, system: str = SYSTEM) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def llm():  # type: ignore[no-untyped-def]
+    model = LlamaCppLLM(n_ctx=2048, temperature=0.0)
+    await model.load()
+    yield model
+    await model.close()
+
+
+async def test_stream_answers_with_metrics(llm: LlamaCppLLM) -> None:
+    assert isinstance(llm, LLMService)
+    stream = llm.stream(ask("When is calibration?"), max_tokens=40, cache_key="p1")
+    deltas = [d async for d in stream]
+    assert len(deltas) > 1 and "".join(deltas).strip()
+    assert stream.finish_reason in ("stop", "length")
+    m = stream.metrics
+    assert m.prompt_tokens > 40 and m.ttft_s is not None and m.ttft_s > 0
+    assert m.generated_tokens >= 2 and m.tokens_per_s and m.tokens_per_s > 1
+    assert m.queue_wait_s is not None
+
+
+async def test_max_tokens_gives_length_and_stop_strings_cut(llm: LlamaCppLLM) -> None:
+    r = await llm.chat(ask("List ten colours, comma separated."), max_tokens=3)
+    assert r.finish_reason == "length" and r.metrics.generated_tokens == 3
+    r = await llm.chat(ask("List ten colours, comma separated."), max_tokens=60, stop=[","])
+    assert r.finish_reason == "stop" and "," not in r.content
+
+
+async def test_prefix_reuse_across_interleaved_participants(llm: LlamaCppLLM) -> None:
+    first = await llm.chat(ask("Which rooms does the lab have?"), max_tokens=20, cache_key="alice")
+    other = [{"role": "system", "content": "You are a pirate. " * 30},
+             {"role": "user", "content": "Say hello."}]
+    await llm.chat(other, max_tokens=10, cache_key="bob")
+    follow = ask("Which rooms does the lab have?") + [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "And when is calibration?"},
+    ]
+    r = await llm.chat(follow, max_tokens=20, cache_key="alice")
+    # Everything up to alice's first question is reused although bob ran in between.
+    assert r.metrics.reused_tokens >= first.metrics.prompt_tokens - 1
+    assert r.metrics.evaluated_tokens < r.metrics.prompt_tokens - first.metrics.prompt_tokens + 20
+    assert "alice" in llm.cached_keys() or "bob" in llm.cached_keys()
+
+
+async def test_background_is_preempted_by_interactive_and_resumes(llm: LlamaCppLLM) -> None:
+    long_prompt = ask("Count from one to one hundred in words, separated by commas.")
+    results: dict[str, object] = {}
+
+    async def background() -> None:
+        results["bg"] = await llm.chat(
+            long_prompt, max_tokens=120, priority=Priority.BACKGROUND, cache_key="compaction"
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(background)
+        await anyio.sleep(0.6)  # the background request is generating by now
+        assert llm.scheduler.queued == 0 and not llm.activity.busy
+        results["int"] = await llm.chat(ask("Name one room."), max_tokens=8, cache_key="carol")
+    bg, inter = results["bg"], results["int"]
+    assert bg.metrics.preemptions >= 1  # type: ignore[attr-defined]
+    assert bg.metrics.generated_tokens > 20  # type: ignore[attr-defined]
+    # The interactive request waited at most about one step of background work.
+    assert inter.metrics.queue_wait_s < 0.25  # type: ignore[attr-defined]
+
+
+async def test_cancellation_stops_and_model_stays_usable(llm: LlamaCppLLM) -> None:
+    stream = llm.stream(ask("Tell me a long story about a robot."), max_tokens=200)
+    got = 0
+    async for _ in stream:
+        got += 1
+        if got == 3:
+            break
+    await stream.aclose()
+    assert stream.metrics.generated_tokens <= 4
+    with anyio.move_on_after(0.3):
+        await llm.chat(ask("Tell me another long story."), max_tokens=200)
+    r = await llm.chat(ask("Name one room."), max_tokens=10)
+    assert r.content.strip() and llm.scheduler.queued == 0
+
+
+async def test_prompt_larger_than_context_is_a_clear_error(llm: LlamaCppLLM) -> None:
+    with pytest.raises(ContextOverflowError, match="context window is 2048 tokens"):
+        await llm.chat(ask("word " * 3000))
+    assert (await llm.chat(ask("Name one room."), max_tokens=5)).content
+
+
+async def test_score_sums_to_a_distribution_and_reuses_prefix(llm: LlamaCppLLM) -> None:
+    prompt = llm.format_chat(ask("Is the sky blue on a clear day? Answer yes or no.")) + ""
+    result = await llm.score(prompt, ["yes", "no", "Yes", "No"], cache_key="decisions")
+    probs = [math.exp(x) for x in result.logprobs]
+    assert all(0 < p < 1 for p in probs) and sum(probs) < 1.0001
+    again = await llm.score(prompt, ["yes", "no"], cache_key="decisions")
+    assert again.metrics.reused_tokens >= again.metrics.prompt_tokens - 1
+
+
+async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> None:
+    msgs = ask("What is in the test bay?", system=SYSTEM + " Be friendly.")
+    warm = await llm.warm(msgs, cache_key="dave")
+    assert warm.prompt_tokens > 0
+    await llm.chat(ask("x"), max_tokens=2, cache_key="erin")
+    r = await llm.chat(msgs, max_tokens=5, cache_key="dave")
+    assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
+
+
+async def test_bad_model_files_give_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        await LlamaCppLLM(tmp_path / "missing.gguf").load()
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        await LlamaCppLLM(text).chat(ask("hi"))
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    with pytest.raises(ModelLoadError, match="could not load"):
+        await LlamaCppLLM(corrupt).load()
+
+
+async def test_closed_service_refuses_requests() -> None:
+    model = LlamaCppLLM(n_ctx=256)
+    await model.close()
+    with pytest.raises(LLMClosedError):
+        model.stream(ask("hi"))
+    health = await model.health()
+    assert not health.ok

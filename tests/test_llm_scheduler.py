@@ -1,0 +1,109 @@
+"""The scheduler's ordering and preemption, without a model."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from edge.llm import ModelScheduler, Priority, RequestMetrics
+from edge.llm._llamacpp import split_on_stop
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_interactive_runs_before_queued_background_and_fifo_within_priority() -> None:
+    sched = ModelScheduler()
+    order: list[str] = []
+    gate = anyio.Event()
+
+    async def job(name: str, priority: Priority, hold: anyio.Event | None = None) -> None:
+        async with sched.slot(priority, RequestMetrics()):
+            order.append(name)
+            if hold is not None:
+                await hold.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(job, "first", Priority.BACKGROUND, gate)
+        await anyio.sleep(0.01)
+        tg.start_soon(job, "bg1", Priority.BACKGROUND)
+        await anyio.sleep(0.01)
+        tg.start_soon(job, "bg2", Priority.BACKGROUND)
+        await anyio.sleep(0.01)
+        tg.start_soon(job, "int1", Priority.INTERACTIVE)
+        await anyio.sleep(0.01)
+        tg.start_soon(job, "int2", Priority.INTERACTIVE)
+        await anyio.sleep(0.01)
+        gate.set()
+    assert order == ["first", "int1", "int2", "bg1", "bg2"]
+
+
+async def test_background_yields_at_next_step_and_resumes_ahead_of_later_background() -> None:
+    sched = ModelScheduler()
+    log: list[str] = []
+
+    async def background(name: str, steps: int) -> RequestMetrics:
+        metrics = RequestMetrics(priority=Priority.BACKGROUND)
+        async with sched.slot(Priority.BACKGROUND, metrics) as slot:
+            for i in range(steps):
+                await slot.checkpoint()
+                log.append(f"{name}{i}")
+                await anyio.sleep(0.005)  # one "token"
+        return metrics
+
+    async def interactive() -> RequestMetrics:
+        metrics = RequestMetrics()
+        async with sched.slot(Priority.INTERACTIVE, metrics):
+            log.append("INT")
+        return metrics
+
+    results: dict[str, RequestMetrics] = {}
+
+    async def run(name: str, coro) -> None:  # type: ignore[no-untyped-def]
+        results[name] = await coro
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "a", background("a", 10))
+        await anyio.sleep(0.012)
+        tg.start_soon(run, "b", background("b", 2))
+        tg.start_soon(run, "i", interactive())
+    a_steps_before = log.index("INT")
+    assert 1 <= a_steps_before <= 4  # within one step of arriving
+    assert log[log.index("INT") + 1].startswith("a")  # a resumes before b starts
+    assert results["a"].preemptions == 1
+    assert results["i"].queue_wait_s is not None and results["i"].queue_wait_s < 0.05
+
+
+async def test_cancelled_waiter_leaves_queue_consistent() -> None:
+    sched = ModelScheduler()
+    hold = anyio.Event()
+
+    async def holder() -> None:
+        async with sched.slot(Priority.INTERACTIVE, RequestMetrics()):
+            await hold.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await anyio.sleep(0.01)
+        with anyio.move_on_after(0.02):
+            async with sched.slot(Priority.INTERACTIVE, RequestMetrics()):
+                pytest.fail("should not get the slot")
+        hold.set()
+    async with sched.slot(Priority.BACKGROUND, RequestMetrics()):
+        pass
+    assert sched.queued == 0
+
+
+async def test_activity_tracks_interactive_work() -> None:
+    sched = ModelScheduler()
+    async with sched.slot(Priority.INTERACTIVE, RequestMetrics()):
+        assert sched.activity.busy
+    assert not sched.activity.busy
+    with anyio.fail_after(1):
+        await sched.activity.wait_quiet(0.05)
+
+
+def test_split_on_stop_holds_back_partial_matches() -> None:
+    assert split_on_stop("hello wor", ["world"]) == ("hello ", False, "wor")
+    assert split_on_stop("hello world!", ["world"]) == ("hello ", True, "")
+    assert split_on_stop("abc", []) == ("abc", False, "")
+    assert split_on_stop("x\n\nUser", ["\nUser:"]) == ("x\n", False, "\nUser")
