@@ -1,0 +1,40 @@
+"""Conversation with participant-scoped context, compacted in the background when idle.
+
+:class:`Conversation` is a routed destination (:class:`edge.routing.RoutableAgent`) that
+answers from the model's own knowledge and a :class:`ContextManager`: completed dialogue
+and named background sources (summary topics replace their state, incremental topics
+append and are compacted into rolling summaries, within byte budgets).
+
+Example::
+
+    async with ContextManager(llm, incremental_context_topics=("lab.notes",)) as context:
+        runtime.register("context", context.subscriber())
+        conversation = Conversation(llm, context=context, instructions="Answer about the lab.",
+                                    runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
+        ...
+"""
+
+from ._compaction import (
+    CompactionAttempt,
+    CompactionPrompts,
+    CompactionReport,
+    CompactionRequest,
+)
+from ._context import TranscriptEntry
+from ._context_update import ConversationContextUpdate
+from ._conversation import DEFAULT_SYSTEM_PROMPT, Conversation
+from ._manager import ContextManager
+from ._render import ContextBlock
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "CompactionAttempt",
+    "CompactionPrompts",
+    "CompactionReport",
+    "CompactionRequest",
+    "ContextBlock",
+    "ContextManager",
+    "Conversation",
+    "ConversationContextUpdate",
+    "TranscriptEntry",
+]

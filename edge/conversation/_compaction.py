@@ -1,0 +1,214 @@
+"""One compaction: plan the input, ask the model, handle every failure the spec lists.
+
+The manager decides *when* to compact (``_background.py``); this module decides *what*
+goes into a request and turns the model's reply into a summary or a failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from edge.llm import ChatMessage, LLMError, LLMService, Priority
+
+from ._context import Entry, Section
+from ._render import DIALOGUE, Renderer
+from ._text import clip_middle, nbytes
+
+log = logging.getLogger(__name__)
+
+
+def _prompt(name: str) -> str:
+    return resources.files(__package__).joinpath("prompts", name).read_text("utf-8").strip()
+
+
+class CompactionPrompts(BaseModel):
+    """What the model is told to keep when it compacts dialogue, an incremental source, or
+    an over-long summary. The manager appends the size limit and the plain-text output
+    format to each, so custom prompts do not state them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dialogue: str = _prompt("compact_dialogue.txt")
+    topic: str = _prompt("compact_topic.txt")
+    shorten: str = _prompt("shorten_summary.txt")
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """What a compaction is about to summarize; given to ``pre_compact`` hooks."""
+
+    participant_id: str
+    section: str
+    previous_summary: str
+    entries: tuple[str, ...]
+    limit_bytes: int
+
+
+@dataclass
+class CompactionAttempt:
+    """One model request of a compaction."""
+
+    kind: Literal["summarize", "shorten"]
+    outcome: Literal["ok", "empty", "length", "error", "over_limit"]
+    output_bytes: int = 0
+    metrics: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass
+class CompactionReport:
+    """How the most recent compaction of a participant went.
+
+    ``method`` is ``"llm"`` (the model wrote it), ``"clip"`` (the model's summary was over
+    the limit twice and was clipped), ``"hook"`` (a ``pre_compact`` hook supplied it) or
+    ``"custom"`` (``compact(summary=...)``). ``ok`` False means the entries were kept.
+    """
+
+    participant_id: str
+    section: str
+    method: Literal["llm", "clip", "hook", "custom", "cancelled"]
+    ok: bool
+    entries_compacted: int
+    input_bytes: int
+    summary_bytes: int = 0
+    duration_s: float = 0.0
+    reason: str = ""
+    attempts: list[CompactionAttempt] = field(default_factory=list)
+
+
+PreCompactHook = Callable[[CompactionRequest], "bool | str | Awaitable[bool | str | None] | None"]
+PostCompactHook = Callable[[CompactionReport], "Awaitable[None] | None"]
+
+
+async def call_hook(hook: Callable[[Any], Any], arg: Any) -> Any:
+    result = hook(arg)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def plan(
+    candidates: list[Entry], previous: str, input_budget: int
+) -> tuple[list[Entry], list[str]]:
+    """The oldest ``candidates`` that fit one request together with the previous summary.
+
+    An entry bigger than the room left keeps its start and end, so it still compacts.
+    """
+    room = input_budget - nbytes(previous)
+    taken: list[Entry] = []
+    texts: list[str] = []
+    for entry in candidates:
+        if entry.size <= room:
+            taken.append(entry)
+            texts.append(entry.rendered)
+            room -= entry.size
+        elif not taken:
+            taken.append(entry)
+            texts.append(clip_middle(entry.rendered, max(room, 64)))
+            break
+        else:
+            break
+    return taken, texts
+
+
+def previous_text(section: Section, renderer: Renderer) -> str:
+    if not section.summary or not section.span:
+        return ""
+    return renderer.summary(section.name, section.span[0], section.span[1], section.summary)
+
+
+def _format_rule(limit: int) -> str:
+    return (
+        f"Write plain text only: no title, no headings, no lists, no markdown. "
+        f"Keep it under {limit} characters (about {max(limit // 6, 10)} words)."
+    )
+
+
+def max_tokens_for(limit: int) -> int:
+    """Output tokens allowed for a summary of ``limit`` bytes: room for roughly twice the
+    limit, so a cut-off means the model ran far over it."""
+    return max(64, limit // 2 + 32)
+
+
+class Compactor:
+    """Runs compaction requests against one model with one set of prompts."""
+
+    def __init__(self, llm: LLMService, prompts: CompactionPrompts) -> None:
+        self.llm = llm
+        self.prompts = prompts
+
+    def messages(self, section: Section, previous: str, entries: list[str],
+                 limit: int) -> list[ChatMessage]:
+        dialogue = section.name == DIALOGUE
+        instructions = self.prompts.dialogue if dialogue else self.prompts.topic
+        what = "New part of the conversation" if dialogue else f"New updates from {section.name}"
+        user = (
+            f"Previous summary:\n{previous or '(none yet)'}\n\n{what}:\n"
+            + "\n\n".join(entries)
+            + "\n\nWrite the updated summary."
+        )
+        return [
+            ChatMessage(role="system", content=f"{instructions}\n\n{_format_rule(limit)}"),
+            ChatMessage(role="user", content=user),
+        ]
+
+    async def _ask(self, kind: Literal["summarize", "shorten"], messages: list[ChatMessage],
+                   limit: int, report: CompactionReport) -> tuple[str | None, str]:
+        """The model's text and finish reason, or None after a failure (recorded)."""
+        try:
+            response = await self.llm.chat(
+                messages, max_tokens=max_tokens_for(limit), priority=Priority.BACKGROUND
+            )
+        except LLMError as exc:
+            report.attempts.append(CompactionAttempt(kind, "error", error=str(exc)))
+            return None, "error"
+        text = response.content.strip()
+        metrics = response.metrics.as_dict() if response.metrics else None
+        attempt = CompactionAttempt(kind, "ok", nbytes(text), metrics, response.error)
+        report.attempts.append(attempt)
+        if response.finish_reason in ("error", "length"):
+            attempt.outcome = response.finish_reason
+            return (text or None) if response.finish_reason == "length" else None, attempt.outcome
+        if not text:
+            attempt.outcome = "empty"
+            return None, "empty"
+        if nbytes(text) > limit:
+            attempt.outcome = "over_limit"
+        return text, attempt.outcome
+
+    async def summarize(self, section: Section, previous: str, entries: list[str],
+                        report: CompactionReport) -> str | None:
+        """A summary within ``section.summary_limit``, or None (entries are then kept)."""
+        limit = section.summary_limit
+        text, outcome = await self._ask(
+            "summarize", self.messages(section, previous, entries, limit), limit, report
+        )
+        if text is None or outcome in ("length", "error", "empty"):
+            report.reason = f"summary request: {outcome}"
+            return None
+        if outcome == "ok":
+            report.method = "llm"
+            return text
+        shorten = [
+            ChatMessage(role="system", content=f"{self.prompts.shorten}\n\n{_format_rule(limit)}"),
+            ChatMessage(role="user", content=text),
+        ]
+        short, outcome = await self._ask("shorten", shorten, limit, report)
+        if short is not None and outcome == "ok":
+            report.method = "llm"
+            return short
+        report.method = "clip"
+        best = short if (short is not None and outcome == "over_limit") else text
+        return clip_middle(best, limit)
+
+
+def elapsed_since(started: float) -> float:
+    return time.perf_counter() - started

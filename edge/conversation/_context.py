@@ -1,0 +1,209 @@
+"""Participant-scoped context: sections of entries under a rolling summary.
+
+Each section (the dialogue, each incremental topic) holds its summary and the entries added
+since it was written. The state machine is small:
+
+* an entry arrives -> it is stored verbatim (sorted by recorded time) and a stalled
+  section becomes eligible for compaction again;
+* uncompacted entries exceed half the budget -> the section is *draining*: compaction
+  takes its oldest entries (all but the newest dialogue exchange) in one or more requests;
+* a compaction succeeds -> the summary is replaced and the entries it covered dropped;
+* a compaction fails -> the entries stay and the section *stalls* until its next entry.
+
+A summary topic is a section whose single state each update replaces; it never compacts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ._render import DIALOGUE, ContextBlock, Renderer
+from ._text import clip_middle, nbytes
+
+if TYPE_CHECKING:
+    from ._compaction import CompactionReport
+
+log = logging.getLogger(__name__)
+
+SectionKind = Literal["dialogue", "incremental", "summary"]
+
+MIN_CLIP_BYTES = 64
+"""The least a clipped block keeps, even when a section's budget is smaller."""
+
+
+@dataclass(eq=False)
+class Entry:
+    """One stored exchange or topic update, with its rendered text cached."""
+
+    seq: int
+    timestamp_us: int
+    rendered: str
+    text: str = ""
+    user: str = ""
+    assistant: str = ""
+
+    @property
+    def size(self) -> int:
+        return nbytes(self.rendered)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.timestamp_us, self.seq)
+
+
+@dataclass(frozen=True)
+class TranscriptEntry:
+    """One thing recorded for a participant, verbatim (the whole-conversation view)."""
+
+    kind: Literal["exchange", "update", "state"]
+    section: str
+    timestamp_us: int
+    text: str = ""
+    user: str = ""
+    assistant: str = ""
+
+
+@dataclass(eq=False)
+class Section:
+    name: str
+    kind: SectionKind
+    budget: int
+    summary: str = ""
+    span: tuple[int, int] | None = None
+    entries: list[Entry] = field(default_factory=list)
+    stalled: bool = False
+    draining: bool = False
+
+    @property
+    def summary_limit(self) -> int:
+        return self.budget // 4
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def add(self, entry: Entry) -> None:
+        if self.kind == "summary":
+            self.entries = [entry]
+            return
+        keys = [e.key for e in self.entries]
+        self.entries.insert(bisect.bisect(keys, entry.key), entry)
+        self.stalled = False
+
+    def eligible(self) -> list[Entry]:
+        """Entries compaction may take: all but the newest dialogue exchange."""
+        if self.kind == "summary":
+            return []
+        return self.entries[:-1] if self.kind == DIALOGUE else list(self.entries)
+
+    def needs_compaction(self) -> bool:
+        if self.kind == "summary" or self.stalled or not self.eligible():
+            return False
+        if self.pending_bytes > self.budget // 2:
+            self.draining = True
+        return self.draining
+
+    def apply_summary(self, summary: str, covered: list[Entry]) -> None:
+        """Replace the summary with one that covers the previous one and ``covered``."""
+        gone = {id(e) for e in covered}
+        self.entries = [e for e in self.entries if id(e) not in gone]
+        start = self.span[0] if self.span else min(e.timestamp_us for e in covered)
+        end = max([e.timestamp_us for e in covered] + ([self.span[1]] if self.span else []))
+        self.summary = summary
+        self.span = (start, end)
+        if not self.eligible():
+            self.draining = False
+
+    def fail(self) -> None:
+        self.stalled = True
+        self.draining = False
+
+    def oldest_key(self) -> tuple[int, int]:
+        return self.entries[0].key if self.entries else (2**63, 0)
+
+    def blocks(self, renderer: Renderer, participant_id: str) -> list[ContextBlock]:
+        """This section's blocks within its budget (see the spec's over-budget rule)."""
+        out: list[ContextBlock] = []
+        used = 0
+        if self.summary and self.span:
+            text = renderer.summary(self.name, self.span[0], self.span[1], self.summary)
+            out.append(ContextBlock("summary", self.name, text, self.span[1], self.span[0]))
+            used = nbytes(text)
+        kind = {"dialogue": "exchange", "incremental": "update", "summary": "state"}[self.kind]
+        if used + self.pending_bytes <= self.budget:
+            kept = [(e, e.rendered, False) for e in self.entries]
+        else:
+            kept = []
+            for e in reversed(self.entries):
+                if used + e.size > self.budget:
+                    break
+                kept.append((e, e.rendered, False))
+                used += e.size
+            if not kept and self.entries:
+                newest = self.entries[-1]
+                room = max(self.budget - used, MIN_CLIP_BYTES)
+                kept.append((newest, clip_middle(newest.rendered, room), True))
+            left_out = len(self.entries) - len(kept)
+            if left_out:
+                log.warning(
+                    "participant %r: section %r is over its %d-byte budget while compaction "
+                    "is pending; %d older entr%s left out of the prompt",
+                    participant_id, self.name, self.budget, left_out,
+                    "y" if left_out == 1 else "ies",
+                )
+            kept.reverse()
+        out.extend(
+            ContextBlock(kind, self.name, text, e.timestamp_us, clipped=clipped)  # type: ignore[arg-type]
+            for e, text, clipped in kept
+        )
+        return out
+
+
+def identity(value: object) -> bytes:
+    """A short, stable identity (8 bytes) for an exchange id or exchange content."""
+    return hashlib.blake2b(repr(value).encode("utf-8"), digest_size=8).digest()
+
+
+def content_identities(user: str, assistant: str, timestamp_us: int | None) -> list[bytes]:
+    """Identities of an exchange known only by its content (with and without its time)."""
+    ids = [identity(("exchange", user, assistant, None))]
+    if timestamp_us is not None:
+        ids.insert(0, identity(("exchange", user, assistant, timestamp_us)))
+    return ids
+
+
+class ParticipantContext:
+    """Everything the manager keeps for one participant."""
+
+    def __init__(self, participant_id: str, sections: Iterable[Section], *,
+                 keep_transcript: bool) -> None:
+        self.participant_id = participant_id
+        self.sections = {s.name: s for s in sections}
+        self.identities: set[bytes] = set()
+        self.transcript: list[TranscriptEntry] | None = [] if keep_transcript else None
+        self.system: str | None = None
+        self.warm_pending = False
+        self.last_compaction: CompactionReport | None = None
+
+    def knows(self, identities: Iterable[bytes]) -> bool:
+        return any(i in self.identities for i in identities)
+
+    def note(self, item: TranscriptEntry) -> None:
+        if self.transcript is not None:
+            self.transcript.append(item)
+
+    def blocks(self, renderer: Renderer) -> list[ContextBlock]:
+        """Summaries first (oldest span first), then entries in recorded-time order."""
+        summaries: list[ContextBlock] = []
+        entries: list[ContextBlock] = []
+        for section in self.sections.values():
+            for block in section.blocks(renderer, self.participant_id):
+                (summaries if block.kind == "summary" else entries).append(block)
+        summaries.sort(key=lambda b: b.timestamp_us)
+        entries.sort(key=lambda b: b.timestamp_us)  # stable: ties keep section order
+        return summaries + entries

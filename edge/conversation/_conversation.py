@@ -1,0 +1,198 @@
+"""The conversation engine: a routed destination that answers from the context manager."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib import resources
+
+import anyio
+
+from edge.interaction import ResponseOutput
+from edge.llm import GenerationError, LLMService, Priority
+from edge.routing import (
+    Admission,
+    AgentTurn,
+    DestinationResult,
+    RoutingAid,
+    current_turn_context,
+)
+from edge.routing._types import StartedSignal
+from edge.runtime import AgentRuntime, Topic, now_us
+
+from ._manager import ContextManager
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    resources.files(__package__).joinpath("prompts", "core.txt").read_text("utf-8").strip()
+)
+DEFAULT_DESCRIPTION = (
+    "General conversation: answers questions from general knowledge and follows up on "
+    "earlier dialogue and background context."
+)
+FINAL_FRAME_TIMEOUT_S = 5.0
+
+
+class Conversation:
+    """Answers routed turns with the model, using a shared :class:`ContextManager`.
+
+    The request is three messages: ``system_prompt`` followed by ``instructions``; the
+    participant's context (summaries, then entries in recorded-time order, then the
+    current time); and the current request. The answer streams as
+    :class:`~edge.interaction.ResponseOutput` frames on ``output_topic`` of ``runtime``
+    (a reply to the turn id, with ``name`` as source and the turn's timestamp). Without a
+    runtime the answer is only returned. Each completed exchange is recorded in the
+    context; a cancelled or failed answer records nothing.
+    """
+
+    def __init__(
+        self,
+        llm: LLMService,
+        *,
+        context: ContextManager,
+        instructions: str = "",
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        runtime: AgentRuntime | None = None,
+        output_topic: Topic[ResponseOutput] | None = None,
+        name: str = "conversation",
+        description: str = DEFAULT_DESCRIPTION,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        clock: Callable[[], int] = now_us,
+    ) -> None:
+        if not isinstance(context, ContextManager):
+            raise TypeError("context must be an edge.conversation.ContextManager")
+        if (runtime is None) != (output_topic is None):
+            raise ValueError("pass runtime and output_topic together (or neither)")
+        if output_topic is not None and output_topic.payload is not ResponseOutput:
+            raise TypeError(f"output_topic {output_topic.name!r} must carry ResponseOutput")
+        if not name:
+            raise ValueError("a conversation needs a non-empty name")
+        self.llm = llm
+        self.context = context
+        self.instructions = instructions.strip()
+        self.system_prompt = system_prompt.strip()
+        self.runtime = runtime
+        self.output_topic = output_topic
+        self.name = name
+        self.description = description
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._clock = clock
+        self._closed = False
+
+    @property
+    def system_message(self) -> str:
+        """The system prompt followed by the application instructions (no clock in it, so it
+        is an identical prefix across requests)."""
+        return "\n\n".join(p for p in (self.system_prompt, self.instructions) if p)
+
+    # ----------------------------------------------------------------- RoutableAgent
+
+    def routing_aid(self, participant_id: str) -> RoutingAid:
+        return RoutingAid(self.name, self.description, eligible=not self._closed,
+                          eligibility="closed" if self._closed else "available")
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
+        return Admission("decline" if self._closed else "accept")
+
+    async def answer(self, turn: AgentTurn, *, started: StartedSignal) -> DestinationResult:
+        """Answer ``turn``: reconcile the router's history, stream the reply, record it."""
+        if self._closed:
+            raise RuntimeError(f"conversation {self.name!r} is closed")
+        if not isinstance(turn.participant_id, str) or not turn.participant_id:
+            raise ValueError("the turn needs a participant id")
+        if not isinstance(turn.query, str) or not turn.query.strip():
+            raise ValueError("the turn needs a non-empty query")
+        routed = current_turn_context()
+        await self.context.reconcile(
+            turn.participant_id, turn.history,
+            exchange_ids=routed.history_exchange_ids, timestamps=routed.history_timestamps,
+        )
+        messages = self.context.messages(
+            turn.participant_id, system=self.system_message, request=turn.query,
+            now_us=self._clock(),
+        )
+        with self.context.answering():
+            text = await self._stream(turn, messages, started)
+        await self.context.record_exchange(
+            turn.participant_id, turn.query, text,
+            timestamp_us=turn.timestamp_us, exchange_id=routed.exchange_id,
+        )
+        return DestinationResult("answer", text)
+
+    async def release(self, participant_id: str) -> None:
+        """Route release keeps the participant's context (the manager is shared)."""
+
+    async def participant_left(self, participant_id: str) -> None:
+        """Departure keeps context too; the application clears the manager."""
+
+    async def close(self) -> None:
+        """Stop new answers; answers in flight finish."""
+        self._closed = True
+
+    # ----------------------------------------------------------------- streaming
+
+    async def _publish(self, turn: AgentTurn, text: str, sequence: int, final: bool) -> None:
+        if self.runtime is None or self.output_topic is None:
+            return
+        await self.runtime.publish(
+            self.output_topic,
+            ResponseOutput(text=text, request_id=turn.turn_id, source=self.name,
+                           sequence=sequence, final=final, timestamp_us=turn.timestamp_us),
+            participant_id=turn.participant_id,
+            source=self.name,
+            correlation_id=turn.turn_id,
+            timestamp_us=turn.timestamp_us,
+        )
+
+    async def _stream(self, turn: AgentTurn, messages: list, started: StartedSignal) -> str:
+        stream = self.llm.stream(
+            messages, max_tokens=self.max_tokens, temperature=self.temperature,
+            priority=Priority.INTERACTIVE, cache_key=turn.participant_id,
+        )
+        sequence = 0
+        parts: list[str] = []
+        try:
+            async for delta in stream:
+                if not delta:
+                    continue
+                if sequence == 0:
+                    await started()
+                await self._publish(turn, delta, sequence, final=False)
+                sequence += 1
+                parts.append(delta)
+        except GenerationError:
+            await self._drain(stream)
+            if sequence:
+                await self._final(turn, sequence)
+            raise
+        except anyio.get_cancelled_exc_class():
+            await self._drain(stream)
+            if sequence:
+                await self._final(turn, sequence)
+            raise
+        except BaseException:
+            await self._drain(stream)
+            raise
+        await self._drain(stream)
+        if sequence == 0:
+            await started()
+        await self._publish(turn, "", sequence, final=True)
+        return "".join(parts)
+
+    @staticmethod
+    async def _drain(stream: object) -> None:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()
+
+    async def _final(self, turn: AgentTurn, sequence: int) -> None:
+        """Close an open stream with an empty final frame, even while being cancelled."""
+        with anyio.move_on_after(FINAL_FRAME_TIMEOUT_S, shield=True):
+            try:
+                await self._publish(turn, "", sequence, final=True)
+            except Exception:
+                log.exception("could not finalize the reply stream of turn %s", turn.turn_id)

@@ -1,0 +1,597 @@
+"""The public :class:`ContextManager`: budgets, rendering, compaction scheduling, lifecycle."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import tzinfo
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+
+from edge.llm import ChatMessage, LLMService, Priority
+from edge.runtime import Agent, now_us
+
+from . import _persist
+from ._background import Jobs, Quiet
+from ._compaction import (
+    CompactionPrompts,
+    CompactionReport,
+    CompactionRequest,
+    Compactor,
+    PostCompactHook,
+    PreCompactHook,
+    call_hook,
+    plan,
+    previous_text,
+)
+from ._config import check_participant, positive_int, section_budgets, topic_names
+from ._context import (
+    Entry,
+    ParticipantContext,
+    Section,
+    TranscriptEntry,
+    content_identities,
+    identity,
+)
+from ._render import DIALOGUE, ContextBlock, Renderer
+from ._text import clip_middle, nbytes
+
+log = logging.getLogger(__name__)
+
+HISTORY_RESERVE = 256
+"""Bytes ``compaction_input_budget_bytes`` must exceed half the largest section budget by."""
+
+
+class ContextManager:
+    """Participant-scoped dialogue and named background sources, compacted when idle.
+
+    ``summary_context_topics`` name runtime topics whose update replaces that source's state;
+    ``incremental_context_topics`` name topics whose updates append and are compacted.
+    Budgets are UTF-8 bytes of rendered text: ``dialogue_budget_bytes`` for completed
+    dialogue, ``topic_budget_bytes`` per topic (one value, or a mapping naming every
+    configured topic) and ``compaction_input_budget_bytes`` for the previous summary plus
+    the entries of one compaction request.
+
+    Edge options: compaction starts only after the device (the model's activity tracker
+    and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
+    background priority, drains the whole backlog oldest first, then re-warms the prompt
+    prefix of each participant whose summary changed (``rewarm``, when the model has
+    ``warm``). ``keep_transcript`` keeps every recorded entry verbatim for
+    :meth:`transcript` (memory then grows with the session). ``timezone`` is the zone times
+    are shown in (local by default); ``clock`` returns Unix microseconds.
+
+    Compaction runs while the manager is open: ``async with ContextManager(llm) as ctx:``.
+    """
+
+    def __init__(
+        self,
+        llm: LLMService,
+        *,
+        summary_context_topics: Sequence[str] = (),
+        incremental_context_topics: Sequence[str] = (),
+        dialogue_budget_bytes: int = 8_000,
+        topic_budget_bytes: int | Mapping[str, int] = 4_000,
+        compaction_input_budget_bytes: int = 12_000,
+        compaction_prompts: CompactionPrompts | None = None,
+        compaction_quiet_s: float = 1.5,
+        rewarm: bool = True,
+        keep_transcript: bool = False,
+        timezone: tzinfo | None = None,
+        clock: Callable[[], int] = now_us,
+    ) -> None:
+        self._llm = llm
+        self._summary_topics = topic_names(summary_context_topics, "summary_context_topics")
+        self._incremental_topics = topic_names(
+            incremental_context_topics, "incremental_context_topics"
+        )
+        both = set(self._summary_topics) & set(self._incremental_topics)
+        if both:
+            raise ValueError(f"topics cannot be both summary and incremental: {sorted(both)}")
+        self._budgets = section_budgets(
+            dialogue_budget_bytes, topic_budget_bytes,
+            self._summary_topics + self._incremental_topics,
+        )
+        compacted = [self._budgets[DIALOGUE]] + [self._budgets[t] for t in self._incremental_topics]
+        least = max(compacted) // 2 + HISTORY_RESERVE
+        value = compaction_input_budget_bytes
+        if not positive_int(value) or value < least:
+            raise ValueError(
+                f"compaction_input_budget_bytes must be at least half the largest section "
+                f"budget plus {HISTORY_RESERVE} bytes ({least}); got "
+                f"{compaction_input_budget_bytes!r}"
+            )
+        self.compaction_input_budget_bytes = compaction_input_budget_bytes
+        self._prompts = compaction_prompts or CompactionPrompts()
+        self._compactor = Compactor(llm, self._prompts)
+        self._quiet = Quiet(llm, compaction_quiet_s)
+        self._rewarm = rewarm
+        self._keep_transcript = keep_transcript
+        self._renderer = Renderer(timezone)
+        self._clock = clock
+        self._participants: dict[str, ParticipantContext] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._jobs = Jobs()
+        self._seq = itertools.count()
+        self._pre_hooks: list[PreCompactHook] = []
+        self._post_hooks: list[PostCompactHook] = []
+        self._wake: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._worker_scope: anyio.CancelScope | None = None
+        self._closed = False
+        self._warned_not_running = False
+
+    # ----------------------------------------------------------------- configuration
+
+    @property
+    def budgets(self) -> dict[str, int]:
+        """Budget in bytes of each section (``"dialogue"`` and every topic)."""
+        return dict(self._budgets)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return self._summary_topics + self._incremental_topics
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def participants(self) -> list[str]:
+        return list(self._participants)
+
+    def add_hook(
+        self, event: Literal["pre_compact", "post_compact"],
+        hook: PreCompactHook | PostCompactHook,
+    ) -> None:
+        """``pre_compact(request)`` runs before each compaction: return None to proceed,
+        False to skip it (entries kept, retried after the next entry) or a string to use as
+        the summary. ``post_compact(report)`` sees every result. Either may be async."""
+        if event == "pre_compact":
+            self._pre_hooks.append(hook)  # type: ignore[arg-type]
+        elif event == "post_compact":
+            self._post_hooks.append(hook)  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"unknown hook event {event!r}; use 'pre_compact' or 'post_compact'")
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> ContextManager:
+        if self._tg is not None:
+            raise RuntimeError("the context manager is already running")
+        if self._closed:
+            raise RuntimeError("the context manager is closed")
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self._run_worker, name="context-compaction")
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        tg = self._tg
+        try:
+            await self.close()
+        finally:
+            if tg is not None:
+                await tg.__aexit__(*exc_info)
+            self._tg = None
+        return None
+
+    async def _run_worker(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.CancelScope() as scope:
+            self._worker_scope = scope
+            task_status.started()
+            await self._worker()
+
+    async def clear(self, participant_id: str) -> None:
+        """Cancel the participant's compaction, wait for it, and forget their context.
+        Idempotent; other participants are unaffected."""
+        await self._jobs.cancel(participant_id)
+        self._participants.pop(participant_id, None)
+        self._locks.pop(participant_id, None)
+
+    async def close(self) -> None:
+        """Stop compaction, forget every participant and drop later updates and exchanges."""
+        self._closed = True
+        if self._worker_scope is not None:
+            self._worker_scope.cancel()
+        await self._jobs.cancel_all()
+        self._participants.clear()
+        self._locks.clear()
+
+    # ----------------------------------------------------------------- activity
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        """Mark an answer in flight: background compaction waits until it is over and
+        the device has been quiet for ``compaction_quiet_s``."""
+        with self._quiet.own.interactive():
+            yield
+
+    def touch(self) -> None:
+        """Record participant activity now (restarts the quiet period)."""
+        self._quiet.own.touch()
+
+    # ----------------------------------------------------------------- writing
+
+    def subscriber(self) -> Agent:
+        """An :class:`edge.runtime.Agent` applying the configured topics' updates; register
+        it with the runtime that delivers them, before the runtime starts."""
+        from ._topics import ContextSubscriber
+
+        return ContextSubscriber(self, self._summary_topics, self._incremental_topics)
+
+    async def record_exchange(
+        self,
+        participant_id: str,
+        user: str,
+        assistant: str,
+        *,
+        timestamp_us: int | None = None,
+        exchange_id: object | None = None,
+    ) -> bool:
+        """Record one completed exchange; False when it was already recorded (same
+        ``exchange_id``, or same content and time) or the manager is closed."""
+        check_participant(participant_id)
+        if not isinstance(user, str) or not isinstance(assistant, str):
+            raise TypeError("an exchange needs str user and assistant text")
+        if self._closed:
+            log.debug("context manager closed; exchange for %r dropped", participant_id)
+            return False
+        ts = self._clock() if timestamp_us is None else int(timestamp_us)
+        content = content_identities(user, assistant, timestamp_us)
+        ids = content
+        part = self._participant(participant_id)
+        if exchange_id is not None:
+            key = identity(("id", exchange_id))
+            if key in part.identities:
+                return False
+            ids = [key, *content]
+        elif content[0] in part.identities:
+            return False
+        part.identities.update(ids)
+        rendered = self._renderer.exchange(ts, user, assistant)
+        entry = Entry(next(self._seq), ts, rendered, user=user, assistant=assistant)
+        self._add(part, part.sections[DIALOGUE], entry)
+        part.note(TranscriptEntry("exchange", DIALOGUE, ts, user=user, assistant=assistant))
+        return True
+
+    async def reconcile(
+        self,
+        participant_id: str,
+        history: Sequence[Any],
+        *,
+        exchange_ids: Sequence[object | None] = (),
+        timestamps: Sequence[int | None] = (),
+    ) -> int:
+        """Record the contiguous tail of ``history`` (objects with ``user`` and
+        ``assistant``, e.g. the router's) that follows the newest exchange already known;
+        returns how many were recorded. Earlier unknown exchanges are not replayed."""
+        check_participant(participant_id)
+        items = list(history)
+        ids = list(exchange_ids) + [None] * (len(items) - len(exchange_ids))
+        times = list(timestamps) + [None] * (len(items) - len(timestamps))
+        part = self._participants.get(participant_id)
+        start = len(items)
+        for i in range(len(items) - 1, -1, -1):
+            keys = content_identities(items[i].user, items[i].assistant, times[i])
+            if ids[i] is not None:
+                keys.insert(0, identity(("id", ids[i])))
+            if part is not None and part.knows(keys):
+                break
+            start = i
+        recorded = 0
+        for i in range(start, len(items)):
+            recorded += await self.record_exchange(
+                participant_id, items[i].user, items[i].assistant,
+                timestamp_us=times[i], exchange_id=ids[i],
+            )
+        return recorded
+
+    async def update(
+        self, participant_id: str, topic: str, text: str, *, timestamp_us: int | None = None
+    ) -> None:
+        """Apply a topic's update: a summary topic's replaces its state (clipped to the
+        topic budget), an incremental topic's is appended and compacted later."""
+        check_participant(participant_id)
+        if not isinstance(text, str):
+            raise TypeError("a context update needs str text")
+        if topic not in self._budgets or topic == DIALOGUE:
+            raise ValueError(
+                f"unknown context topic {topic!r}; configured: {list(self.topics) or 'none'}"
+            )
+        if self._closed:
+            log.debug("context manager closed; update of %r dropped", topic)
+            return
+        ts = self._clock() if timestamp_us is None else int(timestamp_us)
+        part = self._participant(participant_id)
+        section = part.sections[topic]
+        if section.kind == "summary":
+            room = section.budget - nbytes(self._renderer.state(topic, ts, ""))
+            clipped = clip_middle(text, max(room, 0))
+            entry = Entry(next(self._seq), ts, self._renderer.state(topic, ts, clipped),
+                          text=clipped)
+            section.add(entry)
+            part.note(TranscriptEntry("state", topic, ts, text=text))
+            return
+        entry = Entry(next(self._seq), ts, self._renderer.update(topic, ts, text), text=text)
+        self._add(part, section, entry)
+        part.note(TranscriptEntry("update", topic, ts, text=text))
+
+    # ----------------------------------------------------------------- reading
+
+    def blocks(self, participant_id: str) -> list[ContextBlock]:
+        """The model's view: summaries first, then entries in recorded-time order, each
+        section within its budget (oldest uncompacted entries left out while over it)."""
+        part = self._participants.get(participant_id)
+        return part.blocks(self._renderer) if part else []
+
+    def render(self, participant_id: str, *, now_us: int | None = None) -> str:
+        """The context message: :meth:`blocks` then the current time."""
+        now = self._clock() if now_us is None else now_us
+        return self._renderer.context_message(self.blocks(participant_id), now)
+
+    def messages(
+        self, participant_id: str, *, system: str, request: str, now_us: int | None = None
+    ) -> list[ChatMessage]:
+        """An answer request's three messages: ``system``, the context, ``request``.
+
+        ``system`` is remembered so compaction can re-warm the same prompt prefix."""
+        check_participant(participant_id)
+        if not self._closed:
+            self._participant(participant_id).system = system
+        return [
+            ChatMessage(role="system", content=system),
+            ChatMessage(role="user", content=self.render(participant_id, now_us=now_us)),
+            ChatMessage(role="user", content=request),
+        ]
+
+    def transcript(self, participant_id: str) -> list[TranscriptEntry]:
+        """Everything recorded for the participant, verbatim, in recorded-time order: the
+        whole session with ``keep_transcript=True``, otherwise what is not yet compacted."""
+        part = self._participants.get(participant_id)
+        if part is None:
+            return []
+        if part.transcript is not None:
+            return sorted(part.transcript, key=lambda t: t.timestamp_us)
+        kinds = {"dialogue": "exchange", "incremental": "update", "summary": "state"}
+        out = [
+            TranscriptEntry(kinds[s.kind], s.name, e.timestamp_us, e.text, e.user, e.assistant)  # type: ignore[arg-type]
+            for s in part.sections.values() for e in s.entries
+        ]
+        return sorted(out, key=lambda t: t.timestamp_us)
+
+    def summary(self, participant_id: str, section: str = DIALOGUE) -> str:
+        part = self._participants.get(participant_id)
+        return part.sections[section].summary if part and section in part.sections else ""
+
+    def last_compaction(self, participant_id: str) -> CompactionReport | None:
+        part = self._participants.get(participant_id)
+        return part.last_compaction if part else None
+
+    def pending(self) -> int:
+        """Sections waiting for compaction, across participants."""
+        return sum(
+            s.needs_compaction() for p in self._participants.values() for s in p.sections.values()
+        )
+
+    # ----------------------------------------------------------------- compaction
+
+    async def compact(
+        self,
+        participant_id: str,
+        *,
+        section: str | None = None,
+        summary: str | None = None,
+        keep_last: int | None = None,
+    ) -> list[CompactionReport]:
+        """Compact now, without waiting for a quiet device: every compacted section, or
+        ``section``, keeping the newest ``keep_last`` entries (at least the newest dialogue
+        exchange). ``summary`` replaces the model's summary with your own."""
+        part = self._participants.get(participant_id)
+        if part is None:
+            return []
+        names = [section] if section else list(part.sections)
+        for name in names:
+            if name not in part.sections or part.sections[name].kind == "summary":
+                raise ValueError(f"{name!r} is not a compacted section of this manager")
+        reports: list[CompactionReport] = []
+        async with self._lock(participant_id):
+            for name in names:
+                sec = part.sections[name]
+                keep = max(keep_last or 0, 1 if sec.kind == DIALOGUE else 0)
+                while self._participants.get(participant_id) is part:
+                    candidates = sec.entries[: max(len(sec.entries) - keep, 0)]
+                    if not candidates:
+                        break
+                    report = await self._compact_step(part, sec, candidates, custom=summary)
+                    reports.append(report)
+                    if not report.ok or summary is not None:
+                        break
+        return reports
+
+    async def _compact_step(
+        self, part: ParticipantContext, section: Section, candidates: list[Entry],
+        *, custom: str | None = None,
+    ) -> CompactionReport:
+        """One compaction request of ``section``, cancellable by ``clear()``."""
+        started = time.perf_counter()
+        limit = section.summary_limit
+        previous = previous_text(section, self._renderer)
+        if custom is not None:
+            taken, texts = candidates, [e.rendered for e in candidates]
+        else:
+            taken, texts = plan(candidates, previous, self.compaction_input_budget_bytes)
+        report = CompactionReport(
+            part.participant_id, section.name, "llm", False, len(taken),
+            nbytes(previous) + sum(nbytes(t) for t in texts),
+        )
+        result: str | None = None
+        report.method, report.reason = "cancelled", ""
+        with self._jobs.track(part.participant_id):
+            report.method = "llm"
+            result = await self._summarize(part, section, previous, texts, limit, report, custom)
+        report.duration_s = time.perf_counter() - started
+        if self._participants.get(part.participant_id) is not part:
+            report.method, report.reason = "cancelled", "participant cleared"
+            return report
+        if result is None:
+            report.reason = report.reason or (
+                "cancelled" if report.method == "cancelled" else "no summary"
+            )
+            section.fail()
+            log.warning("compaction of %r for %r failed (%s); entries kept until the next one",
+                        section.name, part.participant_id, report.reason)
+        else:
+            report.ok = True
+            report.summary_bytes = nbytes(result)
+            section.apply_summary(result, taken)
+            part.warm_pending = True
+        part.last_compaction = report
+        for hook in self._post_hooks:
+            try:
+                await call_hook(hook, report)
+            except Exception:
+                log.exception("post_compact hook failed")
+        self._notify()
+        return report
+
+    async def _summarize(
+        self, part: ParticipantContext, section: Section, previous: str, texts: list[str],
+        limit: int, report: CompactionReport, custom: str | None,
+    ) -> str | None:
+        if custom is not None:
+            report.method = "custom"
+            return clip_middle(custom, limit) if custom.strip() else None
+        request = CompactionRequest(
+            part.participant_id, section.name, section.summary, tuple(texts), limit
+        )
+        for hook in self._pre_hooks:
+            decision = await call_hook(hook, request)
+            if decision is False:
+                report.method, report.reason = "cancelled", "pre_compact hook skipped it"
+                return None
+            if isinstance(decision, str):
+                report.method = "hook"
+                return clip_middle(decision, limit) if decision.strip() else None
+        return await self._compactor.summarize(section, previous, texts, report)
+
+    # ----------------------------------------------------------------- background
+
+    def _participant(self, participant_id: str) -> ParticipantContext:
+        part = self._participants.get(participant_id)
+        if part is None:
+            sections = [Section(DIALOGUE, "dialogue", self._budgets[DIALOGUE])]
+            sections += [Section(t, "summary", self._budgets[t]) for t in self._summary_topics]
+            sections += [
+                Section(t, "incremental", self._budgets[t]) for t in self._incremental_topics
+            ]
+            part = ParticipantContext(participant_id, sections,
+                                      keep_transcript=self._keep_transcript)
+            self._participants[participant_id] = part
+        return part
+
+    def _lock(self, participant_id: str) -> anyio.Lock:
+        lock = self._locks.get(participant_id)
+        if lock is None:
+            lock = self._locks[participant_id] = anyio.Lock()
+        return lock
+
+    def _add(self, part: ParticipantContext, section: Section, entry: Entry) -> None:
+        section.add(entry)
+        if section.needs_compaction():
+            if self._tg is None and not self._warned_not_running:
+                self._warned_not_running = True
+                log.warning("compaction is pending but the context manager is not running; "
+                            "use `async with ContextManager(...)` to compact in the background")
+            self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _next_job(self) -> tuple[str, ParticipantContext, Section | None] | None:
+        best: tuple[tuple[int, int], ParticipantContext, Section] | None = None
+        for pid, part in self._participants.items():
+            if self._lock(pid).locked():
+                continue
+            for section in part.sections.values():
+                if section.needs_compaction():
+                    key = section.oldest_key()
+                    if best is None or key < best[0]:
+                        best = (key, part, section)
+        if best is not None:
+            return ("compact", best[1], best[2])
+        if self._rewarm and getattr(self._llm, "warm", None) is not None:
+            for pid, part in self._participants.items():
+                if part.warm_pending and not self._lock(pid).locked():
+                    return ("warm", part, None)
+        return None
+
+    async def _worker(self) -> None:
+        while not self._closed:
+            job = self._next_job()
+            if job is None:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            await self._quiet.wait()
+            job = self._next_job()
+            if job is None:
+                continue
+            kind, part, section = job
+            try:
+                async with self._lock(part.participant_id):
+                    if self._participants.get(part.participant_id) is not part:
+                        continue
+                    if kind == "compact" and section is not None:
+                        await self._compact_step(part, section, section.eligible())
+                    else:
+                        await self._warm(part)
+            except Exception:
+                log.exception("background %s for %r failed", kind, part.participant_id)
+                if section is not None:
+                    section.fail()
+                part.warm_pending = False
+
+    async def _warm(self, part: ParticipantContext) -> None:
+        """Evaluate the participant's stable prompt prefix (system prompt and context,
+        without the current time) into their KV state, so the next answer starts fast."""
+        part.warm_pending = False
+        warm = getattr(self._llm, "warm", None)
+        if warm is None or part.system is None:
+            return
+        context = self._renderer.context_message(part.blocks(self._renderer), None)
+        messages = [
+            ChatMessage(role="system", content=part.system),
+            ChatMessage(role="user", content=context),
+        ]
+        with self._jobs.track(part.participant_id):
+            await warm(messages, cache_key=part.participant_id, priority=Priority.BACKGROUND)
+
+    # ----------------------------------------------------------------- persistence
+
+    def save(self, path: str | Path) -> None:
+        """Write every participant's context (summaries, entries, exchange identities,
+        transcript) to a JSON file. Configuration and hooks are not saved."""
+        _persist.save(Path(path), self._participants.values())
+
+    async def load(self, path: str | Path) -> list[str]:
+        """Replace the context with a file written by :meth:`save`; this manager's own
+        topics and budgets apply (sections it does not configure are dropped). Returns
+        the participants loaded."""
+        if self._closed:
+            raise RuntimeError("the context manager is closed")
+        data = _persist.read(Path(path))
+        for pid in list(self._participants):
+            await self.clear(pid)
+        loaded = []
+        for pid, saved in data.items():
+            part = self._participant(pid)
+            _persist.restore(part, saved, self._renderer, self._seq)
+            loaded.append(pid)
+        self._notify()
+        return loaded
