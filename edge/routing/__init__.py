@@ -1,6 +1,7 @@
 """Participant-scoped routing among agents: admission before speech, explicit focus,
 bounded rerouting, a default fallback and clarification."""
 
+from ._router import _DEFAULT_CONTEXT_BUDGET_BYTES, AgentRouter, TurnCancelled
 from ._types import (
     Admission,
     AgentExchange,
@@ -12,13 +13,18 @@ from ._types import (
     current_turn_context,
 )
 
+DEFAULT_CONTEXT_BUDGET_BYTES = _DEFAULT_CONTEXT_BUDGET_BYTES
+
 __all__ = [
+    "DEFAULT_CONTEXT_BUDGET_BYTES",
     "Admission",
     "AgentExchange",
+    "AgentRouter",
     "AgentTurn",
     "DestinationResult",
     "RoutableAgent",
     "RoutingAid",
     "RoutingTurnContext",
+    "TurnCancelled",
     "current_turn_context",
 ]

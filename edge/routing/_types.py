@@ -64,6 +64,8 @@ class RoutingAid:
     priority: int = 0
     eligible: bool = True
     eligibility: str = "available"
+    examples: tuple[str, ...] = ()
+    """Short phrases typical of requests for this route (lexical routing evidence)."""
 
 
 StartedSignal = Callable[[], Awaitable[None]]

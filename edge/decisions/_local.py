@@ -1,0 +1,178 @@
+"""Choice decisions on the local model: one prompt evaluation, calibrated, with lexical
+evidence.
+
+How a decision is made (see docs/routing.md for the measurements behind it):
+
+1. The options (label letter, description, example phrases) form a system prompt that
+   depends only on the criteria, so it is a stable prefix: ``cache_key`` keeps its KV state
+   and repeated decisions evaluate only the request.
+2. The model scores the single-token letters ``A``, ``B``, ... from its next-token
+   distribution after the formatted prompt (``llm.score``): one evaluation per decision.
+3. Tiny models prefer some letters regardless of the request, so the log-probabilities are
+   calibrated by dividing out the prior measured once per option set on the content-free
+   request ``N/A``.
+4. Word and phrase overlap with each option's description and examples is added as
+   evidence; the sum is softmaxed into probabilities.
+
+Backends without ``score``/``format_chat`` (remote, scripted) get lexical evidence only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import string
+from collections import OrderedDict
+from importlib import resources
+from typing import Any
+
+from edge.llm import LLMService, Priority
+
+from ._lexical import lexical_scores
+from ._types import ChoiceAnswer, ChoiceQuestion, DecisionError, answer_from_logits
+
+log = logging.getLogger(__name__)
+
+_KEYS = string.ascii_uppercase
+_CONTENT_FREE = "N/A"
+_PRIOR_CACHE_SIZE = 32
+
+
+def _template(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+class LocalDecisionService:
+    """A :class:`~edge.decisions.DecisionService` on a local model with ``score()``.
+
+    ``model_weight`` and ``lexical_weight`` scale the two kinds of evidence (log-odds
+    units); ``uncertain_below`` is the probability under which the answer is "clarify"
+    (label None, probabilities still given); ``max_context_bytes`` bounds the recent
+    conversation lines put in the prompt (prompt evaluation is the slow part on CPU).
+    With a single criterion no model call is made.
+    """
+
+    def __init__(
+        self,
+        llm: LLMService | Any,
+        *,
+        cache_key: str = "decisions",
+        model_weight: float = 1.0,
+        lexical_weight: float = 1.5,
+        uncertain_below: float = 0.55,
+        max_context_bytes: int = 300,
+        calibrate: bool = True,
+    ) -> None:
+        if not 0.0 <= uncertain_below <= 1.0:
+            raise ValueError(f"uncertain_below must be within [0, 1], got {uncertain_below}")
+        if max_context_bytes < 0:
+            raise ValueError("max_context_bytes must be >= 0")
+        self.llm = llm
+        self.cache_key = cache_key
+        self.model_weight = model_weight
+        self.lexical_weight = lexical_weight
+        self.uncertain_below = uncertain_below
+        self.max_context_bytes = max_context_bytes
+        self.calibrate = calibrate
+        self._system = _template("decide_system.txt")
+        self._user = _template("decide_user.txt")
+        self._priors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
+
+    @property
+    def uses_model(self) -> bool:
+        return callable(getattr(self.llm, "score", None)) and callable(
+            getattr(self.llm, "format_chat", None)
+        )
+
+    async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer:
+        if not isinstance(question, ChoiceQuestion):
+            raise DecisionError(f"decide() takes a ChoiceQuestion, got {type(question).__name__}")
+        labels = question.labels
+        if len(labels) == 1:
+            return ChoiceAnswer(labels[0], 1.0, {labels[0]: 1.0}, source="single")
+        if len(labels) > len(_KEYS):
+            raise DecisionError(f"at most {len(_KEYS)} criteria per question, got {len(labels)}")
+        lexical = lexical_scores(question)
+        logits = {label: self.lexical_weight * lexical[label] for label in labels}
+        if not self.uses_model:
+            return answer_from_logits(
+                question, logits, uncertain_below=self.uncertain_below, source="lexical"
+            )
+        model, metrics = await self._model_logprobs(question)
+        for label, value in zip(labels, model, strict=True):
+            logits[label] += self.model_weight * value
+        return answer_from_logits(
+            question, logits, uncertain_below=self.uncertain_below, source="model",
+            metrics=metrics,
+        )
+
+    def prompt(self, question: ChoiceQuestion, text: str | None = None) -> str:
+        """The raw prompt whose next token is scored (stable options prefix first)."""
+        options = []
+        for key, criterion in zip(_KEYS, question.criteria, strict=False):
+            line = f"{key}) {criterion.label}: {criterion.description.strip()}"
+            if criterion.examples:
+                line += " Examples: " + "; ".join(f'"{e}"' for e in criterion.examples)
+            options.append(line)
+        system = self._system.format(
+            instruction=question.instruction.strip(), options="\n".join(options)
+        ).strip()
+        context = self._context(question) if text is None else ""
+        user = self._user.format(
+            context=context, text=(question.text if text is None else text).strip()
+        ).strip()
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self.llm.format_chat(messages, add_generation_prompt=True)
+
+    def _context(self, question: ChoiceQuestion) -> str:
+        kept: list[str] = []
+        used = 0
+        for line in reversed(question.context):
+            size = len(line.encode("utf-8")) + 1
+            if used + size > self.max_context_bytes:
+                break
+            kept.append(line)
+            used += size
+        if not kept:
+            return ""
+        return "Recent conversation:\n" + "\n".join(reversed(kept)) + "\n\n"
+
+    async def _model_logprobs(self, question: ChoiceQuestion) -> tuple[list[float], Any]:
+        keys = list(_KEYS[: len(question.criteria)])
+        result = await self.llm.score(
+            self.prompt(question), keys, cache_key=self.cache_key,
+            priority=Priority.INTERACTIVE,
+        )
+        scores = _normalized(result.logprobs, len(keys))
+        if self.calibrate:
+            prior = await self._prior(question, keys)
+            scores = [s - p for s, p in zip(scores, prior, strict=True)]
+        return scores, result.metrics
+
+    async def _prior(self, question: ChoiceQuestion, keys: list[str]) -> list[float]:
+        signature = (question.instruction, question.criteria)
+        cached = self._priors.get(signature)
+        if cached is not None:
+            self._priors.move_to_end(signature)
+            return cached
+        result = await self.llm.score(
+            self.prompt(question, text=_CONTENT_FREE), keys, cache_key=self.cache_key,
+            priority=Priority.INTERACTIVE,
+        )
+        prior = _normalized(result.logprobs, len(keys))
+        self._priors[signature] = prior
+        while len(self._priors) > _PRIOR_CACHE_SIZE:
+            self._priors.popitem(last=False)
+        return prior
+
+
+def _normalized(logprobs: Any, n: int) -> list[float]:
+    """Log-softmax over the option letters only; validates what the model returned."""
+    values = [float(v) for v in logprobs]
+    if len(values) != n or not all(math.isfinite(v) or v == -math.inf for v in values):
+        raise DecisionError(f"the model returned {values!r} for {n} options")
+    top = max(values)
+    if top == -math.inf:
+        return [0.0] * n
+    total = math.log(math.fsum(math.exp(v - top) for v in values)) + top
+    return [max(v - total, -50.0) for v in values]
