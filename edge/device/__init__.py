@@ -1,0 +1,66 @@
+"""Device profiles, hardware detection, calibration and byte budgets sized to the device.
+
+``load_device_config()`` picks the profile (argument, ``EDGE_PROFILE``, or detection),
+applies the detected hardware limits and any stored calibration, and derives the budgets
+the service passes on (``llm_kwargs()``, ``context_manager_kwargs()``, ``router_kwargs()``).
+"""
+
+from ._budgets import BudgetError, BudgetInputs, Budgets, derive_budgets
+from ._calibration import (
+    Calibration,
+    CalibrationError,
+    CalibrationStore,
+    Measurement,
+    calibrate,
+    config_dir,
+    measure_llm,
+)
+from ._config import (
+    DeviceConfig,
+    budget_inputs,
+    calibrate_device,
+    derive_for_profile,
+    load_device_config,
+)
+from ._detect import HardwareInfo, detect_hardware
+from ._profile import (
+    PROFILE_DIR,
+    DeviceProfile,
+    ProfileError,
+    find_profile,
+    load_profile_file,
+    load_profiles,
+    parse_profile,
+)
+from ._select import ENV_PROFILE, ProfileChoice, choose_profile
+
+__all__ = [
+    "ENV_PROFILE",
+    "PROFILE_DIR",
+    "BudgetError",
+    "BudgetInputs",
+    "Budgets",
+    "Calibration",
+    "CalibrationError",
+    "CalibrationStore",
+    "DeviceConfig",
+    "DeviceProfile",
+    "HardwareInfo",
+    "Measurement",
+    "ProfileChoice",
+    "ProfileError",
+    "budget_inputs",
+    "calibrate",
+    "calibrate_device",
+    "choose_profile",
+    "config_dir",
+    "derive_budgets",
+    "derive_for_profile",
+    "detect_hardware",
+    "find_profile",
+    "load_device_config",
+    "load_profile_file",
+    "load_profiles",
+    "measure_llm",
+    "parse_profile",
+]

@@ -1,0 +1,370 @@
+"""Byte budgets sized to the device: the one function that derives them.
+
+The conversation spec sets budgets in UTF-8 bytes of rendered text (8,000 dialogue, 4,000
+per topic, 12,000 per compaction request), which suit a GPU server. On a device the right
+figures follow from how many tokens the model may see (context window) and how fast it
+reads them (prompt evaluation speed), converted to bytes with the measured bytes per
+token, and from the memory left for per-participant KV caches. :func:`derive_budgets`
+does that; see its docstring for the formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._profile import BudgetOverrides, ProfileError
+
+# Text in a real conversation may tokenise worse than the calibration text (names,
+# numbers, code): bytes are converted to tokens as if each token carried only this share
+# of the measured bytes per token.
+TOKEN_MARGIN = 0.85
+# Steady state of a compacted section: its summary (at most a quarter of the budget) plus
+# at most half a budget of uncompacted entries, since compaction starts beyond half.
+# Latency targets are sized at this fill; the context window at full budgets (worst case,
+# when compaction is pending the section is clipped to its budget).
+STEADY_FILL = 0.75
+# Shares of the context pool: dialogue gets two units, each topic one, router history one
+# (the router needs the last few exchanges to resolve follow-ups, not the whole dialogue).
+DIALOGUE_UNITS = 2.0
+TOPIC_UNITS = 1.0
+ROUTER_UNITS = 1.0
+# The current time line that closes the context message.
+TIME_LINE_TOKENS = 16
+# Share of the memory left after models, runtime and the active context that cached
+# participant KV states may use (the rest is headroom for allocator slack and audio).
+KV_MEMORY_SHARE = 0.5
+# Python, onnxruntime, CTranslate2 and llama.cpp compute buffers, beyond the weights.
+DEFAULT_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
+# Sections smaller than this hold too little to be useful: reject instead.
+MIN_DIALOGUE_BYTES = 1024
+MIN_TOPIC_BYTES = 512
+# The spec's rule: compaction input >= half the largest section budget + 256 bytes.
+COMPACTION_SLACK_BYTES = 256
+ROUND_BYTES = 64
+
+
+class BudgetError(ProfileError):
+    """The figures cannot yield budgets that satisfy the rules; names the figure to change."""
+
+
+class BudgetInputs(BaseModel):
+    """Every figure the derivation uses; ``sources`` says where each came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context_window: int = Field(gt=0)
+    reserved_output_tokens: int = Field(gt=0)
+    prompt_overhead_tokens: int = Field(ge=0)
+    routing_overhead_tokens: int = Field(ge=0)
+    compaction_overhead_tokens: int = Field(ge=0)
+    request_tokens: int = Field(gt=0)
+    typical_exchange_bytes: int = Field(gt=0)
+    context_topics: int = Field(ge=0)
+    max_participants: int = Field(ge=1)
+    prompt_tokens_per_s: float = Field(gt=0)
+    generation_tokens_per_s: float = Field(gt=0)
+    text_bytes_per_token: float = Field(gt=0)
+    kv_bytes_per_token: int = Field(gt=0)
+    state_overhead_bytes: int = Field(default=2**20, ge=0)
+    memory_bytes: int = Field(gt=0)
+    model_bytes: int = Field(ge=0)
+    runtime_overhead_bytes: int = Field(default=DEFAULT_RUNTIME_OVERHEAD_BYTES, ge=0)
+    cold_ttft_s: float = Field(gt=0)
+    warm_ttft_s: float = Field(gt=0)
+    overrides: BudgetOverrides = BudgetOverrides()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class Budgets(BaseModel):
+    """Derived budgets, the figures they imply, and how each was reached."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dialogue_budget_bytes: int
+    topic_budget_bytes: int
+    compaction_input_budget_bytes: int
+    router_context_budget_bytes: int
+    per_participant_kv_bytes: int
+    kv_cache_budget_bytes: int
+    warm_participants: int
+    context_window: int
+    reserved_output_tokens: int
+    # what the budgets imply
+    answer_prompt_tokens_max: int
+    routing_prompt_tokens_max: int
+    compaction_prompt_tokens_max: int
+    expected_cold_ttft_s: float
+    expected_cold_ttft_full_s: float
+    expected_warm_ttft_s: float
+    expected_compaction_s: float
+    memory_left_bytes: int
+    bound_by: str  # "latency" or "context window" or "overrides"
+    explain: dict[str, str]
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _down(value: float) -> int:
+    return max(0, int(value // ROUND_BYTES) * ROUND_BYTES)
+
+
+def _up(value: float) -> int:
+    return int(math.ceil(value / ROUND_BYTES) * ROUND_BYTES)
+
+
+def derive_budgets(x: BudgetInputs) -> Budgets:
+    """Derive every byte budget from the device's figures, or raise :class:`BudgetError`.
+
+    Notation: ``b = text_bytes_per_token * TOKEN_MARGIN`` (bytes per token, with margin),
+    ``P`` prompt tokens/s, ``G`` generated tokens/s, ``n`` context topics,
+    ``fixed_answer = prompt_overhead + request`` and
+    ``fixed_routing = routing_overhead + request`` tokens. Sections are sized in units:
+    dialogue 2 units, each topic 1, router history 1.
+
+    1. Context window (worst case: every section at its full budget, reserved output):
+       ``unit_w = (context_window - reserved_output - fixed_answer) / (2 + n)`` tokens.
+    2. Cold latency (nothing cached: the routing prompt and the answer prompt are both
+       evaluated, sections at their steady fill of 3/4, then one token is generated):
+       ``unit_l = ((cold_ttft - 1/G) * P - fixed_answer - fixed_routing) / (0.75 * (3 + n))``.
+    3. ``unit = min(unit_w, unit_l) * b`` bytes; dialogue = 2 units, topic = 1 unit,
+       router history = 1 unit, each rounded down to 64 bytes (or the profile's override).
+       Dialogue under 1,024 or topics under 512 bytes: rejected, naming the binding figure.
+    4. Compaction input = ``3/4 * largest section + 256`` (a summary of a quarter plus the
+       half that triggered compaction, plus one entry's slack), capped so that the
+       compaction prompt and its summary (a quarter of the largest budget) fit the window;
+       rejected when below the spec's minimum ``largest/2 + 256``.
+    5. Warm latency (prefix cached: the previous exchange and the new request, together
+       ``typical_exchange`` bytes, are new to both the answer and the routing prompt, plus
+       the time line): ``(2 * typical_exchange / b + 16) / P + 1/G <= warm_ttft``, else
+       rejected.
+    6. Memory: ``left = memory - models - runtime overhead - context_window * kv_per_token``
+       (llama.cpp holds the KV of the whole window); one participant keeps two saved
+       states, its full answer prompt and its routing prompt: their tokens times
+       ``kv_per_token`` plus twice the fixed part of a saved state;
+       ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
+       at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
+    """
+    src = x.sources
+    b = x.text_bytes_per_token * TOKEN_MARGIN
+    n = x.context_topics
+    ov = x.overrides
+    fixed_answer = x.prompt_overhead_tokens + x.request_tokens
+    fixed_routing = x.routing_overhead_tokens + x.request_tokens
+    warnings: list[str] = []
+
+    def tok(nbytes: float) -> int:
+        return math.ceil(nbytes / b)
+
+    # 1-3: section budgets
+    window_tokens = x.context_window - x.reserved_output_tokens - fixed_answer
+    if window_tokens <= 0:
+        raise BudgetError(
+            f"llm.context_window ({x.context_window}) leaves no room for context after the "
+            f"reserved output ({x.reserved_output_tokens}) and the fixed prompt ({fixed_answer} "
+            "tokens): raise llm.context_window or lower llm.reserved_output_tokens"
+        )
+    unit_w = window_tokens / (DIALOGUE_UNITS + n * TOPIC_UNITS)
+    cold_eval_tokens = (x.cold_ttft_s - 1 / x.generation_tokens_per_s) * x.prompt_tokens_per_s
+    latency_tokens = cold_eval_tokens - fixed_answer - fixed_routing
+    unit_l = latency_tokens / (STEADY_FILL * (DIALOGUE_UNITS + n * TOPIC_UNITS + ROUTER_UNITS))
+    bound_by = "latency" if unit_l < unit_w else "context window"
+    unit_bytes = min(unit_w, unit_l) * b
+
+    dialogue = ov.dialogue_budget_bytes or _down(DIALOGUE_UNITS * unit_bytes)
+    topic = ov.topic_budget_bytes or _down(TOPIC_UNITS * unit_bytes)
+    router = (
+        ov.router_context_budget_bytes
+        if ov.router_context_budget_bytes is not None
+        else _down(ROUTER_UNITS * unit_bytes)
+    )
+    if ov.dialogue_budget_bytes or ov.topic_budget_bytes or ov.router_context_budget_bytes:
+        bound_by = "overrides"
+
+    if dialogue < MIN_DIALOGUE_BYTES or (n and topic < MIN_TOPIC_BYTES):
+        if bound_by == "latency":
+            # cold_ttft needed for the minimum sizes
+            need_unit = max(MIN_DIALOGUE_BYTES / DIALOGUE_UNITS, MIN_TOPIC_BYTES if n else 0) / b
+            need_tokens = (
+                need_unit * STEADY_FILL * (DIALOGUE_UNITS + n * TOPIC_UNITS + ROUTER_UNITS)
+                + fixed_answer
+                + fixed_routing
+            )
+            need_s = need_tokens / x.prompt_tokens_per_s + 1 / x.generation_tokens_per_s
+            raise BudgetError(
+                f"latency.cold_ttft_s ({x.cold_ttft_s:g} s) at {x.prompt_tokens_per_s:g} prompt "
+                f"tokens/s allows only {dialogue} bytes of dialogue and {topic} per topic "
+                f"(minimum {MIN_DIALOGUE_BYTES} / {MIN_TOPIC_BYTES}): raise latency.cold_ttft_s "
+                f"to at least {need_s:.1f} s, lower llm.context_topics or "
+                "llm.prompt_overhead_tokens, or choose a faster model"
+            )
+        which = "overrides" if bound_by == "overrides" else "llm.context_window"
+        raise BudgetError(
+            f"{which} leave only {dialogue} bytes of dialogue and {topic} per topic "
+            f"(minimum {MIN_DIALOGUE_BYTES} / {MIN_TOPIC_BYTES}): raise llm.context_window "
+            f"({x.context_window}) or lower llm.reserved_output_tokens "
+            f"({x.reserved_output_tokens})"
+        )
+
+    answer_tokens = fixed_answer + tok(dialogue) + n * tok(topic)
+    if answer_tokens + x.reserved_output_tokens > x.context_window:
+        raise BudgetError(
+            f"budgets.dialogue_budget_bytes ({dialogue}) and budgets.topic_budget_bytes "
+            f"({topic}) x {n} topics need {answer_tokens} prompt tokens plus "
+            f"{x.reserved_output_tokens} reserved output, more than llm.context_window "
+            f"({x.context_window}): lower the overrides or raise llm.context_window"
+        )
+    routing_tokens = fixed_routing + tok(router)
+    if routing_tokens + 8 > x.context_window:
+        raise BudgetError(
+            f"budgets.router_context_budget_bytes ({router}) needs {routing_tokens} tokens, "
+            f"more than llm.context_window ({x.context_window}): lower it"
+        )
+
+    # 4: compaction input
+    largest = max(dialogue, topic if n else 0)
+    minimum = largest // 2 + COMPACTION_SLACK_BYTES
+    summary_tokens = tok(largest / 4)
+    cap = _down(
+        (x.context_window - x.compaction_overhead_tokens - summary_tokens) * b
+    )
+    natural = _up(0.75 * largest + COMPACTION_SLACK_BYTES)
+    compaction = ov.compaction_input_budget_bytes or min(natural, cap)
+    if compaction < minimum:
+        figure = (
+            "budgets.compaction_input_budget_bytes"
+            if ov.compaction_input_budget_bytes
+            else "llm.context_window"
+        )
+        raise BudgetError(
+            f"{figure}: the compaction input budget ({compaction} bytes) is below the spec's "
+            f"minimum of half the largest section budget plus 256 ({minimum} bytes); "
+            "raise it or lower the section budgets"
+        )
+    compaction_tokens = x.compaction_overhead_tokens + tok(compaction) + summary_tokens
+    if compaction_tokens > x.context_window:
+        raise BudgetError(
+            f"budgets.compaction_input_budget_bytes ({compaction}) needs {compaction_tokens} "
+            f"tokens with its summary, more than llm.context_window ({x.context_window})"
+        )
+
+    # 5: latency figures
+    first_token_s = 1 / x.generation_tokens_per_s
+    steady_tokens = (
+        fixed_answer
+        + fixed_routing
+        + STEADY_FILL * (tok(dialogue) + n * tok(topic) + tok(router))
+    )
+    cold_s = steady_tokens / x.prompt_tokens_per_s + first_token_s
+    cold_full_s = (answer_tokens + routing_tokens) / x.prompt_tokens_per_s + first_token_s
+    warm_tokens = 2 * tok(x.typical_exchange_bytes) + TIME_LINE_TOKENS
+    warm_s = warm_tokens / x.prompt_tokens_per_s + first_token_s
+    if warm_s > x.warm_ttft_s:
+        raise BudgetError(
+            f"latency.warm_ttft_s ({x.warm_ttft_s:g} s) is below the expected {warm_s:.2f} s "
+            f"({warm_tokens} new tokens per turn at {x.prompt_tokens_per_s:g} tokens/s): raise "
+            "latency.warm_ttft_s, lower llm.typical_exchange_bytes, or choose a faster model"
+        )
+    if cold_s > x.cold_ttft_s * 1.001:
+        warnings.append(
+            f"expected cold TTFT {cold_s:.2f} s exceeds the {x.cold_ttft_s:g} s target "
+            "because of budget overrides"
+        )
+    compaction_s = (
+        (x.compaction_overhead_tokens + tok(compaction)) / x.prompt_tokens_per_s
+        + summary_tokens / x.generation_tokens_per_s
+    )
+
+    # 6: memory and KV caches
+    active_kv = x.context_window * x.kv_bytes_per_token
+    left = x.memory_bytes - x.model_bytes - x.runtime_overhead_bytes - active_kv
+    if left <= 0:
+        raise BudgetError(
+            f"device.service_memory_gib ({x.memory_bytes / 2**30:.2f} GiB) does not hold the "
+            f"models ({x.model_bytes / 2**20:.0f} MiB), the runtime "
+            f"({x.runtime_overhead_bytes / 2**20:.0f} MiB) and the KV cache of the context "
+            f"window ({active_kv / 2**20:.0f} MiB): raise it, lower llm.context_window or "
+            "choose smaller models"
+        )
+    per_participant = (
+        answer_tokens + routing_tokens
+    ) * x.kv_bytes_per_token + 2 * x.state_overhead_bytes
+    fit = int(left * KV_MEMORY_SHARE // per_participant)
+    warm = ov.warm_participants if ov.warm_participants is not None else min(
+        x.max_participants, fit
+    )
+    kv_budget = ov.kv_cache_budget_bytes if ov.kv_cache_budget_bytes is not None else (
+        warm * per_participant
+    )
+    if warm < 1 and ov.warm_participants is None:
+        raise BudgetError(
+            f"device.service_memory_gib leaves {left / 2**20:.0f} MiB after models, runtime and "
+            f"context; one participant's cached KV needs {per_participant / 2**20:.0f} MiB at "
+            f"{x.kv_bytes_per_token} bytes/token, over the {KV_MEMORY_SHARE:.0%} share: raise "
+            "device.service_memory_gib or lower llm.context_window / the budgets"
+        )
+    if kv_budget > left:
+        raise BudgetError(
+            f"budgets.kv_cache_budget_bytes / warm_participants ({kv_budget / 2**20:.0f} MiB) "
+            f"exceed the {left / 2**20:.0f} MiB left after models, runtime and context"
+        )
+
+    def s(name: str) -> str:
+        return f" [{src[name]}]" if name in src else ""
+
+    unit_txt = (
+        f"unit = min(window {unit_w:.0f}, latency {unit_l:.0f}) tokens x {b:.2f} B/token "
+        f"= {unit_bytes:.0f} B (bound by {bound_by})"
+    )
+    explain = {
+        "unit": unit_txt
+        + f"; window: ({x.context_window}{s('context_window')} - {x.reserved_output_tokens}"
+        f" out - {fixed_answer} fixed) / (2 + {n}); latency: (({x.cold_ttft_s:g} s"
+        f"{s('cold_ttft_s')} - 1/{x.generation_tokens_per_s:.0f}) x "
+        f"{x.prompt_tokens_per_s:.0f} tok/s{s('prompt_tokens_per_s')} - {fixed_answer} - "
+        f"{fixed_routing}) / (0.75 x (3 + {n})); b = {x.text_bytes_per_token:.2f}"
+        f"{s('text_bytes_per_token')} x {TOKEN_MARGIN}",
+        "dialogue_budget_bytes": "override" if ov.dialogue_budget_bytes else "2 units",
+        "topic_budget_bytes": "override" if ov.topic_budget_bytes else "1 unit",
+        "router_context_budget_bytes": "override"
+        if ov.router_context_budget_bytes is not None
+        else "1 unit",
+        "compaction_input_budget_bytes": "override"
+        if ov.compaction_input_budget_bytes
+        else f"min(3/4 x {largest} + 256 = {natural}, window cap {cap}); "
+        f"spec minimum {minimum}",
+        "per_participant_kv_bytes": f"({answer_tokens} answer + {routing_tokens} routing) "
+        f"tokens x {x.kv_bytes_per_token} B/token{s('kv_bytes_per_token')} + 2 states x "
+        f"{x.state_overhead_bytes} B fixed",
+        "warm_participants": "override"
+        if ov.warm_participants is not None
+        else f"min({x.max_participants} max, {fit} fit in {KV_MEMORY_SHARE:.0%} of "
+        f"{left / 2**20:.0f} MiB left = {x.memory_bytes / 2**20:.0f}{s('memory_bytes')} - "
+        f"{x.model_bytes / 2**20:.0f} models - {x.runtime_overhead_bytes / 2**20:.0f} runtime"
+        f" - {active_kv / 2**20:.0f} active KV MiB)",
+        "kv_cache_budget_bytes": "override"
+        if ov.kv_cache_budget_bytes is not None
+        else "warm_participants x per_participant_kv_bytes",
+    }
+    return Budgets(
+        dialogue_budget_bytes=dialogue,
+        topic_budget_bytes=topic,
+        compaction_input_budget_bytes=compaction,
+        router_context_budget_bytes=router,
+        per_participant_kv_bytes=per_participant,
+        kv_cache_budget_bytes=kv_budget,
+        warm_participants=warm,
+        context_window=x.context_window,
+        reserved_output_tokens=x.reserved_output_tokens,
+        answer_prompt_tokens_max=answer_tokens,
+        routing_prompt_tokens_max=routing_tokens,
+        compaction_prompt_tokens_max=compaction_tokens,
+        expected_cold_ttft_s=round(cold_s, 3),
+        expected_cold_ttft_full_s=round(cold_full_s, 3),
+        expected_warm_ttft_s=round(warm_s, 3),
+        expected_compaction_s=round(compaction_s, 2),
+        memory_left_bytes=left,
+        bound_by=bound_by,
+        explain=explain,
+        warnings=warnings,
+    )

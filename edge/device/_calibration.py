@@ -1,0 +1,258 @@
+"""Calibration: measured speed and sizes of the profile's LLM on this machine.
+
+``edge device --calibrate`` measures prompt-evaluation speed, generation speed and UTF-8
+bytes per token through :class:`edge.llm.LlamaCppLLM` (the serving path: its scheduler and
+chat template), and the KV bytes per token and fixed size of a saved state with llama.cpp
+directly. The result is stored as JSON next to the user's configuration
+(``$EDGE_CONFIG_DIR/calibration.json``, else ``~/.config/edge/calibration.json``), keyed by
+the model (its catalogued SHA-256, else its size and modification time) and the hardware
+and settings (arch, board or CPU model, cores, CUDA, threads, GPU layers, llama.cpp
+version); later starts reuse it until one of those changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from importlib import metadata, resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edge.catalogue import ModelEntry
+
+from ._detect import HardwareInfo
+
+STORE_VERSION = 1
+
+
+class CalibrationError(RuntimeError):
+    """Calibration could not run or its store is unreadable."""
+
+
+class Measurement(BaseModel):
+    """What one calibration run measured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens_per_s: float = Field(gt=0)
+    generation_tokens_per_s: float = Field(gt=0)
+    text_bytes_per_token: float = Field(gt=0)
+    kv_bytes_per_token: int = Field(gt=0)
+    state_overhead_bytes: int = Field(ge=0)
+    load_s: float = Field(ge=0)
+    prompt_tokens: int = Field(gt=0)
+    generated_tokens: int = Field(gt=0)
+    backend: str
+
+
+class Calibration(Measurement):
+    model_id: str
+    model_key: str
+    hardware_key: str
+    measured_at: str
+
+    @property
+    def store_key(self) -> str:
+        return f"{self.model_key}#{self.hardware_key}"
+
+
+def config_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get("EDGE_CONFIG_DIR"):
+        return Path(env["EDGE_CONFIG_DIR"]).expanduser()
+    return Path("~/.config/edge").expanduser()
+
+
+def model_key(entry: ModelEntry, path: Path) -> str:
+    """The catalogued digest identifies the file; without one, its size and mtime do."""
+    digest = entry.sha256.get(".")
+    if digest:
+        return f"{entry.id}@sha256:{digest[:16]}"
+    stat = path.stat()
+    return f"{entry.id}@size:{stat.st_size}:mtime:{int(stat.st_mtime)}"
+
+
+def llama_cpp_version() -> str:
+    try:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def hardware_key(hardware: HardwareInfo, *, threads: int, gpu_layers: int) -> str:
+    return f"{hardware.key()}|threads={threads}|ngl={gpu_layers}|llama-cpp={llama_cpp_version()}"
+
+
+class CalibrationStore:
+    """The JSON file of calibrations; one entry per (model, hardware) key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def default(cls, env: dict[str, str] | None = None) -> CalibrationStore:
+        return cls(config_dir(env) / "calibration.json")
+
+    def load_all(self) -> dict[str, Calibration]:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CalibrationError(
+                f"calibration file {self.path} is unreadable ({exc}); delete it and run "
+                "edge device --calibrate again"
+            ) from None
+        if not isinstance(raw, dict) or raw.get("version") != STORE_VERSION:
+            return {}  # an older format: measure again
+        out: dict[str, Calibration] = {}
+        for key, value in (raw.get("entries") or {}).items():
+            try:
+                out[key] = Calibration.model_validate(value)
+            except ValidationError:
+                continue  # a damaged entry is measured again, the others are kept
+        return out
+
+    def get(self, model_key: str, hardware_key: str) -> Calibration | None:
+        return self.load_all().get(f"{model_key}#{hardware_key}")
+
+    def put(self, calibration: Calibration) -> None:
+        entries = self.load_all()
+        entries[calibration.store_key] = calibration
+        payload = {
+            "version": STORE_VERSION,
+            "entries": {k: v.model_dump() for k, v in entries.items()},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+Measure = Callable[[Path, int, int], Awaitable[Measurement]]
+
+
+async def calibrate(
+    entry: ModelEntry,
+    path: Path,
+    hardware: HardwareInfo,
+    *,
+    threads: int,
+    gpu_layers: int,
+    store: CalibrationStore,
+    measure: Measure | None = None,
+    force: bool = False,
+) -> tuple[Calibration, bool]:
+    """The stored calibration for this model and hardware, or a fresh one (then stored).
+
+    Returns ``(calibration, reused)``. ``measure`` defaults to :func:`measure_llm`.
+    """
+    mkey = model_key(entry, path)
+    hkey = hardware_key(hardware, threads=threads, gpu_layers=gpu_layers)
+    if not force:
+        found = store.get(mkey, hkey)
+        if found is not None:
+            return found, True
+    measured = await (measure or measure_llm)(path, threads, gpu_layers)
+    calibration = Calibration(
+        **measured.model_dump(),
+        model_id=entry.id,
+        model_key=mkey,
+        hardware_key=hkey,
+        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+    store.put(calibration)
+    return calibration, False
+
+
+def calibration_text() -> str:
+    return resources.files(__package__).joinpath("calibration_text.txt").read_text("utf-8")
+
+
+GENERATION_PROMPT = (
+    "Write a long, detailed story about a lighthouse keeper who repairs an old radio. "
+    "Do not stop early."
+)
+
+
+async def measure_llm(
+    path: Path, threads: int, gpu_layers: int, *, generate_tokens: int = 48
+) -> Measurement:
+    """Measure the model at ``path`` through the service, plus its KV state sizes."""
+    try:
+        from edge.llm import LlamaCppLLM, Priority
+    except ImportError as exc:  # pragma: no cover - llama-cpp-python missing
+        raise CalibrationError(f"calibration needs llama-cpp-python: {exc}") from None
+    text = calibration_text()
+    started = time.perf_counter()
+    llm = LlamaCppLLM(
+        path, n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers, temperature=0.0
+    )
+    async with llm:
+        load_s = time.perf_counter() - started
+        tokens = llm.count_tokens(text)
+        messages = [{"role": "user", "content": text}]
+        prompt = await llm.warm(
+            messages, cache_key="calibrate-prompt", priority=Priority.INTERACTIVE
+        )
+        if not prompt.prompt_eval_s or prompt.evaluated_tokens < 32:
+            raise CalibrationError("prompt evaluation was not measured (prompt reused?)")
+        reply = await llm.chat(
+            [{"role": "user", "content": GENERATION_PROMPT}],
+            max_tokens=generate_tokens,
+            temperature=0.0,
+            cache_key="calibrate-generate",
+        )
+        gen_speed = reply.metrics.tokens_per_s
+        if gen_speed is None:
+            raise CalibrationError(
+                f"generation produced only {reply.metrics.generated_tokens} tokens; "
+                "cannot measure its speed"
+            )
+    kv_per_token, overhead = measure_state_sizes(path, threads, gpu_layers)
+    return Measurement(
+        prompt_tokens_per_s=prompt.evaluated_tokens / prompt.prompt_eval_s,
+        generation_tokens_per_s=gen_speed,
+        text_bytes_per_token=len(text.encode("utf-8")) / tokens,
+        kv_bytes_per_token=kv_per_token,
+        state_overhead_bytes=overhead,
+        load_s=load_s,
+        prompt_tokens=prompt.evaluated_tokens,
+        generated_tokens=reply.metrics.generated_tokens,
+        backend=f"edge.llm.LlamaCppLLM (llama-cpp-python {llama_cpp_version()})",
+    )
+
+
+def measure_state_sizes(path: Path, threads: int, gpu_layers: int) -> tuple[int, int]:
+    """Bytes per token of a saved llama.cpp state and its fixed part (logits, header):
+    the state is saved after 64 and after 128 tokens and the two sizes compared."""
+    from llama_cpp import Llama
+
+    llama = Llama(
+        model_path=str(path),
+        n_ctx=256,
+        n_threads=threads,
+        n_gpu_layers=gpu_layers,
+        logits_all=False,
+        verbose=False,
+    )
+    try:
+        tokens = llama.tokenize(calibration_text().encode("utf-8"), add_bos=False)[:128]
+        if len(tokens) < 128:
+            raise CalibrationError("calibration text is too short to measure state sizes")
+        llama.eval(tokens[:64])
+        first = int(llama.save_state().llama_state_size)
+        llama.eval(tokens[64:128])
+        second = int(llama.save_state().llama_state_size)
+    finally:
+        llama.close()
+    per_token = (second - first) // 64
+    if per_token <= 0:
+        raise CalibrationError(
+            f"saved state did not grow with tokens ({first} -> {second} bytes)"
+        )
+    return per_token, max(0, first - 64 * per_token)

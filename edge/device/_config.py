@@ -1,0 +1,321 @@
+"""``load_device_config``: profile + detected hardware + calibration -> budgets and the
+keyword arguments the service passes to the LLM, the ContextManager and the router."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from edge.catalogue import Catalogue, ModelEntry, ModelMissingError
+
+from ._budgets import BudgetInputs, Budgets, derive_budgets
+from ._calibration import (
+    Calibration,
+    CalibrationStore,
+    Measure,
+    calibrate,
+    config_dir,
+    hardware_key,
+    model_key,
+)
+from ._detect import HardwareInfo, detect_hardware
+from ._profile import GIB, DeviceProfile, ProfileError, find_profile, load_profiles
+from ._select import ProfileChoice, choose_profile
+
+
+class DeviceConfig(BaseModel):
+    """Everything ``edge device`` shows and the service uses."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    choice: ProfileChoice
+    hardware: HardwareInfo | None
+    calibration: Calibration | None
+    calibration_note: str
+    models: dict[str, ModelEntry]
+    model_paths: dict[str, str | None]
+    threads: int
+    gpu_layers: int
+    inputs: BudgetInputs
+    budgets: Budgets
+    notes: list[str]
+
+    @property
+    def profile(self) -> DeviceProfile:
+        return self.choice.profile
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """For ``LlamaCppLLM(**config.llm_kwargs())``."""
+        return {
+            "model_path": self.model_paths.get("llm"),
+            "n_ctx": self.budgets.context_window,
+            "n_threads": self.threads,
+            "n_gpu_layers": self.gpu_layers,
+            "kv_cache_budget_bytes": self.budgets.kv_cache_budget_bytes,
+            "default_max_tokens": self.budgets.reserved_output_tokens,
+            "temperature": self.profile.llm.temperature,
+        }
+
+    def context_manager_kwargs(self) -> dict[str, int]:
+        """For ``ContextManager(llm, ..., **config.context_manager_kwargs())``."""
+        return {
+            "dialogue_budget_bytes": self.budgets.dialogue_budget_bytes,
+            "topic_budget_bytes": self.budgets.topic_budget_bytes,
+            "compaction_input_budget_bytes": self.budgets.compaction_input_budget_bytes,
+        }
+
+    def router_kwargs(self) -> dict[str, int]:
+        """For ``AgentRouter(..., **config.router_kwargs())``."""
+        return {"context_budget_bytes": self.budgets.router_context_budget_bytes}
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready view of the whole configuration (``edge device --json``)."""
+        return {
+            "profile": self.profile.model_dump(mode="json"),
+            "chosen_by": self.choice.how,
+            "reason": self.choice.reason,
+            "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
+            "calibration": self.calibration.model_dump(mode="json") if self.calibration else None,
+            "calibration_note": self.calibration_note,
+            "models": {
+                role: {"id": e.id, "size_bytes": e.size_bytes, "path": self.model_paths[role]}
+                for role, e in self.models.items()
+            },
+            "inputs": self.inputs.model_dump(mode="json"),
+            "budgets": self.budgets.model_dump(mode="json"),
+            "llm_kwargs": self.llm_kwargs(),
+            "context_manager_kwargs": self.context_manager_kwargs(),
+            "router_kwargs": self.router_kwargs(),
+            "notes": self.notes,
+        }
+
+
+def _model_bytes(entry: ModelEntry, path: Path | None) -> int:
+    if entry.size_bytes:
+        return entry.size_bytes
+    if path is None:
+        return 0
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
+def budget_inputs(
+    profile: DeviceProfile,
+    catalogue: Catalogue,
+    hardware: HardwareInfo | None = None,
+    calibration: Calibration | None = None,
+) -> tuple[BudgetInputs, list[str]]:
+    """Gather the derivation's figures, each with its source; notes say what was clamped."""
+    notes: list[str] = []
+    sources: dict[str, str] = {
+        "context_window": "profile llm.context_window",
+        "cold_ttft_s": "profile latency",
+        "warm_ttft_s": "profile latency",
+    }
+    memory = profile.service_memory_bytes
+    sources["memory_bytes"] = "profile device.service_memory_gib"
+    if hardware is not None and 0 < hardware.memory_bytes < memory:
+        memory = hardware.memory_bytes
+        sources["memory_bytes"] = f"detected: {hardware.memory_source}"
+        notes.append(
+            f"this process may use {hardware.memory_bytes / GIB:.2f} GiB, less than the "
+            f"profile's {profile.device.service_memory_gib:g} GiB; budgets use the detected limit"
+        )
+    speed: Any = profile.expected
+    origin = "profile expected figures" + (
+        f" ({profile.expected.source})" if profile.expected.source else ""
+    )
+    if calibration is not None:
+        speed, origin = calibration, f"calibration {calibration.measured_at}"
+    for name in (
+        "prompt_tokens_per_s",
+        "generation_tokens_per_s",
+        "text_bytes_per_token",
+        "kv_bytes_per_token",
+        "state_overhead_bytes",
+    ):
+        sources[name] = origin
+    model_bytes = 0
+    for role in ("llm", "stt", "tts"):
+        entry = catalogue.get(getattr(profile.models, role))
+        try:
+            path: Path | None = entry.locate()
+        except ModelMissingError:
+            path = None
+        size = _model_bytes(entry, path)
+        if not size:
+            notes.append(f"{role} model {entry.id} has no size in the catalogue and is missing")
+        model_bytes += size
+    sources["model_bytes"] = "catalogue size_bytes of the LLM, STT and TTS models"
+    llm = profile.llm
+    inputs = BudgetInputs(
+        context_window=llm.context_window,
+        reserved_output_tokens=llm.reserved_output_tokens,
+        prompt_overhead_tokens=llm.prompt_overhead_tokens,
+        routing_overhead_tokens=llm.routing_overhead_tokens,
+        compaction_overhead_tokens=llm.compaction_overhead_tokens,
+        request_tokens=llm.request_tokens,
+        typical_exchange_bytes=llm.typical_exchange_bytes,
+        context_topics=llm.context_topics,
+        max_participants=llm.max_participants,
+        prompt_tokens_per_s=speed.prompt_tokens_per_s,
+        generation_tokens_per_s=speed.generation_tokens_per_s,
+        text_bytes_per_token=speed.text_bytes_per_token,
+        kv_bytes_per_token=speed.kv_bytes_per_token,
+        state_overhead_bytes=speed.state_overhead_bytes,
+        memory_bytes=memory,
+        model_bytes=model_bytes,
+        cold_ttft_s=profile.latency.cold_ttft_s,
+        warm_ttft_s=profile.latency.warm_ttft_s,
+        overrides=profile.budgets,
+        sources=sources,
+    )
+    return inputs, notes
+
+
+def derive_for_profile(
+    profile: DeviceProfile,
+    catalogue: Catalogue | None = None,
+    hardware: HardwareInfo | None = None,
+    calibration: Calibration | None = None,
+) -> Budgets:
+    """The budgets ``profile`` yields (on its own figures when ``hardware`` is None)."""
+    inputs, _ = budget_inputs(profile, catalogue or Catalogue.load(), hardware, calibration)
+    try:
+        return derive_budgets(inputs)
+    except ProfileError as exc:
+        raise type(exc)(f"profile {profile.name!r}: {exc}") from None
+
+
+def load_device_config(
+    profile: str | None = None,
+    *,
+    detect: bool = True,
+    root: Path = Path("/"),
+    env: Mapping[str, str] | None = None,
+    catalogue: Catalogue | None = None,
+    store: CalibrationStore | None = None,
+    calibration: Calibration | None = None,
+) -> DeviceConfig:
+    """The device configuration the service runs with.
+
+    ``profile`` (a name or a TOML path) beats ``EDGE_PROFILE``, which beats detection.
+    With ``detect=False`` the profile's own figures are used (no hardware limits, no stored
+    calibration) and a profile must be named.
+    """
+    env = dict(os.environ) if env is None else dict(env)
+    catalogue = catalogue or Catalogue.load()
+    cfg_dir = config_dir(env)
+    profiles = load_profiles(cfg_dir, catalogue)
+    hardware = detect_hardware(root) if detect else None
+    if hardware is None:
+        name = profile or env.get("EDGE_PROFILE")
+        if not name:
+            raise ProfileError("name a profile when hardware detection is off")
+        chosen = profiles.get(name) or find_profile(name, cfg_dir, catalogue)
+        choice = ProfileChoice(profile=chosen, how="argument", reason=f"profile {name} named")
+    else:
+        choice = choose_profile(
+            profiles,
+            hardware,
+            requested=profile,
+            env=env,
+            load=lambda n: find_profile(n, cfg_dir, catalogue),
+        )
+    prof = choice.profile
+    models = {role: catalogue.get(getattr(prof.models, role)) for role in ("llm", "stt", "tts")}
+    paths: dict[str, str | None] = {}
+    notes: list[str] = []
+    for role, entry in models.items():
+        try:
+            paths[role] = str(entry.locate())
+        except ModelMissingError as exc:
+            paths[role] = None
+            notes.append(str(exc))
+
+    threads, gpu_layers = prof.llm.threads, prof.llm.gpu_layers
+    if hardware is not None:
+        if threads > hardware.cpus:
+            notes.append(
+                f"llm.threads {threads} lowered to the {hardware.cpus} cores this process may use"
+            )
+            threads = hardware.cpus
+        if gpu_layers and not hardware.cuda:
+            notes.append(f"llm.gpu_layers {gpu_layers} ignored: no CUDA ({hardware.cuda_source})")
+            gpu_layers = 0
+
+    note = "not looked up (hardware detection off): using the profile's expected figures"
+    if calibration is not None:
+        note = "given by the caller"
+    elif hardware is not None:
+        store = store or CalibrationStore.default(env)
+        llm_path = paths["llm"]
+        if llm_path is None:
+            note = "LLM not installed: using the profile's expected figures"
+        else:
+            mkey = model_key(models["llm"], Path(llm_path))
+            hkey = hardware_key(hardware, threads=threads, gpu_layers=gpu_layers)
+            calibration = store.get(mkey, hkey)
+            if calibration is not None:
+                note = f"reused from {store.path} (measured {calibration.measured_at})"
+            elif store.load_all():
+                note = (
+                    f"{store.path} has no entry for this model and hardware: using the "
+                    "profile's expected figures; run edge device --calibrate"
+                )
+            else:
+                note = (
+                    "none stored: using the profile's expected figures; "
+                    "run edge device --calibrate"
+                )
+    inputs, input_notes = budget_inputs(prof, catalogue, hardware, calibration)
+    try:
+        budgets = derive_budgets(inputs)
+    except ProfileError as exc:
+        raise type(exc)(f"profile {prof.name!r}: {exc}") from None
+    return DeviceConfig(
+        choice=choice,
+        hardware=hardware,
+        calibration=calibration,
+        calibration_note=note,
+        models=models,
+        model_paths=paths,
+        threads=threads,
+        gpu_layers=gpu_layers,
+        inputs=inputs,
+        budgets=budgets,
+        notes=notes + input_notes,
+    )
+
+
+async def calibrate_device(
+    config: DeviceConfig,
+    *,
+    store: CalibrationStore | None = None,
+    measure: Measure | None = None,
+    force: bool = False,
+) -> tuple[Calibration, bool]:
+    """Measure (or reuse) the calibration of ``config``'s LLM on the detected hardware."""
+    if config.hardware is None:
+        raise ProfileError("calibration needs hardware detection")
+    llm_path = config.model_paths.get("llm")
+    if llm_path is None:
+        raise ModelMissingError(
+            f"cannot calibrate: {config.models['llm'].id} is not installed: "
+            f"{config.models['llm'].install_hint()}"
+        )
+    return await calibrate(
+        config.models["llm"],
+        Path(llm_path),
+        config.hardware,
+        threads=config.threads,
+        gpu_layers=config.gpu_layers,
+        store=store or CalibrationStore.default(),
+        measure=measure,
+        force=force,
+    )
