@@ -1,0 +1,364 @@
+"""AgentRouter in runtime mode, and intention acknowledgments."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from routing_helpers import Recorder, ScriptedAgent, turn
+
+from edge.decisions import ScriptedDecisions
+from edge.interaction import (
+    INTERRUPTED_TOPIC,
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    TEXT_OUTPUT_TOPIC,
+    USER_QUERY_TOPIC,
+    Interrupted,
+    ParticipantJoined,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
+from edge.llm import ScriptedLLM, ScriptedReply
+from edge.routing import Admission, AgentRouter, DestinationResult
+from edge.runtime import Agent, AgentRuntime, Topic
+
+pytestmark = pytest.mark.anyio
+
+TOPICS = dict(
+    query_topic=USER_QUERY_TOPIC,
+    output_topic=TEXT_OUTPUT_TOPIC,
+    participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
+    participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+    interrupted_topic=INTERRUPTED_TOPIC,
+)
+
+
+class Sink(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[tuple[ResponseOutput, str | None]] = []
+        self.add_handler(TEXT_OUTPUT_TOPIC, self.on)
+
+    async def on(self, message: ResponseOutput, ctx) -> None:
+        self.frames.append((message, ctx.metadata.participant_id))
+
+
+def agents(rec: Recorder):
+    return {name: ScriptedAgent(name, rec) for name in ("conversation", "notes")}
+
+
+async def test_configuration_errors() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    d = ScriptedDecisions()
+    with pytest.raises(ValueError, match="together"):
+        AgentRouter(dests, d, query_topic=USER_QUERY_TOPIC)
+    with pytest.raises(ValueError, match="together"):
+        AgentRouter(dests, d, output_topic=TEXT_OUTPUT_TOPIC)
+    with pytest.raises(ValueError, match="query_topic"):
+        AgentRouter(dests, d, interrupted_topic=INTERRUPTED_TOPIC)
+    with pytest.raises(ValueError, match="participant_joined_topic"):
+        AgentRouter(
+            dests, d, query_topic=USER_QUERY_TOPIC, output_topic=TEXT_OUTPUT_TOPIC,
+            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+        )
+    with pytest.raises(TypeError, match="UserQuery"):
+        AgentRouter(
+            dests, d, query_topic=Topic("q", ResponseOutput), output_topic=TEXT_OUTPUT_TOPIC
+        )
+    with pytest.raises(TypeError, match="Topic"):
+        AgentRouter(dests, d, query_topic="user.query", output_topic=TEXT_OUTPUT_TOPIC)
+    with pytest.raises(ValueError, match="distinct"):
+        AgentRouter(
+            dests, d, query_topic=USER_QUERY_TOPIC,
+            output_topic=Topic(USER_QUERY_TOPIC.name, ResponseOutput),
+        )
+    with pytest.raises(ValueError, match="together"):
+        AgentRouter(dests, d, acknowledgment_llm=ScriptedLLM())
+    with pytest.raises(ValueError, match="together"):
+        AgentRouter(dests, d, acknowledgment_delay_secs=1.0)
+    with pytest.raises(ValueError, match="positive"):
+        AgentRouter(dests, d, acknowledgment_llm=ScriptedLLM(), acknowledgment_delay_secs=0)
+    with pytest.raises(ValueError, match="positive"):
+        AgentRouter(
+            dests, d, acknowledgment_llm=ScriptedLLM(), acknowledgment_delay_secs=float("inf")
+        )
+    with pytest.raises(ValueError, match="query_topic"):
+        AgentRouter(dests, d).runtime_subscriber()
+
+
+async def test_runtime_query_turn_publishes_router_control_frames() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    dests["notes"].admissions = [Admission("accept", preamble="Okay.")]
+    statuses: list[tuple[str, str]] = []
+
+    async def status(s, pid):
+        statuses.append((s, pid))
+
+    router = AgentRouter(
+        dests, ScriptedDecisions(["notes"]), set_status=status, **TOPICS
+    )
+    runtime = AgentRuntime()
+    sink = Sink()
+    runtime.register("router", router.runtime_subscriber())
+    runtime.register("sink", sink)
+    async with router, runtime:
+        meta = await runtime.publish(
+            USER_QUERY_TOPIC, UserQuery(text="take a note", timestamp_us=42), participant_id="p1"
+        )
+        await _until(lambda: len(statuses) >= 2)
+    frames = [f for f, _ in sink.frames]
+    assert [f.text for f in frames] == ["Okay.", ""]
+    assert all(f.request_id == meta.message_id and f.source == "router" for f in frames)
+    assert [f.sequence for f in frames] == [0, 1] and [f.final for f in frames] == [False, True]
+    assert all(f.timestamp_us == 42 for f in frames)
+    assert {pid for _, pid in sink.frames} == {"p1"}
+    assert statuses == [("processing", "p1"), ("idle", "p1")]
+    assert dests["notes"].turns[0].turn_id == meta.message_id
+    assert dests["notes"].turns[0].timestamp_us == 42
+
+
+async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    router = AgentRouter(dests, ScriptedDecisions(["conversation"]), **TOPICS)
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with router, runtime:
+        meta = await runtime.publish(
+            USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1", timestamp_us=7
+        )
+        await _until(lambda: dests["conversation"].turns)
+    assert dests["conversation"].turns[0].timestamp_us == 7
+    assert meta.timestamp_us == 7
+
+
+async def _until(cond, limit_s: float = 2.0) -> None:
+    with anyio.fail_after(limit_s):
+        while not cond():  # noqa: ASYNC110 - polling state the test cannot await
+            await anyio.sleep(0.01)
+
+
+async def test_publisher_is_not_held_for_the_turn_and_stop_drains() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    gate = anyio.Event()
+
+    async def slow(t, started):
+        await started()
+        await gate.wait()
+        return DestinationResult("answer", "done")
+
+    dests["conversation"].answer_fn = slow
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with router, runtime:
+        with anyio.fail_after(1):
+            await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
+        await _until(lambda: rec.of("answer"))
+        with anyio.fail_after(2):
+            await router.stop()  # cancels and drains the running turn
+    assert ("release", "conversation", "p1") in rec.events
+
+
+async def test_runtime_failure_before_start_publishes_one_failure_frame() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+
+    async def boom(t, started):
+        raise RuntimeError("broken")
+
+    dests["conversation"].answer_fn = boom
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    runtime = AgentRuntime()
+    sink = Sink()
+    runtime.register("router", router.runtime_subscriber())
+    runtime.register("sink", sink)
+    async with router, runtime:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
+        await _until(lambda: any(f.final for f, _ in sink.frames))
+    texts = [f.text for f, _ in sink.frames if f.text]
+    assert len(texts) == 1 and "wrong" in texts[0]
+
+
+async def test_left_closes_admission_until_joined() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    router = AgentRouter(
+        dests, ScriptedDecisions(default="conversation"), output=rec.output, **TOPICS
+    )
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with router, runtime:
+        await router.handle(turn("hi"))
+        await runtime.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
+        assert ("release", "conversation", "p1") in rec.events
+        assert router.history("p1") == ()
+        with pytest.raises(RuntimeError, match="left"):
+            await router.handle(turn("again"))
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="dropped"), participant_id="p1")
+        await runtime.publish(PARTICIPANT_JOINED_TOPIC, ParticipantJoined(), participant_id="p1")
+        await router.handle(turn("again"))
+    assert [e[2] for e in rec.of("answer")] == ["hi", "again"]
+
+
+async def test_interrupted_topic_cancels_participant_or_everyone() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    drained: list[str] = []
+
+    async def slow(t, started):
+        await started()
+        try:
+            await anyio.sleep(10)
+        finally:
+            drained.append(t.participant_id)
+        return DestinationResult()
+
+    dests["conversation"].answer_fn = slow
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with router, runtime:
+        for pid in ("a", "b", "c"):
+            await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="q"), participant_id=pid)
+        await _until(lambda: len(rec.of("answer")) == 3)
+        await runtime.publish(
+            INTERRUPTED_TOPIC, Interrupted(request_id="not-current"), participant_id="a"
+        )
+        assert drained == []  # names a turn that is not running
+        await runtime.publish(INTERRUPTED_TOPIC, Interrupted(), participant_id="a")
+        assert drained == ["a"]
+        await runtime.publish(INTERRUPTED_TOPIC, Interrupted())
+        assert sorted(drained) == ["a", "b", "c"]
+
+
+async def test_new_runtime_query_supersedes_previous_turn() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+
+    async def slow(t, started):
+        await anyio.sleep(10)
+        return DestinationResult()
+
+    dests["conversation"].answer_fn = slow
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with router, runtime:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="one"), participant_id="p1")
+        await _until(lambda: rec.of("answer"))
+        dests["conversation"].answer_fn = None
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="two"), participant_id="p1")
+        await _until(lambda: router.history("p1"))
+    assert [e.user for e in router.history("p1")] == []  # stop() cleared it
+    assert [e[2] for e in rec.of("say")] == ["conversation says hi"]
+
+
+# --------------------------------------------------------------- acknowledgments
+
+
+def ack_router(rec: Recorder, llm: ScriptedLLM, delay: float, answer_fn):
+    dests = agents(rec)
+    dests["conversation"].answer_fn = answer_fn
+    return AgentRouter(
+        dests, ScriptedDecisions(default="conversation"), output=rec.output,
+        acknowledgment_llm=llm, acknowledgment_delay_secs=delay,
+    )
+
+
+async def test_acknowledgment_after_delay_precedes_slow_answer() -> None:
+    rec = Recorder()
+    llm = ScriptedLLM(["On it, checking now."])
+
+    async def slow(t, started):
+        await anyio.sleep(0.15)
+        await started()
+        rec.events.append(("say", "conversation", "answer"))
+        return DestinationResult("answer", "answer")
+
+    router = ack_router(rec, llm, 0.05, slow)
+    await router.handle(turn("what is the tallest mountain"))
+    assert rec.outputs() == [("conversation", "On it, checking now.")]
+    assert rec.events.index(rec.of("out")[0]) < rec.events.index(rec.of("say")[0])
+    request = llm.requests[0]
+    assert request.max_tokens is not None and request.max_tokens <= 32
+    assert "tallest mountain" in request.prompt
+    assert [e.user for e in router.history("p1")] == ["what is the tallest mountain"]
+
+
+async def test_started_before_delay_suppresses_acknowledgment() -> None:
+    rec = Recorder()
+    llm = ScriptedLLM(["On it."])
+    router = ack_router(rec, llm, 0.2, None)
+    await router.handle(turn("hi"))
+    await anyio.sleep(0.3)
+    assert rec.outputs() == [] and llm.requests == []
+
+
+async def test_started_cancels_acknowledgment_still_generating() -> None:
+    rec = Recorder()
+    llm = ScriptedLLM([ScriptedReply("Working on it.", first_delay_s=0.5)])
+
+    async def answer(t, started):
+        await anyio.sleep(0.1)
+        await started()
+        return DestinationResult("answer", "a")
+
+    router = ack_router(rec, llm, 0.02, answer)
+    await router.handle(turn("hi"))
+    assert rec.outputs() == []
+    assert llm.requests[0].cancelled
+
+
+async def test_started_waits_for_committed_acknowledgment_delivery() -> None:
+    rec = Recorder()
+    llm = ScriptedLLM(["On it."])
+
+    async def slow_output(t, route, text):
+        await anyio.sleep(0.1)
+        rec.events.append(("out", t.turn_id, route, text))
+
+    async def answer(t, started):
+        await anyio.sleep(0.06)  # ack committed and being delivered
+        await started()
+        rec.events.append(("say", "conversation", "first words"))
+        return DestinationResult("answer", "a")
+
+    router = ack_router(rec, llm, 0.02, answer)
+    router._output = slow_output
+    await router.handle(turn("hi"))
+    kinds = [e[0] for e in rec.events if e[0] in ("out", "say")]
+    assert kinds == ["out", "say"]
+
+
+async def test_slow_first_answers_start_acknowledgment_early() -> None:
+    rec = Recorder()
+    llm = ScriptedLLM(default="On it.")
+    times: list[float] = []
+
+    async def slow(t, started):
+        times.append(anyio.current_time())
+        await anyio.sleep(0.25)
+        await started()
+        return DestinationResult("answer", "a")
+
+    router = ack_router(rec, llm, 0.2, slow)
+    for i in range(3):
+        await router.handle(turn(f"q{i}"))
+    before = len(rec.outputs())
+    assert before == 3
+    start = anyio.current_time()
+
+    async def quick(t, started):
+        await anyio.sleep(0.08)  # faster than the 0.2 s delay, but predicted slow
+        await started()
+        return DestinationResult("answer", "a")
+
+    router._destinations["conversation"].answer_fn = quick  # type: ignore[attr-defined]
+    await router.handle(turn("q3"))
+    assert len(rec.outputs()) == 4  # acknowledged at once
+    assert anyio.current_time() - start < 0.2
