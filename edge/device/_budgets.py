@@ -225,9 +225,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     largest = max(dialogue, topic if n else 0)
     minimum = largest // 2 + COMPACTION_SLACK_BYTES
     summary_tokens = tok(largest / 4)
-    cap = _down(
-        (x.context_window - x.compaction_overhead_tokens - summary_tokens) * b
-    )
+    cap = _down((x.context_window - x.compaction_overhead_tokens - summary_tokens) * b)
     natural = _up(0.75 * largest + COMPACTION_SLACK_BYTES)
     compaction = ov.compaction_input_budget_bytes or min(natural, cap)
     if compaction < minimum:
@@ -251,9 +249,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     # 5: latency figures
     first_token_s = 1 / x.generation_tokens_per_s
     steady_tokens = (
-        fixed_answer
-        + fixed_routing
-        + STEADY_FILL * (tok(dialogue) + n * tok(topic) + tok(router))
+        fixed_answer + fixed_routing + STEADY_FILL * (tok(dialogue) + n * tok(topic) + tok(router))
     )
     cold_s = steady_tokens / x.prompt_tokens_per_s + first_token_s
     cold_full_s = (answer_tokens + routing_tokens) / x.prompt_tokens_per_s + first_token_s
@@ -271,9 +267,8 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
             "because of budget overrides"
         )
     compaction_s = (
-        (x.compaction_overhead_tokens + tok(compaction)) / x.prompt_tokens_per_s
-        + summary_tokens / x.generation_tokens_per_s
-    )
+        x.compaction_overhead_tokens + tok(compaction)
+    ) / x.prompt_tokens_per_s + summary_tokens / x.generation_tokens_per_s
 
     # 6: memory and KV caches
     active_kv = x.context_window * x.kv_bytes_per_token
@@ -290,11 +285,13 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         answer_tokens + routing_tokens
     ) * x.kv_bytes_per_token + 2 * x.state_overhead_bytes
     fit = int(left * KV_MEMORY_SHARE // per_participant)
-    warm = ov.warm_participants if ov.warm_participants is not None else min(
-        x.max_participants, fit
+    warm = (
+        ov.warm_participants if ov.warm_participants is not None else min(x.max_participants, fit)
     )
-    kv_budget = ov.kv_cache_budget_bytes if ov.kv_cache_budget_bytes is not None else (
-        warm * per_participant
+    kv_budget = (
+        ov.kv_cache_budget_bytes
+        if ov.kv_cache_budget_bytes is not None
+        else (warm * per_participant)
     )
     if warm < 1 and ov.warm_participants is None:
         raise BudgetError(
@@ -331,8 +328,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         else "1 unit",
         "compaction_input_budget_bytes": "override"
         if ov.compaction_input_budget_bytes
-        else f"min(3/4 x {largest} + 256 = {natural}, window cap {cap}); "
-        f"spec minimum {minimum}",
+        else f"min(3/4 x {largest} + 256 = {natural}, window cap {cap}); spec minimum {minimum}",
         "per_participant_kv_bytes": f"({answer_tokens} answer + {routing_tokens} routing) "
         f"tokens x {x.kv_bytes_per_token} B/token{s('kv_bytes_per_token')} + 2 states x "
         f"{x.state_overhead_bytes} B fixed",

@@ -189,9 +189,7 @@ async def measure_llm(
         raise CalibrationError(f"calibration needs llama-cpp-python: {exc}") from None
     text = calibration_text()
     started = time.perf_counter()
-    llm = LlamaCppLLM(
-        path, n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers, temperature=0.0
-    )
+    llm = LlamaCppLLM(path, n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers, temperature=0.0)
     async with llm:
         load_s = time.perf_counter() - started
         tokens = llm.count_tokens(text)
@@ -252,7 +250,5 @@ def measure_state_sizes(path: Path, threads: int, gpu_layers: int) -> tuple[int,
         llama.close()
     per_token = (second - first) // 64
     if per_token <= 0:
-        raise CalibrationError(
-            f"saved state did not grow with tokens ({first} -> {second} bytes)"
-        )
+        raise CalibrationError(f"saved state did not grow with tokens ({first} -> {second} bytes)")
     return per_token, max(0, first - 64 * per_token)

@@ -113,25 +113,23 @@ def budget_inputs(
     """Gather the derivation's figures, each with its source; notes say what was clamped."""
     notes: list[str] = []
     sources: dict[str, str] = {
-        "context_window": "profile llm.context_window",
-        "cold_ttft_s": "profile latency",
-        "warm_ttft_s": "profile latency",
+        "context_window": "profile",
+        "cold_ttft_s": "profile",
+        "warm_ttft_s": "profile",
     }
     memory = profile.service_memory_bytes
-    sources["memory_bytes"] = "profile device.service_memory_gib"
+    sources["memory_bytes"] = "profile"
     if hardware is not None and 0 < hardware.memory_bytes < memory:
         memory = hardware.memory_bytes
-        sources["memory_bytes"] = f"detected: {hardware.memory_source}"
+        sources["memory_bytes"] = "detected"
         notes.append(
             f"this process may use {hardware.memory_bytes / GIB:.2f} GiB, less than the "
             f"profile's {profile.device.service_memory_gib:g} GiB; budgets use the detected limit"
         )
     speed: Any = profile.expected
-    origin = "profile expected figures" + (
-        f" ({profile.expected.source})" if profile.expected.source else ""
-    )
+    origin = "profile estimate"
     if calibration is not None:
-        speed, origin = calibration, f"calibration {calibration.measured_at}"
+        speed, origin = calibration, "calibrated"
     for name in (
         "prompt_tokens_per_s",
         "generation_tokens_per_s",
@@ -151,7 +149,7 @@ def budget_inputs(
         if not size:
             notes.append(f"{role} model {entry.id} has no size in the catalogue and is missing")
         model_bytes += size
-    sources["model_bytes"] = "catalogue size_bytes of the LLM, STT and TTS models"
+    sources["model_bytes"] = "catalogue"
     llm = profile.llm
     inputs = BudgetInputs(
         context_window=llm.context_window,
@@ -270,8 +268,7 @@ def load_device_config(
                 )
             else:
                 note = (
-                    "none stored: using the profile's expected figures; "
-                    "run edge device --calibrate"
+                    "none stored: using the profile's expected figures; run edge device --calibrate"
                 )
     inputs, input_notes = budget_inputs(prof, catalogue, hardware, calibration)
     try:

@@ -190,8 +190,10 @@ def detect_hardware(
     if limit is not None and (total is None or limit < total):
         memory, memory_source = limit, limit_source
     elif total is not None:
-        memory, memory_source = total, "/proc/meminfo MemTotal" + (
-            f" (cgroup limit {limit} is higher)" if limit is not None else ""
+        memory, memory_source = (
+            total,
+            "/proc/meminfo MemTotal"
+            + (f" (cgroup limit {limit} is higher)" if limit is not None else ""),
         )
     else:
         memory, memory_source = 0, "unknown: no cgroup limit and no /proc/meminfo"
