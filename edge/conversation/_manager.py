@@ -175,8 +175,8 @@ class ContextManager:
         try:
             await self.close()
         finally:
-            if tg is not None:
-                await tg.__aexit__(*exc_info)
+            if tg is not None:  # the worker is cancelled: this only waits for it to end
+                await tg.__aexit__(None, None, None)
             self._tg = None
         return None
 

@@ -1,0 +1,71 @@
+"""Shared helpers for the conversation and context manager tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC
+
+import anyio
+
+from edge.conversation import ContextManager
+from edge.llm import ChatMessage, Priority, RequestMetrics, ScriptedLLM, ScriptedReply
+
+T0 = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC
+SECOND = 1_000_000
+
+
+class Clock:
+    """A settable clock in Unix microseconds."""
+
+    def __init__(self, start: int = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float = 1.0) -> int:
+        self.now += int(seconds * SECOND)
+        return self.now
+
+
+def is_compaction(messages: list[ChatMessage]) -> bool:
+    return "Write plain text only" in messages[0].content
+
+
+def responder(summary: str | Callable[[list[ChatMessage]], str | ScriptedReply] = "S.",
+              answer: str = "The answer.") -> Callable[[list[ChatMessage]], str | ScriptedReply]:
+    """Replies ``summary`` to compaction requests and ``answer`` to everything else."""
+
+    def reply(messages: list[ChatMessage]) -> str | ScriptedReply:
+        if is_compaction(messages):
+            return summary(messages) if callable(summary) else summary
+        return answer
+
+    return reply
+
+
+class WarmingLLM(ScriptedLLM):
+    """A scripted LLM that also records ``warm`` calls (like the local backend's)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.warmed: list[tuple[list[ChatMessage], str, Priority]] = []
+
+    async def warm(self, messages, *, cache_key, priority=Priority.BACKGROUND) -> RequestMetrics:
+        self.warmed.append((list(messages), cache_key, Priority(priority)))
+        return RequestMetrics(priority=Priority(priority), cache_key=cache_key)
+
+
+def manager(llm, clock: Clock | None = None, **kwargs) -> ContextManager:
+    kwargs.setdefault("compaction_quiet_s", 0)
+    return ContextManager(llm, timezone=UTC, clock=clock or Clock(), **kwargs)
+
+
+async def eventually(condition: Callable[[], bool], limit_s: float = 3.0) -> None:
+    with anyio.fail_after(limit_s):
+        while not condition():  # noqa: ASYNC110 (polling state, not an event)
+            await anyio.sleep(0.005)
+
+
+def compactions(llm: ScriptedLLM) -> list:
+    return [r for r in llm.requests if is_compaction(r.messages)]

@@ -1,0 +1,277 @@
+"""Rolling compaction with a scripted model: triggers, the situation table, idle batching,
+re-warming, hooks, clear and close during compaction."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+from conversation_helpers import (
+    Clock,
+    WarmingLLM,
+    compactions,
+    eventually,
+    is_compaction,
+    manager,
+    responder,
+)
+
+from edge.conversation import CompactionPrompts, CompactionReport, CompactionRequest
+from edge.llm import Priority, ScriptedLLM, ScriptedReply
+
+pytestmark = pytest.mark.anyio
+
+SMALL = {"dialogue_budget_bytes": 1000, "compaction_input_budget_bytes": 800}
+
+
+async def fill(ctx, participant: str = "p", n: int = 6, size: int = 100, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await ctx.record_exchange(participant, f"q{i} " + "w" * size, f"a{i}")
+
+
+def idle(ctx) -> bool:
+    return ctx.pending() == 0 and not ctx._jobs._running
+
+
+async def test_compaction_starts_above_half_the_budget() -> None:
+    llm = ScriptedLLM(responder("Short summary."))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx, n=4, size=80)  # 4 x 116 bytes: under 500
+        await anyio.sleep(0.05)
+        assert compactions(llm) == []
+        await fill(ctx, n=1, start=4, size=80)  # over half
+        await eventually(lambda: idle(ctx) and compactions(llm))
+        (request,) = compactions(llm)
+        assert request.priority is Priority.BACKGROUND
+        blocks = ctx.blocks("p")
+        assert blocks[0].kind == "summary" and "Short summary." in blocks[0].text
+        # the newest exchange always stays verbatim
+        assert [b.kind for b in blocks] == ["summary", "exchange"] and "a4" in blocks[1].text
+        report = ctx.last_compaction("p")
+        assert report.ok and report.method == "llm" and report.entries_compacted == 4
+
+
+async def test_summary_limit_and_prompt_additions() -> None:
+    prompts = CompactionPrompts(dialogue="KEEP THE DOG'S NAME.")
+    llm = ScriptedLLM(responder("S."))
+    async with manager(llm, compaction_prompts=prompts, **SMALL) as ctx:
+        await fill(ctx)
+        await eventually(lambda: compactions(llm))
+    system = compactions(llm)[0].messages[0].content
+    assert system.startswith("KEEP THE DOG'S NAME.")
+    assert "under 250 characters" in system and "plain text" in system
+
+
+async def test_over_limit_summary_is_shortened_once() -> None:
+    replies = iter(["long " * 100, "Shorter."])
+    llm = ScriptedLLM(responder(lambda m: next(replies)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx)
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        assert len(compactions(llm)) == 2
+        assert ctx.summary("p") == "Shorter."
+        assert [a.outcome for a in ctx.last_compaction("p").attempts] == ["over_limit", "ok"]
+
+
+@pytest.mark.parametrize("second", ["still long " * 60, ScriptedReply("x " * 40, "length")])
+async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
+    replies = iter(["START " + "long " * 100 + "END", second])
+    llm = ScriptedLLM(responder(lambda m: next(replies)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx)
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        summary = ctx.summary("p")
+        assert ctx.last_compaction("p").method == "clip"
+    assert len(summary.encode()) <= 250 and "[…]" in summary
+    if isinstance(second, ScriptedReply):
+        assert summary.startswith("START") and summary.endswith("END")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", ScriptedReply("cut off", "length"), ScriptedReply("a b c", fail_after=1)]
+)
+async def test_failed_compaction_keeps_entries_and_retries_after_next_entry(bad) -> None:
+    replies = iter([bad, "Recovered."])
+    llm = ScriptedLLM(responder(lambda m: next(replies)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx, size=80)
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        assert not ctx.last_compaction("p").ok
+        assert len(ctx.transcript("p")) == 6 and ctx.summary("p") == ""
+        await anyio.sleep(0.05)
+        assert len(compactions(llm)) == 1  # not retried until the next entry
+        await fill(ctx, n=1, start=6, size=80)
+        await eventually(lambda: idle(ctx) and ctx.summary("p") == "Recovered.")
+    assert len(compactions(llm)) == 2
+
+
+async def test_oversized_entry_is_clipped_in_the_request_and_later_ones_compact() -> None:
+    llm = ScriptedLLM(responder("S."))
+    async with manager(llm, **SMALL) as ctx:
+        await ctx.record_exchange("p", "HEAD " + "h" * 3000 + " TAIL", "big")
+        await fill(ctx, n=3, start=1)
+        await eventually(lambda: idle(ctx) and ctx.summary("p"))
+        assert [b.kind for b in ctx.blocks("p")] == ["summary", "exchange"]
+    first = compactions(llm)[0].messages[1].content
+    assert "HEAD" in first and "TAIL" in first and "[…]" in first
+    assert len(first.encode()) < 1200
+
+
+async def test_large_backlog_compacts_oldest_first_in_several_requests() -> None:
+    llm = ScriptedLLM(responder("S."))
+    ctx = manager(llm, **SMALL)
+    await fill(ctx, n=12, size=150)  # pending while the manager is not running
+    async with ctx:
+        await eventually(lambda: idle(ctx) and ctx.summary("p"))
+    requests = compactions(llm)
+    assert len(requests) >= 3
+    assert all(len(r.messages[1].content.encode()) <= 800 + 300 for r in requests)
+    assert "q0 " in requests[0].prompt and "q11" not in "".join(r.prompt for r in requests)
+    assert "Summary of the earlier conversation" in requests[1].prompt  # rolling
+
+
+async def test_incremental_topic_compacts_all_its_entries() -> None:
+    llm = ScriptedLLM(responder("Notes so far."))
+    async with manager(llm, incremental_context_topics=("notes",), topic_budget_bytes=400,
+                       dialogue_budget_bytes=400, compaction_input_budget_bytes=456) as ctx:
+        for i in range(5):
+            await ctx.update("p", "notes", f"note {i} " + "n" * 40)
+        await eventually(lambda: idle(ctx) and ctx.summary("p", "notes"))
+        assert [b.kind for b in ctx.blocks("p")] == ["summary"]
+    assert "New updates from notes" in compactions(llm)[0].prompt
+
+
+async def test_summary_topics_never_compact() -> None:
+    llm = ScriptedLLM(responder("S."))
+    async with manager(llm, summary_context_topics=("w",), topic_budget_bytes=300,
+                       compaction_input_budget_bytes=900, dialogue_budget_bytes=1000) as ctx:
+        for i in range(10):
+            await ctx.update("p", "w", f"state {i} " + "s" * 200)
+        await anyio.sleep(0.05)
+    assert compactions(llm) == []
+
+
+async def test_compaction_waits_for_a_quiet_device() -> None:
+    llm = ScriptedLLM(responder("S."))
+    async with manager(llm, compaction_quiet_s=0.2, **SMALL) as ctx:
+        with ctx.answering():
+            await fill(ctx)
+            await anyio.sleep(0.3)
+            assert compactions(llm) == []  # an answer is in flight
+        with llm.activity.interactive():  # the model is busy with someone else
+            await anyio.sleep(0.3)
+            assert compactions(llm) == []
+        await anyio.sleep(0.1)
+        assert compactions(llm) == []  # not quiet long enough yet
+        await eventually(lambda: compactions(llm))
+
+
+async def test_backlog_drains_across_participants_oldest_first() -> None:
+    clock = Clock()
+    llm = ScriptedLLM(responder("S."))
+    ctx = manager(llm, clock, **SMALL)
+    for i in range(6):
+        clock.advance(1)
+        await ctx.record_exchange("early", f"e{i} " + "w" * 100, "a")
+    for i in range(6):
+        clock.advance(1)
+        await ctx.record_exchange("late", f"l{i} " + "w" * 100, "a")
+    async with ctx:
+        await eventually(lambda: idle(ctx) and ctx.summary("late") and ctx.summary("early"))
+    order = ["early" if "e0" in r.prompt else "late" for r in compactions(llm)]
+    assert order == ["early", "late"]
+
+
+async def test_prefix_is_rewarmed_after_a_summary_changes() -> None:
+    llm = WarmingLLM(responder("S."))
+    async with manager(llm, **SMALL) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")
+        await fill(ctx)
+        await eventually(lambda: idle(ctx) and llm.warmed)
+        (messages, key, priority) = llm.warmed[0]
+        assert key == "p" and priority is Priority.BACKGROUND
+        assert messages[0].content == "SYSTEM" and "Summary" in messages[1].content
+        answer = ctx.messages("p", system="SYSTEM", request="next")
+        assert answer[1].content.startswith(messages[1].content)
+        assert "Current time" not in messages[1].content
+
+
+async def test_clear_during_compaction_cancels_it_and_forgets() -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx, "p")
+        await fill(ctx, "other", n=1)
+        await eventually(lambda: compactions(llm))
+        await ctx.clear("p")
+        assert compactions(llm)[0].cancelled and ctx.participants() == ["other"]
+        assert ctx.blocks("p") == []
+        await ctx.record_exchange("p", "new", "start")  # a fresh context
+        assert len(ctx.blocks("p")) == 1
+
+
+async def test_close_during_compaction_cancels_and_drops() -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    ctx = manager(llm, **SMALL)
+    async with ctx:
+        await fill(ctx)
+        await eventually(lambda: compactions(llm))
+        await ctx.close()
+        assert compactions(llm)[0].cancelled and ctx.participants() == []
+        assert not await ctx.record_exchange("p", "u", "a")
+
+
+async def test_hooks_can_supply_or_skip_and_see_results() -> None:
+    llm = ScriptedLLM(responder("model summary"))
+    seen: list[CompactionReport] = []
+    requests: list[CompactionRequest] = []
+    decisions = iter([False, "hook summary"])
+
+    async def pre(request: CompactionRequest):
+        requests.append(request)
+        return next(decisions)
+
+    async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("pre_compact", pre)
+        ctx.add_hook("post_compact", seen.append)
+        await fill(ctx)
+        await eventually(lambda: idle(ctx) and seen)
+        assert seen[0].method == "cancelled" and not seen[0].ok
+        await fill(ctx, n=1, start=6)
+        await eventually(lambda: idle(ctx) and len(seen) == 2)
+        assert seen[1].method == "hook" and ctx.summary("p") == "hook summary"
+    assert compactions(llm) == [] and requests[0].limit_bytes == 250
+    with pytest.raises(ValueError, match="unknown hook event"):
+        ctx.add_hook("later", pre)  # type: ignore[arg-type]
+
+
+async def test_compact_on_demand() -> None:
+    llm = ScriptedLLM(responder("On demand."))
+    ctx = manager(llm, **SMALL)
+    await fill(ctx, n=3)
+    reports = await ctx.compact("p", keep_last=2)
+    assert [r.entries_compacted for r in reports] == [1]
+    assert ctx.summary("p") == "On demand." and len(ctx.transcript("p")) == 2
+    await ctx.compact("p", summary="Mine.")
+    assert ctx.summary("p") == "Mine." and ctx.last_compaction("p").method == "custom"
+    assert len(ctx.transcript("p")) == 1  # the newest exchange stays
+    with pytest.raises(ValueError, match="not a compacted section"):
+        await ctx.compact("p", section="nope")
+
+
+async def test_long_session_stays_within_every_budget() -> None:
+    llm = ScriptedLLM(responder(lambda m: "Summary " + "s" * 300))
+    async with manager(llm, incremental_context_topics=("notes",), topic_budget_bytes=1200,
+                       summary_context_topics=("w",), dialogue_budget_bytes=1000,
+                       compaction_input_budget_bytes=900) as ctx:
+        for i in range(120):
+            await ctx.record_exchange("p", f"q{i} " + "w" * (i % 7) * 20, f"a{i}")
+            await ctx.update("p", "notes", f"note {i}")
+            await ctx.update("p", "w", f"state {i} " + "x" * 500)
+            await anyio.lowlevel.checkpoint()
+            for section, budget in ctx.budgets.items():
+                used = sum(len(b.text.encode()) for b in ctx.blocks("p") if b.section == section)
+                assert used <= budget
+        await eventually(lambda: idle(ctx))
+        assert len(ctx.transcript("p")) < 20
+    assert all(not is_compaction(r.messages) or r.priority is Priority.BACKGROUND
+               for r in llm.requests)

@@ -1,0 +1,243 @@
+"""ContextManager without compaction: configuration, rendering, identity, lifecycle."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from conversation_helpers import SECOND, T0, Clock, manager
+
+from edge.conversation import ContextManager, ConversationContextUpdate
+from edge.interaction import ConversationContextUpdate as InteractionUpdate
+from edge.llm import ScriptedLLM
+from edge.routing import AgentExchange
+from edge.runtime import Agent, AgentRuntime, Topic
+
+pytestmark = pytest.mark.anyio
+
+
+def test_reexports_the_interaction_update() -> None:
+    assert ConversationContextUpdate is InteractionUpdate
+
+
+def test_defaults_follow_the_spec() -> None:
+    ctx = ContextManager(ScriptedLLM(), incremental_context_topics=("notes",))
+    assert ctx.budgets == {"dialogue": 8000, "notes": 4000}
+    assert ctx.compaction_input_budget_bytes == 12000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"compaction_input_budget_bytes": 4255}, "at least half the largest section budget"),
+        ({"dialogue_budget_bytes": 0}, "dialogue_budget_bytes"),
+        ({"incremental_context_topics": ("a",), "topic_budget_bytes": {"b": 10}}, "missing"),
+        ({"summary_context_topics": ("a",), "incremental_context_topics": ("a",)}, "both"),
+        ({"summary_context_topics": ("dialogue",)}, "reserved"),
+        ({"summary_context_topics": ("a", "a")}, "twice"),
+    ],
+)
+def test_bad_configuration_is_named(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ContextManager(ScriptedLLM(), **kwargs)
+
+
+def test_input_budget_rule_uses_the_largest_compacted_section() -> None:
+    ContextManager(ScriptedLLM(), dialogue_budget_bytes=8000, compaction_input_budget_bytes=4256)
+    with pytest.raises(ValueError, match="5256"):
+        ContextManager(ScriptedLLM(), incremental_context_topics=("n",),
+                       topic_budget_bytes={"n": 10_000}, compaction_input_budget_bytes=5000)
+
+
+def test_a_single_topic_name_string_is_refused() -> None:
+    with pytest.raises(TypeError, match="not one string"):
+        ContextManager(ScriptedLLM(), summary_context_topics="window")
+
+
+async def test_layout_summaries_first_entries_in_time_order_time_last() -> None:
+    clock = Clock()
+    ctx = manager(ScriptedLLM(), clock, summary_context_topics=("window",),
+                  incremental_context_topics=("notes",))
+    await ctx.record_exchange("p", "Hi", "Hello", timestamp_us=T0 + 10 * SECOND)
+    await ctx.update("p", "notes", "rotor ordered", timestamp_us=T0 + 5 * SECOND)
+    await ctx.update("p", "window", "centrifuge open", timestamp_us=T0 + 20 * SECOND)
+    part = ctx._participants["p"]
+    part.sections["dialogue"].summary = "They met."
+    part.sections["dialogue"].span = (T0 - 100 * SECOND, T0 - 50 * SECOND)
+    blocks = ctx.blocks("p")
+    assert [b.kind for b in blocks] == ["summary", "update", "exchange", "state"]
+    assert blocks[0].text.startswith("Summary of the earlier conversation (22:11:40 to 22:12:30)")
+    assert blocks[1].text == "[22:13:25] notes: rotor ordered"
+    assert blocks[2].text == "[22:13:30] User: Hi\nAssistant: Hello"
+    assert blocks[3].text == "[22:13:40] window (latest): centrifuge open"
+    clock.advance(60)
+    text = ctx.render("p")
+    assert text.endswith("Current time: Tuesday 14 November 2023, 22:14:20")
+    assert text.index("Summary") < text.index("rotor") < text.index("Hello") < text.index("open")
+
+
+async def test_messages_are_three_with_a_stable_system_prompt() -> None:
+    clock = Clock()
+    ctx = manager(ScriptedLLM(), clock)
+    first = ctx.messages("p", system="SYS", request="Q1")
+    await ctx.record_exchange("p", "Q1", "A1")
+    clock.advance(5)
+    second = ctx.messages("p", system="SYS", request="Q2")
+    assert [m.role for m in first] == ["system", "user", "user"]
+    assert first[0] == second[0]
+    assert second[2].content == "Q2"
+    assert "A1" in second[1].content and "Current time" in second[1].content
+
+
+async def test_summary_topic_replaces_and_leaves_other_topics() -> None:
+    ctx = manager(ScriptedLLM(), summary_context_topics=("window", "door"),
+                  incremental_context_topics=("notes",))
+    await ctx.update("p", "notes", "n1")
+    await ctx.update("p", "door", "closed")
+    await ctx.update("p", "window", "w1")
+    await ctx.update("p", "window", "w2")
+    texts = [b.text for b in ctx.blocks("p")]
+    assert any("w2" in t for t in texts) and not any("w1" in t for t in texts)
+    assert any("closed" in t for t in texts) and any("n1" in t for t in texts)
+
+
+async def test_oversized_summary_update_keeps_start_and_end_within_budget() -> None:
+    ctx = manager(ScriptedLLM(), summary_context_topics=("window",), topic_budget_bytes=300)
+    await ctx.update("p", "window", "START " + "x" * 2000 + " END")
+    (block,) = ctx.blocks("p")
+    assert len(block.text.encode()) <= 300
+    assert "START" in block.text and "END" in block.text and "[…]" in block.text
+
+
+async def test_unknown_topic_and_bad_input_are_named() -> None:
+    ctx = manager(ScriptedLLM(), incremental_context_topics=("notes",))
+    with pytest.raises(ValueError, match="unknown context topic 'nope'"):
+        await ctx.update("p", "nope", "x")
+    with pytest.raises(ValueError, match="participant_id"):
+        await ctx.record_exchange("", "u", "a")
+    with pytest.raises(TypeError):
+        await ctx.record_exchange("p", "u", None)  # type: ignore[arg-type]
+
+
+async def test_over_budget_section_leaves_out_oldest_and_warns(caplog) -> None:
+    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=400, compaction_input_budget_bytes=456)
+    for i in range(8):
+        await ctx.record_exchange("p", f"question {i} " + "q" * 40, f"answer {i}")
+    with caplog.at_level(logging.WARNING):
+        blocks = ctx.blocks("p")
+    assert sum(len(b.text.encode()) for b in blocks) <= 400
+    assert "answer 7" in blocks[-1].text and "answer 0" not in "".join(b.text for b in blocks)
+    assert "over its 400-byte budget" in caplog.text
+    assert len(ctx.transcript("p")) == 8  # still stored until compacted
+
+
+async def test_one_huge_exchange_keeps_its_start_and_end() -> None:
+    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=400, compaction_input_budget_bytes=456)
+    await ctx.record_exchange("p", "BEGIN " + "z" * 5000, "FINISH")
+    (block,) = ctx.blocks("p")
+    assert block.clipped and len(block.text.encode()) <= 400
+    assert "BEGIN" in block.text and "FINISH" in block.text
+
+
+async def test_other_sections_unaffected_by_an_over_budget_one() -> None:
+    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=300, compaction_input_budget_bytes=406,
+                  incremental_context_topics=("notes",), topic_budget_bytes=300)
+    await ctx.update("p", "notes", "keep me")
+    for i in range(10):
+        await ctx.record_exchange("p", f"q{i} " + "y" * 60, "a")
+    assert any(b.text.endswith("keep me") for b in ctx.blocks("p"))
+
+
+async def test_exchange_identity_is_remembered() -> None:
+    ctx = manager(ScriptedLLM())
+    assert await ctx.record_exchange("p", "u", "a", exchange_id=1)
+    assert not await ctx.record_exchange("p", "u", "a", exchange_id=1)
+    assert await ctx.record_exchange("p", "u", "a", exchange_id=2)  # same words, new turn
+    assert not await ctx.record_exchange("p", "u", "a", exchange_id=1)
+
+
+async def test_reconcile_records_only_the_unknown_contiguous_tail() -> None:
+    ctx = manager(ScriptedLLM())
+    history = [AgentExchange("a", "1"), AgentExchange("b", "2"), AgentExchange("c", "3")]
+    assert await ctx.reconcile("p", history[:2], exchange_ids=(10, 11)) == 2
+    assert await ctx.reconcile("p", history, exchange_ids=(10, 11, 12)) == 1
+    assert await ctx.reconcile("p", history, exchange_ids=(10, 11, 12)) == 0
+    # an unknown exchange before a known one is not replayed
+    gap = [AgentExchange("x", "?"), AgentExchange("c", "3"), AgentExchange("d", "4")]
+    assert await ctx.reconcile("p", gap, exchange_ids=(99, 12, 13)) == 1
+    users = [t.user for t in ctx.transcript("p")]
+    assert users == ["a", "b", "c", "d"]
+
+
+async def test_reconcile_without_ids_matches_content() -> None:
+    ctx = manager(ScriptedLLM())
+    await ctx.record_exchange("p", "u1", "a1", timestamp_us=T0)
+    history = [AgentExchange("u1", "a1"), AgentExchange("u2", "a2")]
+    assert await ctx.reconcile("p", history) == 1
+    assert await ctx.reconcile("p", history) == 0
+
+
+async def test_subscriber_applies_participant_and_global_updates() -> None:
+    ctx = manager(ScriptedLLM(), summary_context_topics=("window",),
+                  incremental_context_topics=("notes",))
+    runtime = AgentRuntime()
+    sub = ctx.subscriber()
+    assert isinstance(sub, Agent)
+    runtime.register("context", sub)
+    notes = Topic("notes", ConversationContextUpdate)
+    window = Topic("window", ConversationContextUpdate)
+    async with runtime:
+        await runtime.publish(notes, ConversationContextUpdate(text="n1"), participant_id="p1",
+                              timestamp_us=T0 + SECOND)
+        await ctx.record_exchange("p2", "hi", "hello")
+        await runtime.publish(window, {"text": "everyone"})
+    assert [b.timestamp_us for b in ctx.blocks("p1") if b.section == "notes"] == [T0 + SECOND]
+    assert any("everyone" in b.text for b in ctx.blocks("p1"))
+    assert any("everyone" in b.text for b in ctx.blocks("p2"))
+
+
+async def test_clear_is_idempotent_and_leaves_others() -> None:
+    ctx = manager(ScriptedLLM())
+    await ctx.record_exchange("p1", "u", "a")
+    await ctx.record_exchange("p2", "u", "a")
+    await ctx.clear("p1")
+    await ctx.clear("p1")
+    assert ctx.blocks("p1") == [] and len(ctx.blocks("p2")) == 1
+    # a reused id starts fresh, and may record the same exchange again
+    assert await ctx.record_exchange("p1", "u", "a")
+
+
+async def test_close_drops_later_writes() -> None:
+    ctx = manager(ScriptedLLM(), incremental_context_topics=("notes",))
+    await ctx.record_exchange("p", "u", "a")
+    await ctx.close()
+    assert not await ctx.record_exchange("p", "u2", "a2")
+    await ctx.update("p", "notes", "late")
+    assert ctx.blocks("p") == [] and ctx.participants() == []
+
+
+async def test_save_and_load_round_trip(tmp_path) -> None:
+    clock = Clock()
+    ctx = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",),
+                  keep_transcript=True)
+    await ctx.record_exchange("p", "u", "a", exchange_id="turn-1")
+    await ctx.update("p", "notes", "n")
+    ctx._participants["p"].sections["dialogue"].summary = "Earlier."
+    ctx._participants["p"].sections["dialogue"].span = (T0 - SECOND, T0)
+    ctx.messages("p", system="SYS", request="q")
+    path = tmp_path / "ctx.json"
+    ctx.save(path)
+    other = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",),
+                    keep_transcript=True)
+    assert await other.load(path) == ["p"]
+    assert other.render("p") == ctx.render("p")
+    assert len(other.transcript("p")) == 2
+    assert not await other.record_exchange("p", "u", "a", exchange_id="turn-1")
+    # a manager without the topic drops it
+    plain = manager(ScriptedLLM(), clock)
+    await plain.load(path)
+    assert all(b.section == "dialogue" for b in plain.blocks("p"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="not a saved context"):
+        await plain.load(bad)
