@@ -1,0 +1,95 @@
+"""Voice in and out: VAD and endpointing, streaming STT, sentence-streamed TTS, barge-in.
+
+Audio enters on :data:`AUDIO_INPUT_TOPIC` as PCM16 chunks; the :class:`VoicePipeline`
+agent detects speech (Silero VAD on onnxruntime), transcribes it (faster-whisper),
+publishes partial and final :class:`Transcript` messages and a ``UserQuery`` per
+utterance, speaks ``ResponseOutput`` replies from ``VOICE_OUTPUT_TOPIC`` sentence by
+sentence (Piper) and publishes the speech on :data:`AUDIO_OUTPUT_TOPIC`.
+
+Example::
+
+    runtime = AgentRuntime()
+    voice = VoicePipeline()
+    runtime.register("voice", voice)
+    async with runtime:
+        await voice.load()
+        await runtime.publish(AUDIO_INPUT_TOPIC, AudioInput(pcm=..., sample_rate=16000),
+                              participant_id="p1")
+"""
+
+from ._audio import (
+    AudioFormatError,
+    StreamResampler,
+    WavAudio,
+    chunk_pcm,
+    float_to_pcm16,
+    pcm16_to_float,
+    read_wav,
+    resample,
+    wav_bytes,
+    write_wav,
+)
+from ._config import VadConfig, VoiceConfig
+from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
+from ._listener import Listener, UtteranceStats
+from ._messages import (
+    AUDIO_INPUT_TOPIC,
+    AUDIO_OUTPUT_TOPIC,
+    TRANSCRIPT_TOPIC,
+    AudioInput,
+    AudioOutput,
+    Transcript,
+)
+from ._pipeline import VoicePipeline
+from ._responder import LLMResponder
+from ._sentences import SentenceSplitter, speakable
+from ._speaker import ROUTER_SOURCE, Speaker
+from ._stt import Recognition, SpeechToText, SpeechToTextError, WhisperSTT
+from ._tts import NothingToSpeakError, PiperTTS, Synthesis, TextToSpeech, TextToSpeechError
+from ._vad import SileroVAD, VadModelMissingError, default_vad_path
+
+__all__ = [
+    "AUDIO_INPUT_TOPIC",
+    "AUDIO_OUTPUT_TOPIC",
+    "ROUTER_SOURCE",
+    "TRANSCRIPT_TOPIC",
+    "AudioFormatError",
+    "AudioInput",
+    "AudioOutput",
+    "Endpointer",
+    "LLMResponder",
+    "Listener",
+    "NothingToSpeakError",
+    "PiperTTS",
+    "Recognition",
+    "SentenceSplitter",
+    "SileroVAD",
+    "Speaker",
+    "SpeechPaused",
+    "SpeechResumed",
+    "SpeechStarted",
+    "SpeechToText",
+    "SpeechToTextError",
+    "StreamResampler",
+    "Synthesis",
+    "TextToSpeech",
+    "TextToSpeechError",
+    "Transcript",
+    "UtteranceEnded",
+    "UtteranceStats",
+    "VadConfig",
+    "VadModelMissingError",
+    "VoiceConfig",
+    "VoicePipeline",
+    "WavAudio",
+    "WhisperSTT",
+    "chunk_pcm",
+    "default_vad_path",
+    "float_to_pcm16",
+    "pcm16_to_float",
+    "read_wav",
+    "resample",
+    "speakable",
+    "wav_bytes",
+    "write_wav",
+]

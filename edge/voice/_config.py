@@ -1,0 +1,61 @@
+"""Voice settings: endpointing and the pipeline's timing knobs."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class VadConfig(BaseModel):
+    """When speech starts and ends.
+
+    A run of windows at or above ``threshold`` lasting ``min_speech_ms`` confirms speech
+    (this is what triggers barge-in); ``end_silence_ms`` below ``neg_threshold`` ends the
+    utterance. ``pre_roll_ms`` of audio before the first speech window and ``pad_ms``
+    after the last are kept for the recognizer. An utterance reaching
+    ``max_utterance_s`` is cut there and transcribed, and listening goes on.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
+    neg_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
+    min_speech_ms: int = Field(default=250, ge=0)
+    end_silence_ms: int = Field(default=600, gt=0)
+    pre_roll_ms: int = Field(default=300, ge=0)
+    pad_ms: int = Field(default=150, ge=0)
+    max_utterance_s: float = Field(default=20.0, gt=1.0)
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> VadConfig:
+        if self.neg_threshold is not None and self.neg_threshold > self.threshold:
+            raise ValueError("neg_threshold must not exceed threshold")
+        return self
+
+    @property
+    def silence_threshold(self) -> float:
+        if self.neg_threshold is not None:
+            return self.neg_threshold
+        return max(self.threshold - 0.15, 0.01)
+
+
+class VoiceConfig(BaseModel):
+    """The voice pipeline's settings.
+
+    * ``partial_interval_s``: seconds of new speech between partial transcripts (0: none);
+    * ``output_rate``: sample rate of the audio sent out (None: the voice's own rate);
+    * ``chunk_ms``: audio per output chunk (barge-in stops output within one chunk);
+    * ``playback_speed``: pacing of output chunks relative to real time (1.0 plays in
+      real time, 0 sends as fast as synthesized); ``playback_lead_s`` is how far ahead of
+      the playing position chunks may be sent;
+    * ``tts_lookahead``: sentences synthesized ahead of the one playing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vad: VadConfig = VadConfig()
+    partial_interval_s: float = Field(default=0.8, ge=0.0)
+    output_rate: int | None = Field(default=None, ge=8_000, le=192_000)
+    chunk_ms: int = Field(default=100, ge=10, le=2_000)
+    playback_speed: float = Field(default=1.0, ge=0.0)
+    playback_lead_s: float = Field(default=0.2, ge=0.0)
+    tts_lookahead: int = Field(default=2, ge=1)

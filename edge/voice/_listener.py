@@ -1,0 +1,234 @@
+"""One participant's input side: 16 kHz audio → VAD → endpointing → transcripts.
+
+Transcription is scheduled around the endpointer's events so the final transcript is
+usually ready when the utterance ends:
+
+* while the participant speaks, a partial transcript every ``partial_interval_s`` of
+  new speech (never two in flight for one participant);
+* at the first silent window (:class:`SpeechPaused`) a *speculative final* pass over the
+  utterance so far, which runs during the end-of-utterance silence;
+* at the endpoint, the newest pass that covers the last speech window is reused (awaited
+  if still running); only when none does (speech resumed, or the cap cut the utterance)
+  is a fresh pass run.
+
+Transcripts and queries leave through one ordered queue, so a participant's partials,
+final transcript and query arrive in order even though passes overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+import numpy as np
+from anyio.abc import TaskGroup
+
+from ._config import VoiceConfig
+from ._endpoint import Endpointer, SpeechPaused, SpeechStarted, UtteranceEnded
+from ._messages import Transcript
+from ._stt import Recognition, SpeechToText
+
+log = logging.getLogger(__name__)
+
+
+class VoiceActivity(Protocol):
+    window: int
+
+    def process(self, audio: np.ndarray) -> np.ndarray: ...
+
+
+class ListenerHooks(Protocol):
+    """What the listener tells its owner."""
+
+    def speech_started(self, participant_id: str) -> None:
+        """Confirmed speech began (barge-in point); must not block."""
+
+    async def transcript(self, participant_id: str, transcript: Transcript) -> None: ...
+
+    async def query(self, participant_id: str, text: str, timestamp_us: int) -> None: ...
+
+
+@dataclass
+class _Pass:
+    utterance: int
+    covers: int  # stream sample up to which the pass's audio goes
+    kind: str  # partial | speculative | final
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Recognition | None = None
+
+
+@dataclass
+class UtteranceStats:
+    """Timing of one finished utterance, for benchmarks."""
+
+    utterance: int
+    text: str
+    audio_s: float
+    speech_end_at: float  # perf_counter when the endpoint was detected
+    final_ready_at: float  # perf_counter when the final text was known
+    reused_pass: bool
+    passes: int
+
+
+class Listener:
+    """Turns one participant's audio into transcripts and queries; see the module doc."""
+
+    def __init__(
+        self,
+        participant_id: str,
+        config: VoiceConfig,
+        vad: VoiceActivity,
+        stt: SpeechToText,
+        limiter: anyio.CapacityLimiter,
+        hooks: ListenerHooks,
+    ) -> None:
+        self.participant_id = participant_id
+        self.config = config
+        self._vad = vad
+        self._stt = stt
+        self._limiter = limiter
+        self._hooks = hooks
+        self._rate = stt.sample_rate
+        self._endpointer = Endpointer(config.vad, self._rate, vad.window)
+        self._fed = 0
+        self._anchor = (0, 0)  # (stream sample, wall time us) of the latest chunk start
+        self._utterance = 0
+        self._speech_start_us = 0
+        self._passes: list[_Pass] = []
+        self._last_partial_covers = 0
+        self._tg: TaskGroup | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[
+            Callable[[], Awaitable[None]]
+        ](math.inf)
+        self.stats: list[UtteranceStats] = []
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Own the listener's background work until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._publisher)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    @property
+    def speaking(self) -> bool:
+        return self._endpointer.speaking
+
+    def feed(self, audio: np.ndarray, start_us: int) -> None:
+        """Consume 16 kHz mono float32 audio whose first sample was captured at ``start_us``."""
+        self._anchor = (self._fed, start_us)
+        self._fed += len(audio)
+        probabilities = self._vad.process(audio)
+        for event in self._endpointer.feed(audio, probabilities):
+            if isinstance(event, SpeechStarted):
+                self._speech_start_us = self._wall_us(event.start_sample)
+                self._last_partial_covers = event.start_sample
+                self._hooks.speech_started(self.participant_id)
+            elif isinstance(event, SpeechPaused):
+                self._start_pass("speculative")
+            elif isinstance(event, UtteranceEnded):
+                self._finish(event)
+        if self._endpointer.speaking:
+            self._maybe_partial()
+
+    def _wall_us(self, sample: int) -> int:
+        base_sample, base_us = self._anchor
+        return base_us + (sample - base_sample) * 1_000_000 // self._rate
+
+    def _maybe_partial(self) -> None:
+        interval = self.config.partial_interval_s
+        if interval <= 0 or self._tg is None:
+            return
+        if any(not p.done.is_set() for p in self._passes):
+            return
+        if self._endpointer.position - self._last_partial_covers >= interval * self._rate:
+            self._start_pass("partial")
+
+    def _start_pass(self, kind: str) -> _Pass | None:
+        audio, audio_start = self._endpointer.utterance_audio()
+        if self._tg is None or not len(audio):
+            return None
+        job = _Pass(self._utterance, audio_start + len(audio), kind)
+        self._passes.append(job)
+        if kind == "partial":
+            self._last_partial_covers = job.covers
+        self._tg.start_soon(self._run_pass, job, audio)
+        return job
+
+    async def _run_pass(self, job: _Pass, audio: np.ndarray) -> None:
+        try:
+            job.result = await anyio.to_thread.run_sync(
+                self._stt.transcribe, audio, limiter=self._limiter
+            )
+        except Exception:
+            log.exception("transcription failed for %s", self.participant_id)
+        finally:
+            job.done.set()
+        if job.kind == "partial" and job.result and job.result.text:
+            text, utterance = job.result.text, job.utterance
+            start_us = self._speech_start_us
+
+            async def send_partial() -> None:
+                if utterance == self._utterance:  # not finalized meanwhile
+                    await self._hooks.transcript(
+                        self.participant_id,
+                        Transcript(text=text, utterance=utterance, speech_start_us=start_us),
+                    )
+
+            self._enqueue(send_partial)
+
+    def _finish(self, event: UtteranceEnded) -> None:
+        utterance = self._utterance
+        ended_at = time.perf_counter()
+        start_us = self._speech_start_us
+        reuse = next(
+            (
+                p
+                for p in reversed(self._passes)
+                if p.utterance == utterance and p.covers >= event.speech_end_sample
+            ),
+            None,
+        )
+        passes = sum(1 for p in self._passes if p.utterance == utterance)
+        self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
+        self._utterance += 1
+        audio = event.audio
+
+        async def finalize() -> None:
+            job = reuse
+            if job is not None:
+                await job.done.wait()
+            if job is None or job.result is None:
+                job = _Pass(utterance, event.speech_end_sample, "final")
+                await self._run_pass(job, audio)
+            text = job.result.text if job.result else ""
+            self.stats.append(
+                UtteranceStats(utterance, text, len(audio) / self._rate, ended_at,
+                               time.perf_counter(), job is reuse, passes + (job is not reuse))
+            )
+            await self._hooks.transcript(
+                self.participant_id,
+                Transcript(text=text, utterance=utterance, final=True,
+                           truncated=event.truncated, speech_start_us=start_us),
+            )
+            if text:
+                await self._hooks.query(self.participant_id, text, start_us)
+
+        self._enqueue(finalize)
+
+    def _enqueue(self, job: Callable[[], Awaitable[None]]) -> None:
+        self._send.send_nowait(job)  # unbounded: keeps the order of enqueueing
+
+    async def _publisher(self) -> None:
+        async with self._receive:
+            async for job in self._receive:
+                try:
+                    await job()
+                except Exception:
+                    log.exception("publishing voice input for %s failed", self.participant_id)

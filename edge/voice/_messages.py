@@ -1,0 +1,75 @@
+"""Audio and transcript payloads and the topics that carry them.
+
+The participant travels in the message metadata, like every other payload. PCM bytes
+serialize to JSON as base64.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edge.runtime import Topic
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64"
+    )
+
+
+class AudioInput(_Payload):
+    """A chunk of a participant's microphone audio: little-endian PCM16.
+
+    Any rate from 8 kHz to 192 kHz (resampled to 16 kHz for the models); stereo is mixed
+    down to mono. ``timestamp_us`` is when the chunk's first sample was captured (Unix
+    microseconds), when the client knows; otherwise arrival time stands for it.
+    """
+
+    pcm: bytes
+    sample_rate: int = 16_000
+    sample_width: int = 2
+    channels: int = 1
+    timestamp_us: int | None = None
+
+
+class AudioOutput(_Payload):
+    """A chunk of synthesized speech for a participant: mono little-endian PCM16.
+
+    One spoken stream per ``(request_id, source)``, like :class:`ResponseOutput`;
+    ``sequence`` counts its chunks from 0 and the last has ``final=True`` (its ``pcm`` may
+    be empty). ``text`` is the sentence that starts in this chunk, for captions.
+    Chunks arrive in playing order, paced at about real time.
+    """
+
+    pcm: bytes
+    sample_rate: int
+    request_id: str | None = None
+    source: str = ""
+    sequence: int = Field(default=0, ge=0)
+    final: bool = False
+    text: str = ""
+
+
+class Transcript(_Payload):
+    """What the participant is saying: partials while they speak, then the final text.
+
+    ``utterance`` counts the participant's utterances from 0. A final transcript with
+    empty text means the audio held no recognizable words (no query is published).
+    ``truncated`` marks an utterance cut at the configured length cap.
+    """
+
+    text: str
+    utterance: int = Field(ge=0)
+    final: bool = False
+    truncated: bool = False
+    speech_start_us: int | None = None
+
+
+AUDIO_INPUT_TOPIC: Topic[AudioInput] = Topic("voice.audio.in", AudioInput)
+"""Microphone audio from clients; the voice pipeline consumes it."""
+
+AUDIO_OUTPUT_TOPIC: Topic[AudioOutput] = Topic("voice.audio.out", AudioOutput)
+"""Synthesized speech for clients, in playing order."""
+
+TRANSCRIPT_TOPIC: Topic[Transcript] = Topic("voice.transcript", Transcript)
+"""Partial and final transcripts, for clients to show."""

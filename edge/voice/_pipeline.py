@@ -1,0 +1,259 @@
+"""The voice pipeline: an agent on the runtime that listens and speaks for participants.
+
+Per participant it keeps a :class:`Listener` (audio in → VAD → endpointing → STT →
+``UserQuery``) and a :class:`Speaker` (``ResponseOutput`` → sentences → TTS → audio
+out), created on the participant's first audio or reply and dropped when they leave.
+
+Barge-in: when the listener confirms speech while the speaker is active, the speaker
+stops at once (at most the chunk being published still goes out), every request it knew
+is superseded (later frames for them are dropped), and ``Interrupted`` is published for
+the participant. The new utterance becomes the next turn as usual. An ``Interrupted``
+from anyone else (a stop button, the server) stops the output the same way.
+
+Lifecycle: the runtime's start opens the pipeline's task group and its stop cancels it;
+start and stop the runtime from the same task (``async with runtime``). Models load on
+first use in worker threads, or up front with :meth:`VoicePipeline.load`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+
+from edge.interaction import (
+    INTERRUPTED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    USER_QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    Interrupted,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
+from edge.runtime import Agent, AgentRuntime, HandlerContext, Topic, now_us
+
+from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
+from ._config import VoiceConfig
+from ._listener import Listener
+from ._messages import (
+    AUDIO_INPUT_TOPIC,
+    AUDIO_OUTPUT_TOPIC,
+    TRANSCRIPT_TOPIC,
+    AudioInput,
+    AudioOutput,
+    Transcript,
+)
+from ._speaker import Speaker
+from ._stt import SpeechToText, WhisperSTT
+from ._tts import PiperTTS, TextToSpeech
+from ._vad import SileroVAD
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Session:
+    listener: Listener
+    speaker: Speaker
+    scope: anyio.CancelScope
+    resampler: StreamResampler | None = None
+    input_format: tuple[int, int] | None = None  # (rate, channels)
+
+
+class VoicePipeline(Agent):
+    """Listens and speaks for every participant; see the module docstring.
+
+    ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models; ``vad`` is a
+    factory of per-participant VAD streams (Silero by default). Topics can be renamed.
+    """
+
+    def __init__(
+        self,
+        *,
+        stt: SpeechToText | None = None,
+        tts: TextToSpeech | None = None,
+        config: VoiceConfig | None = None,
+        vad_factory: type[SileroVAD] | None = None,
+        name: str = "voice",
+        audio_input_topic: Topic[AudioInput] = AUDIO_INPUT_TOPIC,
+        audio_output_topic: Topic[AudioOutput] = AUDIO_OUTPUT_TOPIC,
+        reply_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
+        query_topic: Topic[UserQuery] = USER_QUERY_TOPIC,
+        transcript_topic: Topic[Transcript] = TRANSCRIPT_TOPIC,
+        interrupted_topic: Topic[Interrupted] = INTERRUPTED_TOPIC,
+        participant_left_topic: Topic[ParticipantLeft] = PARTICIPANT_LEFT_TOPIC,
+    ) -> None:
+        super().__init__()
+        self.stt = stt if stt is not None else WhisperSTT()
+        self.tts = tts if tts is not None else PiperTTS()
+        self.config = config or VoiceConfig()
+        self.name = name
+        self._vad_factory = vad_factory or SileroVAD
+        self._audio_output_topic = audio_output_topic
+        self._query_topic = query_topic
+        self._transcript_topic = transcript_topic
+        self._interrupted_topic = interrupted_topic
+        self._stt_limiter = anyio.CapacityLimiter(1)
+        self._tts_limiter = anyio.CapacityLimiter(1)
+        self._sessions: dict[str, _Session] = {}
+        self._tg: TaskGroup | None = None
+        self._runtime: AgentRuntime | None = None
+        self.add_handler(audio_input_topic, self._on_audio)
+        self.add_handler(reply_topic, self._on_reply)
+        self.add_handler(interrupted_topic, self._on_interrupted)
+        self.add_handler(participant_left_topic, self._on_left)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Load the STT, TTS and VAD models now, in worker threads."""
+        for model in (self.stt, self.tts):
+            loader = getattr(model, "load", None)
+            if loader is not None:
+                await anyio.to_thread.run_sync(loader)
+        await anyio.to_thread.run_sync(self._vad_factory)
+
+    async def on_start(self) -> None:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+
+    async def on_stop(self) -> None:
+        tg, self._tg = self._tg, None
+        self._sessions.clear()
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    def participants(self) -> list[str]:
+        return list(self._sessions)
+
+    def session(self, participant_id: str) -> tuple[Listener, Speaker]:
+        """The participant's listener and speaker (KeyError when they have none)."""
+        found = self._sessions[participant_id]
+        return found.listener, found.speaker
+
+    async def _session(self, participant_id: str, ctx: HandlerContext) -> _Session:
+        found = self._sessions.get(participant_id)
+        if found is not None:
+            return found
+        if self._tg is None:
+            raise RuntimeError("the voice pipeline is not running")
+        self._runtime = ctx.runtime
+        listener = Listener(
+            participant_id, self.config, self._vad_factory(), self.stt, self._stt_limiter, self
+        )
+
+        async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
+            await self._publish(self._audio_output_topic, chunk, participant_id, correlation_id)
+
+        speaker = Speaker(participant_id, self.config, self.tts, self._tts_limiter, publish_audio)
+        scope = anyio.CancelScope()
+        session = _Session(listener, speaker, scope)
+        self._sessions[participant_id] = session
+
+        async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with scope:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(listener.run)
+                    await tg.start(speaker.run)
+                    task_status.started()
+
+        await self._tg.start(run)
+        return session
+
+    async def _close(self, participant_id: str) -> None:
+        session = self._sessions.pop(participant_id, None)
+        if session is not None:
+            session.scope.cancel()
+
+    # -- handlers -----------------------------------------------------------------------
+
+    async def _on_audio(self, chunk: AudioInput, ctx: HandlerContext) -> None:
+        participant = ctx.metadata.participant_id
+        if participant is None:
+            raise ValueError("audio input needs a participant (participant_id in the metadata)")
+        check_format(chunk.sample_rate, chunk.sample_width, chunk.channels)
+        samples = pcm16_to_float(chunk.pcm, chunk.channels)  # AudioFormatError when ragged
+        session = await self._session(participant, ctx)
+        if not len(samples):
+            return  # empty chunks (keep-alives) are ignored
+        fmt = (chunk.sample_rate, chunk.channels)
+        if session.input_format != fmt:
+            session.input_format = fmt
+            session.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
+        assert session.resampler is not None
+        start_us = chunk.timestamp_us
+        if start_us is None:
+            start_us = now_us() - len(samples) * 1_000_000 // chunk.sample_rate
+        audio = session.resampler.process(samples)
+        if len(audio):
+            session.listener.feed(audio, start_us)
+
+    async def _on_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
+        participant = ctx.metadata.participant_id
+        if participant is None:
+            for pid in list(self._sessions):  # a global announcement: everyone hears it
+                self._sessions[pid].speaker.on_output(frame, ctx.metadata.correlation_id)
+            return
+        session = await self._session(participant, ctx)
+        if not session.speaker.on_output(frame, ctx.metadata.correlation_id):
+            log.debug("dropped a frame of superseded request %s", frame.request_id)
+
+    async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
+        if ctx.metadata.source == self.name:
+            return  # our own barge-in: already handled
+        participant = ctx.metadata.participant_id
+        targets = [participant] if participant is not None else list(self._sessions)
+        for pid in targets:
+            session = self._sessions.get(pid)
+            if session is not None:
+                session.speaker.interrupt()
+
+    async def _on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
+        if ctx.metadata.participant_id is not None:
+            await self._close(ctx.metadata.participant_id)
+
+    # -- listener hooks -----------------------------------------------------------------
+
+    def speech_started(self, participant_id: str) -> None:
+        session = self._sessions.get(participant_id)
+        if session is None or not session.speaker.active:
+            return
+        superseded = session.speaker.interrupt()
+        request_id = superseded[-1] if superseded else None
+        log.info("barge-in by %s stops request %s", participant_id, request_id)
+        if self._tg is not None:
+            self._tg.start_soon(
+                self._publish_quietly,
+                self._interrupted_topic,
+                Interrupted(reason="barge-in", request_id=request_id),
+                participant_id,
+            )
+
+    async def transcript(self, participant_id: str, transcript: Transcript) -> None:
+        await self._publish(self._transcript_topic, transcript, participant_id)
+
+    async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
+        await self._publish(
+            self._query_topic, UserQuery(text=text, timestamp_us=timestamp_us), participant_id,
+            timestamp_us=timestamp_us,
+        )
+
+    # -- publishing ---------------------------------------------------------------------
+
+    async def _publish(self, topic: Topic, message, participant_id: str,  # type: ignore[no-untyped-def]
+                       correlation_id: str | None = None, timestamp_us: int | None = None) -> None:
+        runtime = self._runtime
+        if runtime is None or not runtime.running:
+            return
+        await runtime.publish(topic, message, participant_id=participant_id, source=self.name,
+                              correlation_id=correlation_id, timestamp_us=timestamp_us)
+
+    async def _publish_quietly(self, topic: Topic, message, participant_id: str) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await self._publish(topic, message, participant_id)
+        except Exception:
+            log.exception("publishing %s for %s failed", topic.name, participant_id)

@@ -1,0 +1,102 @@
+"""Split streamed reply text into sentences, and clean text for speaking.
+
+:class:`SentenceSplitter` takes text deltas as they arrive and hands back each sentence
+as soon as it is known to be complete: a ``.``, ``!``, ``?`` or ``…`` (with any closing
+quotes or brackets) followed by whitespace, or a line break. A period after a common
+abbreviation or a single initial does not end a sentence, nor does one inside a number
+("3.5"). A sentence running past ``max_chars`` is cut at its last comma, semicolon or
+space so long run-ons still start speaking early. :meth:`SentenceSplitter.flush` returns
+whatever is left when the stream ends.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ABBREVIATIONS = frozenset(
+    """mr mrs ms dr prof sr jr st vs e.g i.e approx dept est fig vol ca cf al
+    inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec mt ft""".split()
+)
+_END = re.compile(r"""([.!?…]+)(["'”’)\]]*)(\s+)|(\n\s*)""")
+_MARKUP = re.compile(r"[*_#`~|<>\[\]{}^=\\]+")
+_URL = re.compile(r"https?://\S+")
+_WORDY = re.compile(r"[^\W_]", re.UNICODE)
+
+
+def speakable(text: str) -> str:
+    """``text`` cleaned for a voice: markdown and markup symbols and URLs removed,
+    whitespace collapsed. Empty when nothing in it can be spoken (no letter or digit)."""
+    cleaned = _URL.sub(" link ", text)
+    cleaned = _MARKUP.sub(" ", cleaned)
+    cleaned = " ".join(cleaned.split())
+    return cleaned if _WORDY.search(cleaned) else ""
+
+
+class SentenceSplitter:
+    """Incremental sentence boundary detection over streamed text; see the module doc."""
+
+    def __init__(self, max_chars: int = 220, min_chars: int = 2) -> None:
+        if max_chars < 20:
+            raise ValueError("max_chars must be at least 20")
+        self.max_chars = max_chars
+        self.min_chars = min_chars
+        self._buffer = ""
+
+    def feed(self, delta: str) -> list[str]:
+        """Add ``delta``; return the sentences it completed, in order."""
+        self._buffer += delta
+        out: list[str] = []
+        search_from = 0
+        while True:
+            match = _END.search(self._buffer, search_from)
+            if match is None:
+                break
+            if match.group(4) is None and not self._is_boundary(match):
+                search_from = match.end()
+                continue
+            cut = match.end()
+            sentence = self._buffer[:cut].strip()
+            if len(sentence) < self.min_chars and match.group(4) is None:
+                search_from = match.end()
+                continue
+            self._buffer = self._buffer[cut:]
+            search_from = 0
+            if sentence:
+                out.append(sentence)
+        while len(self._buffer) > self.max_chars:
+            out.append(self._cut_long())
+        return out
+
+    def flush(self) -> list[str]:
+        """The rest of the text, at the end of the stream."""
+        rest, self._buffer = self._buffer.strip(), ""
+        return [rest] if rest else []
+
+    @property
+    def pending(self) -> str:
+        return self._buffer
+
+    def _is_boundary(self, match: re.Match[str]) -> bool:
+        if match.group(1) != ".":
+            return True
+        before = self._buffer[: match.start()]
+        word = re.search(r"([\w.]+)$", before)
+        if word is None:
+            return True
+        token = word.group(1).lower().rstrip(".")
+        if token in _ABBREVIATIONS:
+            return False
+        # A single initial ("J. Smith"), not a one-letter word like "I" at a sentence end.
+        return not (len(token) == 1 and token.isalpha() and token not in ("i", "a"))
+
+    def _cut_long(self) -> str:
+        head = self._buffer[: self.max_chars]
+        for sep in (", ", "; ", ": ", " "):
+            at = head.rfind(sep)
+            if at >= self.max_chars // 3:
+                cut = at + len(sep)
+                break
+        else:
+            cut = self.max_chars
+        piece, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
+        return piece

@@ -1,0 +1,120 @@
+"""Text to speech with Piper (piper-tts 1.8), offline.
+
+:class:`PiperTTS` wraps one ``PiperVoice`` (the catalogue's default voice unless given a
+path), loaded lazily. ``synthesize`` is blocking: the pipeline calls it in worker
+threads, one sentence at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ._sentences import speakable
+
+SENTENCE_GAP_S = 0.08  # silence between sentences Piper speaks in one call
+
+
+class TextToSpeechError(RuntimeError):
+    """The voice could not load or failed on the text."""
+
+
+class NothingToSpeakError(ValueError):
+    """The text has no speakable characters (no letters or digits)."""
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """Synthesized speech: mono float32 audio at ``sample_rate`` and what it cost."""
+
+    audio: np.ndarray
+    sample_rate: int
+    elapsed_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        return self.elapsed_s / self.duration_s if len(self.audio) else 0.0
+
+
+@runtime_checkable
+class TextToSpeech(Protocol):
+    """What the pipeline needs from a voice."""
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    def synthesize(self, text: str) -> Synthesis: ...
+
+
+class PiperTTS:
+    """A Piper voice. ``length_scale`` < 1 speaks faster."""
+
+    def __init__(
+        self,
+        model_path: Path | str | None = None,
+        *,
+        config_path: Path | str | None = None,
+        length_scale: float | None = None,
+    ) -> None:
+        self._model_path = Path(model_path) if model_path is not None else None
+        self._config_path = Path(config_path) if config_path is not None else None
+        self.length_scale = length_scale
+        self._voice = None
+        self._lock = threading.Lock()
+
+    @property
+    def model_path(self) -> Path:
+        if self._model_path is None:
+            from edge.catalogue import Catalogue
+
+            self._model_path = Catalogue.load().default("tts").locate()
+        return self._model_path
+
+    @property
+    def sample_rate(self) -> int:
+        self.load()
+        return int(self._voice.config.sample_rate)  # type: ignore[union-attr]
+
+    def load(self) -> None:
+        with self._lock:
+            if self._voice is not None:
+                return
+            path = self.model_path
+            config = self._config_path or path.with_name(path.name + ".json")
+            if not path.exists() or not config.exists():
+                raise TextToSpeechError(f"Piper voice needs {path} and its config {config}")
+            try:
+                from piper import PiperVoice
+            except ImportError as exc:  # pragma: no cover - dependency of the package
+                raise TextToSpeechError("piper-tts is not installed") from exc
+            self._voice = PiperVoice.load(path, config_path=config)
+
+    def synthesize(self, text: str) -> Synthesis:
+        """Speak ``text``; raises :class:`NothingToSpeakError` when nothing is speakable."""
+        clean = speakable(text)
+        if not clean:
+            raise NothingToSpeakError(f"nothing speakable in {text!r}")
+        self.load()
+        from piper import SynthesisConfig
+
+        syn = SynthesisConfig(length_scale=self.length_scale)
+        with self._lock:
+            started = time.perf_counter()
+            parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
+            elapsed = time.perf_counter() - started
+        rate = self.sample_rate
+        gap = np.zeros(int(rate * SENTENCE_GAP_S), dtype=np.float32)
+        joined: list[np.ndarray] = []
+        for part in parts:
+            joined.extend((gap, part) if joined else (part,))
+        audio = np.concatenate(joined).astype(np.float32) if joined else np.zeros(0, np.float32)
+        return Synthesis(audio, rate, elapsed)

@@ -1,0 +1,108 @@
+"""Fakes and helpers for the voice tests: an energy VAD, a tone-naming STT, a tone TTS."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from edge.interaction import ResponseOutput, UserQuery
+from edge.runtime import Agent, HandlerContext, Topic
+from edge.voice import Recognition, Synthesis
+
+RATE = 16_000
+
+
+def tone(seconds: float, freq: float = 440.0, rate: int = RATE, level: float = 0.3) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (level * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def silence(seconds: float, rate: int = RATE) -> np.ndarray:
+    return np.zeros(int(seconds * rate), dtype=np.float32)
+
+
+class EnergyVAD:
+    """Probability 1 for a 512-sample window with RMS above 0.01, else 0."""
+
+    window = 512
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def process(self, audio: np.ndarray) -> np.ndarray:
+        audio = np.concatenate([self._pending, audio])
+        n = len(audio) // self.window
+        self._pending = audio[n * self.window :]
+        frames = audio[: n * self.window].reshape(n, self.window)
+        return (np.sqrt((frames**2).mean(axis=1)) > 0.01).astype(np.float32)
+
+
+class ToneSTT:
+    """"Recognizes" the dominant frequency of the audio's loud part: ``"tone 440"``."""
+
+    sample_rate = RATE
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.calls: list[float] = []  # audio seconds of each call
+
+    def transcribe(self, audio: np.ndarray) -> Recognition:
+        self.calls.append(len(audio) / RATE)
+        time.sleep(self.delay_s)
+        loud = audio[np.abs(audio) > 0.05]
+        if len(loud) < RATE // 20:
+            return Recognition("", len(audio) / RATE, self.delay_s)
+        spectrum = np.abs(np.fft.rfft(audio))
+        freq = np.argmax(spectrum) * RATE / len(audio)
+        return Recognition(f"tone {round(freq / 10) * 10}", len(audio) / RATE, self.delay_s)
+
+
+class ToneTTS:
+    """0.1 s of tone per word, at 16 kHz."""
+
+    sample_rate = RATE
+
+    def __init__(self) -> None:
+        self.spoken: list[str] = []
+
+    def synthesize(self, text: str) -> Synthesis:
+        self.spoken.append(text)
+        words = max(1, len(text.split()))
+        return Synthesis(tone(0.1 * words, 300.0), RATE, 0.0)
+
+
+class Recorder(Agent):
+    """Records every message of the given topics with its metadata."""
+
+    def __init__(self, *topics: Topic[Any]) -> None:
+        super().__init__()
+        self.seen: dict[str, list[tuple[Any, Any, float]]] = defaultdict(list)
+        for topic in topics:
+            self.add_handler(topic, self._make(topic.name))
+
+    def _make(self, name: str):  # type: ignore[no-untyped-def]
+        async def record(message: Any, ctx: HandlerContext) -> None:
+            self.seen[name].append((message, ctx.metadata, time.perf_counter()))
+
+        return record
+
+    def messages(self, topic: Topic[Any]) -> list[Any]:
+        return [m for m, _, _ in self.seen[topic.name]]
+
+
+async def stream_text(ctx_publish, topic: Topic[ResponseOutput], text: str, *,  # type: ignore[no-untyped-def]
+                      request_id: str, source: str) -> None:
+    """Publish ``text`` word by word as one reply stream."""
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        await ctx_publish(topic, ResponseOutput(text=(" " if i else "") + word,
+                                                request_id=request_id, source=source,
+                                                sequence=i, final=False))
+    await ctx_publish(topic, ResponseOutput(text="", request_id=request_id, source=source,
+                                            sequence=len(words), final=True))
+
+
+__all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "UserQuery", "silence", "tone"]
