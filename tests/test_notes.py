@@ -1,0 +1,188 @@
+"""The notes agent, alone and behind the router."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge.decisions import LocalDecisionService, ScriptedDecisions
+from edge.interaction import VOICE_OUTPUT_TOPIC, ConversationContextUpdate, ResponseOutput
+from edge.notes import NOTES_TOPIC, NotesAgent, note_start, split_done
+from edge.routing import AgentRouter, AgentTurn, DestinationResult, RoutableAgent
+from edge.runtime import Agent, AgentRuntime
+
+pytestmark = pytest.mark.anyio
+
+
+class Collector(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notes: list[tuple[str, str | None, str]] = []
+        self.said: list[ResponseOutput] = []
+        self.add_handler(NOTES_TOPIC, self.on_note)
+        self.add_handler(VOICE_OUTPUT_TOPIC, self.on_output)
+
+    async def on_note(self, message: ConversationContextUpdate, ctx) -> None:
+        self.notes.append((message.text, ctx.metadata.participant_id, ctx.metadata.source))
+
+    async def on_output(self, message: ResponseOutput, ctx) -> None:
+        self.said.append(message)
+
+
+class Conversation:
+    """A stand-in default destination."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def routing_aid(self, participant_id):
+        from edge.routing import RoutingAid
+
+        return RoutingAid(
+            "conversation", "Answers questions and chats about anything.",
+            examples=("what is", "tell me about", "how do i"),
+        )
+
+    async def admit(self, turn, *, focused):
+        from edge.routing import Admission
+
+        return Admission("accept")
+
+    async def answer(self, turn, *, started):
+        await started()
+        self.queries.append(turn.query)
+        return DestinationResult("answer", "an answer")
+
+    async def release(self, participant_id):
+        pass
+
+
+async def started() -> None:
+    pass
+
+
+def t(query: str, n: int = 0, pid: str = "p1") -> AgentTurn:
+    return AgentTurn(pid, f"turn-{n}", query, timestamp_us=1000 + n)
+
+
+def test_phrases() -> None:
+    assert note_start("Take a note: the centrifuge needs a new rotor") == (
+        "the centrifuge needs a new rotor"
+    )
+    assert note_start("please note that Bob calls at three") == "Bob calls at three"
+    assert note_start("write this down") == ""
+    assert note_start("What's the capital of France?") is None
+    assert note_start("Do you have notes on that?") is None
+    assert split_done("Buy milk. Done.") == ("Buy milk", True)
+    assert split_done("That's all") == ("", True)
+    assert split_done("the run is done") == ("the run is done", False)
+
+
+async def test_dictation_takes_focus_until_done_and_publishes_note() -> None:
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime)
+    assert isinstance(notes, RoutableAgent)
+    async with runtime:
+        assert (await notes.admit(t("take a note"), focused=False)).disposition == "accept"
+        r1 = await notes.answer(t("Take a note: the rotor is cracked", 1), started=started)
+        assert r1.disposition == "focus"
+        assert notes.dictating("p1")
+        assert (await notes.admit(t("order a new one"), focused=True)).disposition == "accept"
+        r2 = await notes.answer(t("order a new one", 2), started=started)
+        assert r2.disposition == "focus"
+        r3 = await notes.answer(t("from Beckman. That's all.", 3), started=started)
+        assert r3.disposition == "release"
+    assert sink.notes == [
+        ("Note: the rotor is cracked order a new one from Beckman", "p1", "notes")
+    ]
+    assert notes.notes("p1") == ("the rotor is cracked order a new one from Beckman",)
+    assert [s.request_id for s in sink.said] == ["turn-1", "turn-2", "turn-3"]
+    assert {s.source for s in sink.said} == {"notes"}
+    assert sink.said[-1].text == "Note saved." and sink.said[-1].timestamp_us == 1003
+
+
+async def test_declines_unrelated_requests_unless_dictating() -> None:
+    notes = NotesAgent(AgentRuntime())
+    assert (await notes.admit(t("what's the weather"), focused=False)).disposition == "decline"
+
+
+async def test_release_mid_note_saves_what_was_dictated() -> None:
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime, notes_topic=NOTES_TOPIC)
+    async with runtime:
+        await notes.answer(t("take a note buy gloves", 1), started=started)
+        await notes.release("p1")
+        assert not notes.dictating("p1")
+        await notes.participant_left("p1")
+    assert [n[0] for n in sink.notes] == ["Note: buy gloves"]
+    assert notes.notes("p1") == ()
+
+
+async def test_empty_note_is_not_published() -> None:
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime)
+    async with runtime:
+        await notes.answer(t("take a note", 1), started=started)
+        result = await notes.answer(t("done", 2), started=started)
+    assert result.disposition == "release" and sink.notes == []
+
+
+async def test_bad_configuration() -> None:
+    from edge.interaction import USER_QUERY_TOPIC
+
+    with pytest.raises(TypeError):
+        NotesAgent(AgentRuntime(), output_topic=USER_QUERY_TOPIC)  # type: ignore[arg-type]
+
+
+async def test_notes_behind_router_with_lexical_decisions() -> None:
+    """Routing is real: the local decision service with no model (lexical evidence)."""
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime)
+    conversation = Conversation()
+    control: list[str] = []
+
+    async def output(turn, route, text):
+        control.append(text)
+
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        LocalDecisionService(object()),
+        output=output,
+    )
+    async with runtime, router:
+        await router.handle(t("What's the capital of France?", 1))
+        await router.handle(t("Take a note: the centrifuge needs a new rotor", 2))
+        assert router.focus("p1") == "notes"
+        await router.handle(t("and a new lid", 3))
+        await router.handle(t("Done.", 4))
+        assert router.focus("p1") is None
+        await router.handle(t("How are you?", 5))
+    assert conversation.queries == ["What's the capital of France?", "How are you?"]
+    assert [n[0] for n in sink.notes] == ["Note: the centrifuge needs a new rotor and a new lid"]
+    assert control == []
+
+
+async def test_scripted_misroute_is_caught_by_admission() -> None:
+    runtime = AgentRuntime()
+    notes = NotesAgent(runtime)
+    conversation = Conversation()
+
+    async def output(turn, route, text):
+        pass
+
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        ScriptedDecisions(["notes"]),
+        output=output,
+    )
+    async with runtime:
+        result = await router.handle(t("What's the capital of France?", 1))
+    assert result.text == "an answer"
+    assert conversation.queries == ["What's the capital of France?"]
