@@ -9,7 +9,7 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import GenerationError, LLMService, Priority
+from edge.llm import GenerationError, LLMService, Priority, RequestMetrics
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -32,6 +32,7 @@ DEFAULT_DESCRIPTION = (
     "earlier dialogue and background context."
 )
 FINAL_FRAME_TIMEOUT_S = 5.0
+MAX_METRICS = 256
 
 
 class Conversation:
@@ -81,6 +82,7 @@ class Conversation:
         self.temperature = temperature
         self._clock = clock
         self._closed = False
+        self._metrics: dict[str, RequestMetrics] = {}
 
     @property
     def system_message(self) -> str:
@@ -132,6 +134,11 @@ class Conversation:
         """Stop new answers; answers in flight finish."""
         self._closed = True
 
+    def last_metrics(self, participant_id: str) -> RequestMetrics | None:
+        """What the participant's latest answer request cost (queue wait, time to first
+        token, prompt tokens reused from the KV cache, ...)."""
+        return self._metrics.get(participant_id)
+
     # ----------------------------------------------------------------- streaming
 
     async def _publish(self, turn: AgentTurn, text: str, sequence: int, final: bool) -> None:
@@ -152,6 +159,10 @@ class Conversation:
             messages, max_tokens=self.max_tokens, temperature=self.temperature,
             priority=Priority.INTERACTIVE, cache_key=turn.participant_id,
         )
+        self._metrics.pop(turn.participant_id, None)
+        self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below
+        while len(self._metrics) > MAX_METRICS:
+            self._metrics.pop(next(iter(self._metrics)))
         sequence = 0
         parts: list[str] = []
         try:
