@@ -11,7 +11,7 @@ Example::
     runtime = AgentRuntime()
     voice = VoicePipeline()
     runtime.register("voice", voice)
-    async with runtime:
+    async with voice, runtime:
         await voice.load()
         await runtime.publish(AUDIO_INPUT_TOPIC, AudioInput(pcm=..., sample_rate=16000),
                               participant_id="p1")

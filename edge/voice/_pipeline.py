@@ -10,9 +10,10 @@ is superseded (later frames for them are dropped), and ``Interrupted`` is publis
 the participant. The new utterance becomes the next turn as usual. An ``Interrupted``
 from anyone else (a stop button, the server) stops the output the same way.
 
-Lifecycle: the runtime's start opens the pipeline's task group and its stop cancels it;
-start and stop the runtime from the same task (``async with runtime``). Models load on
-first use in worker threads, or up front with :meth:`VoicePipeline.load`.
+Lifecycle: ``async with pipeline:`` owns the background work of every participant;
+enter it before starting the runtime and leave it after stopping the runtime
+(``async with pipeline, runtime:``). Models load on first use in worker threads, or up
+front with :meth:`VoicePipeline.load`.
 """
 
 from __future__ import annotations
@@ -116,11 +117,16 @@ class VoicePipeline(Agent):
                 await anyio.to_thread.run_sync(loader)
         await anyio.to_thread.run_sync(self._vad_factory)
 
-    async def on_start(self) -> None:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+    async def __aenter__(self) -> VoicePipeline:
+        if self._tg is not None:
+            raise RuntimeError("the voice pipeline is already running")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
 
-    async def on_stop(self) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop every participant's listening and speaking (in-flight model calls finish)."""
         tg, self._tg = self._tg, None
         self._sessions.clear()
         if tg is not None:
@@ -140,7 +146,7 @@ class VoicePipeline(Agent):
         if found is not None:
             return found
         if self._tg is None:
-            raise RuntimeError("the voice pipeline is not running")
+            raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
         listener = Listener(
             participant_id, self.config, self._vad_factory(), self.stt, self._stt_limiter, self

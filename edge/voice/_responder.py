@@ -4,7 +4,7 @@
 packages are not available, and what the voice tests and benchmarks use as the far end
 of the loop. It streams the model's deltas as :class:`ResponseOutput` frames (request id
 = the query's message id), and stops a participant's answer when they ask something new
-or are interrupted.
+or are interrupted. Use it as ``async with responder, runtime:``.
 """
 
 from __future__ import annotations
@@ -56,11 +56,13 @@ class LLMResponder(Agent):
         self.add_handler(query_topic, self._on_query)
         self.add_handler(interrupted_topic, self._on_interrupted)
 
-    async def on_start(self) -> None:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+    async def __aenter__(self) -> LLMResponder:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
 
-    async def on_stop(self) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         tg, self._tg = self._tg, None
         if tg is not None:
             tg.cancel_scope.cancel()
@@ -70,7 +72,7 @@ class LLMResponder(Agent):
         participant = ctx.metadata.participant_id or ""
         self._cancel(participant)
         if self._tg is None:
-            raise RuntimeError("the responder is not running")
+            raise RuntimeError("the responder is not running: use `async with responder:`")
         scope = anyio.CancelScope()
         self._answers[participant] = scope
         self._tg.start_soon(self._answer, query, ctx, scope)
