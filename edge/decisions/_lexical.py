@@ -30,6 +30,14 @@ PHRASE_WEIGHT = 2.0
 WORD_WEIGHT = 1.0
 """Evidence for a content word shared with only this criterion (divided among sharers)."""
 
+QUESTION_WEIGHT = 1.0
+"""Evidence, for criteria that say they handle questions, that the text is a question."""
+
+_QUESTION_OPENERS = frozenset(
+    """what what's whats which who whom whose when where why how is are was were do does
+    did can could would should will shall may might tell explain""".split()
+)
+
 
 def words(text: str) -> list[str]:
     """Lower-case word tokens with light stemming (notes -> note, noting -> note)."""
@@ -57,11 +65,21 @@ def _vocabulary(criterion: Criterion) -> set[str]:
     return {w for w in words(text) if w not in _STOPWORDS}
 
 
+def is_question(text: str) -> bool:
+    """A question by its form: a question mark, or a question word first."""
+    if text.rstrip().endswith("?"):
+        return True
+    first = _WORD.findall(text.lower().replace("’", "'"))[:1]
+    return bool(first) and first[0] in _QUESTION_OPENERS
+
+
 def lexical_scores(question: ChoiceQuestion) -> dict[str, float]:
-    """Evidence per label for ``question.text``: whole example phrases found in it, plus
+    """Evidence per label for ``question.text``: whole example phrases found in it,
     content words it shares with the criterion's label, description and examples (a word
-    shared by several criteria is split between them)."""
+    shared by several criteria is split between them), and, when the text is a question,
+    for criteria that say they handle questions."""
     text_words = words(question.text)
+    asking = is_question(question.text)
     content = {w for w in text_words if w not in _STOPWORDS}
     vocabularies = {c.label: _vocabulary(c) for c in question.criteria}
     sharers: dict[str, int] = {}
@@ -76,5 +94,7 @@ def lexical_scores(question: ChoiceQuestion) -> dict[str, float]:
             phrase = words(example)
             if len(phrase) >= 2 and _contains(text_words, phrase):
                 score += PHRASE_WEIGHT
+        if asking and "question" in vocab:
+            score += QUESTION_WEIGHT
         scores[criterion.label] = score
     return scores
