@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import anyio
 import numpy as np
@@ -33,7 +32,15 @@ from edge.voice import (
     float_to_pcm16,
     resample,
 )
-from tests.voice_helpers import EnergyVAD, Recorder, ToneSTT, ToneTTS, silence, tone
+from tests.voice_helpers import (
+    EnergyVAD,
+    Recorder,
+    ToneSTT,
+    ToneTTS,
+    silence,
+    tone,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -65,12 +72,6 @@ async def feed(runtime: AgentRuntime, audio: np.ndarray, participant: str = "p1"
         await runtime.publish(AUDIO_INPUT_TOPIC, AudioInput(pcm=pcm[i : i + step],
                               sample_rate=rate, channels=channels), participant_id=participant)
         await anyio.sleep(pause_s)
-
-
-async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
-    with anyio.fail_after(limit):
-        while not condition():  # noqa: ASYNC110 - polling test helper
-            await anyio.sleep(0.01)
 
 
 def utterance(freq: float = 440.0) -> np.ndarray:

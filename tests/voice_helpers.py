@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import numpy as np
 
-from edge.interaction import ResponseOutput, UserQuery
 from edge.runtime import Agent, HandlerContext, Topic
 from edge.voice import Recognition, Synthesis
 
@@ -22,6 +23,13 @@ def tone(seconds: float, freq: float = 440.0, rate: int = RATE, level: float = 0
 
 def silence(seconds: float, rate: int = RATE) -> np.ndarray:
     return np.zeros(int(seconds * rate), dtype=np.float32)
+
+
+async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
+    """Poll ``condition`` until true; fail after ``limit`` seconds."""
+    with anyio.fail_after(limit):
+        while not condition():  # noqa: ASYNC110 - polling test helper
+            await anyio.sleep(0.01)
 
 
 class EnergyVAD:
@@ -93,16 +101,4 @@ class Recorder(Agent):
         return [m for m, _, _ in self.seen[topic.name]]
 
 
-async def stream_text(ctx_publish, topic: Topic[ResponseOutput], text: str, *,  # type: ignore[no-untyped-def]
-                      request_id: str, source: str) -> None:
-    """Publish ``text`` word by word as one reply stream."""
-    words = text.split(" ")
-    for i, word in enumerate(words):
-        await ctx_publish(topic, ResponseOutput(text=(" " if i else "") + word,
-                                                request_id=request_id, source=source,
-                                                sequence=i, final=False))
-    await ctx_publish(topic, ResponseOutput(text="", request_id=request_id, source=source,
-                                            sequence=len(words), final=True))
-
-
-__all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "UserQuery", "silence", "tone"]
+__all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "silence", "tone", "wait_for"]

@@ -29,6 +29,7 @@ from ._audio import (
     wav_bytes,
     write_wav,
 )
+from ._client import Answer, VoiceClient
 from ._config import VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
 from ._listener import Listener, UtteranceStats
@@ -53,6 +54,7 @@ __all__ = [
     "AUDIO_OUTPUT_TOPIC",
     "ROUTER_SOURCE",
     "TRANSCRIPT_TOPIC",
+    "Answer",
     "AudioFormatError",
     "AudioInput",
     "AudioOutput",
@@ -79,6 +81,7 @@ __all__ = [
     "UtteranceStats",
     "VadConfig",
     "VadModelMissingError",
+    "VoiceClient",
     "VoiceConfig",
     "VoicePipeline",
     "WavAudio",

@@ -1,0 +1,148 @@
+"""The voice loop with the real default models: Silero VAD, Whisper tiny.en, Piper joe.
+
+No microphone: Piper speaks the questions, the pipeline hears them in real-time-sized
+chunks (published as fast as possible), and Whisper checks what Piper said.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+from edge.interaction import (
+    INTERRUPTED_TOPIC,
+    USER_QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    ResponseOutput,
+)
+from edge.llm import ScriptedLLM, ScriptedReply
+from edge.runtime import AgentRuntime
+from edge.voice import (
+    AUDIO_OUTPUT_TOPIC,
+    LLMResponder,
+    PiperTTS,
+    SileroVAD,
+    VoiceClient,
+    VoiceConfig,
+    VoicePipeline,
+    WhisperSTT,
+    resample,
+)
+from tests.voice_helpers import Recorder, wait_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+QUESTION = "What is the capital of France?"
+SECOND = "Stop. What time is it now?"
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[WhisperSTT, PiperTTS]:
+    stt, tts = WhisperSTT(), PiperTTS()
+    stt.load()
+    tts.load()
+    return stt, tts
+
+
+@pytest.fixture(scope="module")
+def spoken(models: tuple[WhisperSTT, PiperTTS]) -> dict[str, np.ndarray]:
+    _, tts = models
+    return {text: tts.synthesize(text).audio for text in (QUESTION, SECOND)}
+
+
+def build(models: tuple[WhisperSTT, PiperTTS], config: VoiceConfig | None = None
+          ) -> tuple[AgentRuntime, VoicePipeline, VoiceClient, Recorder]:
+    stt, tts = models
+    runtime = AgentRuntime()
+    voice = VoicePipeline(stt=stt, tts=tts, config=config or VoiceConfig(playback_speed=0))
+    client = VoiceClient("p1")
+    recorder = Recorder(USER_QUERY_TOPIC, INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC,
+                        AUDIO_OUTPUT_TOPIC)
+    runtime.register("voice", voice)
+    runtime.register("client", client)
+    runtime.register("recorder", recorder)
+    return runtime, voice, client, recorder
+
+
+def test_silero_vad_on_speech_and_silence(models, spoken) -> None:  # type: ignore[no-untyped-def]
+    speech = resample(spoken[QUESTION], 22_050, 16_000)
+    vad = SileroVAD()
+    probs = vad.process(np.concatenate([np.zeros(8_000, np.float32), speech]))
+    assert probs[:10].max() < 0.2 and (probs > 0.5).mean() > 0.4
+    vad.reset()
+    assert vad.process(np.zeros(16_000, np.float32)).max() < 0.2
+
+
+async def test_spoken_question_is_heard(models, spoken) -> None:  # type: ignore[no-untyped-def]
+    runtime, voice, client, rec = build(models)
+    async with voice, runtime:
+        await client.speak(runtime, spoken[QUESTION], 22_050, realtime=False)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC), 20)
+        assert words(rec.messages(USER_QUERY_TOPIC)[0].text) == words(QUESTION)
+        assert client.final_transcripts == [rec.messages(USER_QUERY_TOPIC)[0].text]
+
+
+async def test_spoken_reply_transcribes_back(models) -> None:  # type: ignore[no-untyped-def]
+    stt, _ = models
+    text = "Paris is the capital of France. It is a large and beautiful city."
+    runtime, voice, client, _ = build(models)
+    async with voice, runtime:
+        for i, word in enumerate(text.split(" ")):
+            await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
+                text=(" " if i else "") + word, request_id="r1", source="conversation",
+                sequence=i, final=False), participant_id="p1")
+        await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
+            text="", request_id="r1", source="conversation", sequence=99, final=True),
+            participant_id="p1")
+        answer = await client.answer(limit_s=30)
+    assert answer.texts == ["Paris is the capital of France.", "It is a large and beautiful city."]
+    heard = stt.transcribe(resample(answer.audio, answer.sample_rate, 16_000)).text
+    assert words(heard) == words(text)
+
+
+async def test_first_audio_leaves_before_the_llm_finishes(models, spoken) -> None:  # type: ignore[no-untyped-def]
+    reply = "Paris is the capital. It has many museums. The food is good too."
+    llm = ScriptedLLM([ScriptedReply(reply, delay_s=0.3)])  # ~4 s for the whole reply
+    runtime, voice, client, rec = build(models)
+    responder = LLMResponder(llm)
+    runtime.register("assistant", responder)
+    async with voice, responder, runtime:
+        await client.speak(runtime, spoken[QUESTION], 22_050, realtime=False)
+        answer = await client.answer(limit_s=30)
+    llm_done = next(at for m, _, at in rec.seen[VOICE_OUTPUT_TOPIC.name] if m.final)
+    assert answer.first_audio_at is not None and answer.first_audio_at < llm_done
+    assert answer.texts == ["Paris is the capital.", "It has many museums.",
+                            "The food is good too."]
+    assert words(llm.requests[0].messages[-1].content) == words(QUESTION)
+
+
+async def test_barge_in_stops_playback_and_starts_a_new_turn(models, spoken) -> None:  # type: ignore[no-untyped-def]
+    config = VoiceConfig(playback_speed=1.0, playback_lead_s=0.1, partial_interval_s=0)
+    runtime, voice, client, rec = build(models, config)
+    long_reply = " ".join(["This sentence keeps the speaker busy for a while."] * 4)
+    async with voice, runtime:
+        for i, word in enumerate(long_reply.split(" ")):
+            await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
+                text=(" " if i else "") + word, request_id="r1", source="conversation",
+                sequence=i, final=False), participant_id="p1")
+        await wait_for(lambda: len(client.heard) >= 5, 20)
+        await client.speak(runtime, spoken[SECOND], 22_050, realtime=False)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC), 20)
+        interrupted_at = rec.seen[INTERRUPTED_TOPIC.name][0][2]
+        assert rec.messages(INTERRUPTED_TOPIC)[0].request_id == "r1"
+        late = [h for h in client.heard if h.at > interrupted_at and h.chunk.request_id == "r1"]
+        assert len(late) <= 1
+        assert not any(h.chunk.final for h in client.heard)
+        assert words(rec.messages(USER_QUERY_TOPIC)[0].text) == words(SECOND)
+        before = len(client.heard)
+        await anyio.sleep(0.3)
+        assert len(client.heard) == before  # nothing more of the old reply
+    assert time.perf_counter() > interrupted_at
