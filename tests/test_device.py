@@ -452,3 +452,19 @@ def test_edge_device_tables_and_errors(capsys: pytest.CaptureFixture[str]) -> No
     assert "dialogue_budget_bytes" in out and "bound by latency" in out
     assert main(["device", "--profile", "no-such-profile"]) == 2
     assert "no device profile named" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+async def test_derived_budgets_are_accepted_by_the_context_manager(name: str) -> None:
+    conversation = pytest.importorskip("edge.conversation")
+    from edge.llm import ScriptedLLM
+
+    config = load_device_config(name, detect=False, env={})
+    manager = conversation.ContextManager(
+        ScriptedLLM(),
+        incremental_context_topics=("sample.notes",),
+        summary_context_topics=("sample.monitor-window",),
+        **config.context_manager_kwargs(),
+    )
+    assert config.budgets.dialogue_budget_bytes in manager.budgets.values()
+    assert manager.compaction_input_budget_bytes == config.budgets.compaction_input_budget_bytes

@@ -64,10 +64,17 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"calibrating {config.models['llm'].id} ...")
             calibration, reused = anyio.run(lambda: calibrate_device(config, force=args.force))
             if not args.json:
-                console.print(
+                how = (
                     "reused the stored calibration (--force measures again)"
                     if reused
-                    else f"measured in {calibration.load_s:.1f} s load + runs; stored"
+                    else ("measured and stored")
+                )
+                console.print(
+                    f"{how}: prompt {calibration.prompt_tokens_per_s:.0f} tokens/s, generation "
+                    f"{calibration.generation_tokens_per_s:.1f} tokens/s, "
+                    f"{calibration.text_bytes_per_token:.2f} bytes/token, KV "
+                    f"{calibration.kv_bytes_per_token:,} bytes/token, load "
+                    f"{calibration.load_s:.2f} s (load average {calibration.load_average or 0:.1f})"
                 )
             config = load_device_config(args.profile, calibration=calibration)
     except (ProfileError, CatalogueError, CalibrationError) as exc:

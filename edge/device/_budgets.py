@@ -192,7 +192,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
             )
             need_s = need_tokens / x.prompt_tokens_per_s + 1 / x.generation_tokens_per_s
             raise BudgetError(
-                f"latency.cold_ttft_s ({x.cold_ttft_s:g} s) at {x.prompt_tokens_per_s:g} prompt "
+                f"latency.cold_ttft_s ({x.cold_ttft_s:g} s) at {x.prompt_tokens_per_s:.0f} prompt "
                 f"tokens/s allows only {dialogue} bytes of dialogue and {topic} per topic "
                 f"(minimum {MIN_DIALOGUE_BYTES} / {MIN_TOPIC_BYTES}): raise latency.cold_ttft_s "
                 f"to at least {need_s:.1f} s, lower llm.context_topics or "
@@ -258,7 +258,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     if warm_s > x.warm_ttft_s:
         raise BudgetError(
             f"latency.warm_ttft_s ({x.warm_ttft_s:g} s) is below the expected {warm_s:.2f} s "
-            f"({warm_tokens} new tokens per turn at {x.prompt_tokens_per_s:g} tokens/s): raise "
+            f"({warm_tokens} new tokens per turn at {x.prompt_tokens_per_s:.0f} tokens/s): raise "
             "latency.warm_ttft_s, lower llm.typical_exchange_bytes, or choose a faster model"
         )
     if cold_s > x.cold_ttft_s * 1.001:

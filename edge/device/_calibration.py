@@ -47,6 +47,9 @@ class Measurement(BaseModel):
     prompt_tokens: int = Field(gt=0)
     generated_tokens: int = Field(gt=0)
     backend: str
+    load_average: float | None = Field(
+        default=None, description="1-minute load average while measuring (busy = pessimistic)"
+    )
 
 
 class Calibration(Measurement):
@@ -188,6 +191,7 @@ async def measure_llm(
     except ImportError as exc:  # pragma: no cover - llama-cpp-python missing
         raise CalibrationError(f"calibration needs llama-cpp-python: {exc}") from None
     text = calibration_text()
+    load_before = _load_average()
     started = time.perf_counter()
     llm = LlamaCppLLM(path, n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers, temperature=0.0)
     async with llm:
@@ -222,7 +226,15 @@ async def measure_llm(
         prompt_tokens=prompt.evaluated_tokens,
         generated_tokens=reply.metrics.generated_tokens,
         backend=f"edge.llm.LlamaCppLLM (llama-cpp-python {llama_cpp_version()})",
+        load_average=max(load_before, _load_average()),
     )
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover - not available on this platform
+        return 0.0
 
 
 def measure_state_sizes(path: Path, threads: int, gpu_layers: int) -> tuple[int, int]:

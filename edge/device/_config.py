@@ -270,11 +270,20 @@ def load_device_config(
                 note = (
                     "none stored: using the profile's expected figures; run edge device --calibrate"
                 )
+    if calibration is not None and hardware is not None and calibration.load_average:
+        if calibration.load_average > 0.75 * hardware.cpus:
+            notes.append(
+                f"the machine was busy while calibrating (load {calibration.load_average:.1f} "
+                f"on {hardware.cpus} cores), so the measured speeds are pessimistic: run "
+                "edge device --calibrate --force when it is idle"
+            )
     inputs, input_notes = budget_inputs(prof, catalogue, hardware, calibration)
     try:
         budgets = derive_budgets(inputs)
     except ProfileError as exc:
-        raise type(exc)(f"profile {prof.name!r}: {exc}") from None
+        where = f" (using the calibration of {calibration.measured_at})" if calibration else ""
+        extra = "".join(f"; note: {n}" for n in notes if "busy" in n)
+        raise type(exc)(f"profile {prof.name!r}{where}: {exc}{extra}") from None
     return DeviceConfig(
         choice=choice,
         hardware=hardware,
