@@ -92,6 +92,7 @@ async def measure(times: int) -> dict:
 def plot(rows: dict, sweep: list[dict], out: Path) -> list[str]:
     try:
         import matplotlib
+        import matplotlib.ticker
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -131,6 +132,8 @@ def plot(rows: dict, sweep: list[dict], out: Path) -> list[str]:
     )
     ax.axhline(8000, linestyle="--", color="grey", label="spec default dialogue (8,000)")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("prompt evaluation, tokens/s")
     ax.set_ylabel("bytes")
     ax.set_title("ci-2core-24gb: budgets vs prompt speed (cold target 8 s)")
