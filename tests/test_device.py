@@ -468,3 +468,29 @@ async def test_derived_budgets_are_accepted_by_the_context_manager(name: str) ->
     )
     assert config.budgets.dialogue_budget_bytes in manager.budgets.values()
     assert manager.compaction_input_budget_bytes == config.budgets.compaction_input_budget_bytes
+
+
+def test_edge_device_calibrate_stores_and_reuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import edge.device._calibration as calibration_module
+    from edge.cli import main
+
+    catalogue = local_catalogue(tmp_path)
+    monkeypatch.setattr(Catalogue, "load", classmethod(lambda cls, *extra: catalogue))
+    monkeypatch.setenv("EDGE_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.delenv("EDGE_PROFILE", raising=False)
+    measure = Counter(prompt_tps=720.0)
+    monkeypatch.setattr(calibration_module, "measure_llm", measure)
+    args = ["device", "--profile", "ci-2core-24gb", "--calibrate", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["calibration"]["prompt_tokens_per_s"] == 720.0
+    assert out["inputs"]["sources"]["prompt_tokens_per_s"] == "calibrated"
+    assert (tmp_path / "cfg" / "calibration.json").exists()
+    assert main(["device", "--profile", "ci-2core-24gb", "--calibrate"]) == 0
+    assert "reused the stored calibration" in capsys.readouterr().out
+    assert measure.calls == 1
+    assert main(["device", "--profile", "ci-2core-24gb", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "reused from" in out["calibration_note"]
