@@ -287,10 +287,19 @@ class OpenAICompatLLM:
     ) -> AsyncIterator[str]:
         started = time.perf_counter()
         first = last = None
-        counted = 0
+        counted = events = 0
         finish: str | None = None
         done = False
         url = f"{self.base_url}/chat/completions"
+
+        def arrived() -> None:
+            nonlocal first, last, counted
+            last = time.perf_counter()
+            if first is None:
+                first = last
+                metrics.ttft_s = first - started
+            counted += 1
+
         try:
             model = await self._model_name()
             if model is not None:
@@ -301,15 +310,12 @@ class OpenAICompatLLM:
                         if data.strip() == "[DONE]":
                             done = True
                             break
+                        events += 1
                         chunk = _parse_chunk(url, event, data, counted)
                         _read_usage(chunk, metrics)
                         text, reason = _first_choice(chunk)
                         if text:
-                            last = time.perf_counter()
-                            if first is None:
-                                first = last
-                                metrics.ttft_s = first - started
-                            counted += 1
+                            arrived()
                             yield text
                         finish = reason or finish
                 except (httpx.HTTPError, httpx.StreamError) as exc:
@@ -317,10 +323,19 @@ class OpenAICompatLLM:
                         f"the stream from {url} broke after {counted} deltas: "
                         f"{type(exc).__name__} {exc}".rstrip()
                     ) from exc
-            if not done and finish is None:
+            if not events and not done:
+                # llama-cpp-python's server answers a request that fails (a prompt over the
+                # context, say) with "200 OK" and an empty stream; asking once more without
+                # streaming gets the real error, or the answer in one piece.
+                text, finish = await self._complete(url, body, metrics)
+                if text:
+                    arrived()
+                    yield text
+            elif finish is None:
+                why = "interrupted" if done else "cut off"
                 raise GenerationError(
                     f"the stream from {url} ended after {counted} deltas without a finish "
-                    "reason or [DONE]"
+                    f"reason (the answer was {why})"
                 )
             stream.finish_reason = _map_finish(url, finish)
         finally:
@@ -329,6 +344,34 @@ class OpenAICompatLLM:
             if first is not None and last is not None:
                 metrics.generation_s = last - first
             metrics.total_s = time.perf_counter() - started
+
+    async def _complete(
+        self, url: str, body: dict[str, Any], metrics: RequestMetrics
+    ) -> tuple[str, str | None]:
+        """The same request without streaming: the answer text and its finish reason."""
+        body = {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
+        try:
+            try:
+                response = await self._client.post(url, json=body)
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                # The server may drop the connection the failed stream came on; once more.
+                response = await self._client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(url, exc) from exc
+        if response.status_code >= 400:
+            await _raise_for_status(url, response)
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise GenerationError(
+                f"{url} streamed nothing, then answered without a completion: "
+                f"{_excerpt(response.text)!r}"
+            ) from exc
+        _read_usage(data, metrics)
+        reason = choice.get("finish_reason")
+        return str(text), (str(reason) if reason else "stop")
 
     @asynccontextmanager
     async def _open(self, url: str, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
