@@ -164,7 +164,8 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
             f"reserved output ({x.reserved_output_tokens}) and the fixed prompt ({fixed_answer} "
             "tokens): raise llm.context_window or lower llm.reserved_output_tokens"
         )
-    unit_w = window_tokens / (DIALOGUE_UNITS + n * TOPIC_UNITS)
+    # one token per section of slack for rounding bytes up to whole tokens
+    unit_w = (window_tokens - (1 + n)) / (DIALOGUE_UNITS + n * TOPIC_UNITS)
     cold_eval_tokens = (x.cold_ttft_s - 1 / x.generation_tokens_per_s) * x.prompt_tokens_per_s
     latency_tokens = cold_eval_tokens - fixed_answer - fixed_routing
     unit_l = latency_tokens / (STEADY_FILL * (DIALOGUE_UNITS + n * TOPIC_UNITS + ROUTER_UNITS))
