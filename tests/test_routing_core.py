@@ -323,3 +323,11 @@ async def test_bad_results_and_configuration_are_named() -> None:
     no_output = AgentRouter(agents, ScriptedDecisions())
     with pytest.raises(RuntimeError, match="output"):
         await no_output.handle(turn("hi"))
+
+
+async def test_caller_history_never_reseeds_after_router_exchanges() -> None:
+    router, agents, _, _ = make("conversation", context_budget_bytes=0)
+    await router.handle(turn("first"))
+    await router.handle(turn("second", history=(AgentExchange("x", "y"),)))
+    assert agents["conversation"].turns[1].history == ()
+    assert router.history("p1") == ()

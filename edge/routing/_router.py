@@ -82,6 +82,7 @@ class _Participant:
     used: set[str] = field(default_factory=set)
     initialized: bool = False
     cleaned: bool = False
+    completed: int = 0  # exchanges completed here; caller history never seeds after one
     runs: list[_Run] = field(default_factory=list)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
@@ -379,7 +380,7 @@ class AgentRouter:
         if self._initialize is not None and not state.initialized:
             await self._initialize(pid)
             state.initialized = True
-        if not state.history and turn.history:
+        if not state.history and not state.completed and turn.history:
             state.history = [Exchange(self._new_id(), e.user, e.assistant) for e in turn.history]
         state.history = newest_within(state.history, self.context_budget_bytes)
         history = list(state.history)
@@ -403,6 +404,7 @@ class AgentRouter:
         finally:
             _TURN_CONTEXT.reset(token)
         if route is not None and result.disposition != "clarify":
+            state.completed += 1
             state.history.append(Exchange(exchange_id, turn.query, result.text, turn.timestamp_us))
             state.history = newest_within(state.history, self.context_budget_bytes)
         return result

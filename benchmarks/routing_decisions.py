@@ -1,0 +1,191 @@
+"""Routing accuracy and decision latency of the local decision service.
+
+    python benchmarks/routing_decisions.py                       # all variants
+    python benchmarks/routing_decisions.py --variants combined   # the shipped setting
+    python benchmarks/routing_decisions.py --model path/to/model.gguf
+
+Routes every query of ``benchmarks/routing_eval_set.jsonl`` between the real destinations'
+routing aids (the conversation's and the notes agent's) with several variants of the
+service, and reports accuracy plus cold and warm decision latency:
+
+* ``combined``: calibrated model scores plus lexical evidence (the default service);
+* ``model``: calibrated model scores only;
+* ``raw``: the model's uncalibrated next-token scores only;
+* ``lexical``: lexical evidence only (no model call).
+
+"Cold" is the first decision of a variant on a fresh cache key (the option prefix and the
+content-free prior are evaluated); "warm" are the following ones, which reuse the prefix.
+Prints tables and writes ``benchmarks/results/routing_decisions.json`` and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from edge.decisions import ChoiceQuestion, Criterion, LocalDecisionService
+from edge.notes import NotesAgent
+
+HERE = Path(__file__).parent
+VARIANTS = {
+    "combined": {},
+    "model": {"lexical_weight": 0.0},
+    "raw": {"lexical_weight": 0.0, "calibrate": False},
+    "lexical": {"lexical_only": True},
+}
+
+
+def criteria() -> tuple[Criterion, ...]:
+    """The routing aids of the destinations `edge serve` registers."""
+    try:
+        from edge.conversation._conversation import DEFAULT_DESCRIPTION
+    except ImportError:  # the conversation package is optional here
+        DEFAULT_DESCRIPTION = "General conversation: answers questions from general knowledge."
+    notes = NotesAgent(runtime=None).routing_aid("bench")
+    return (
+        Criterion("conversation", DEFAULT_DESCRIPTION),
+        Criterion(notes.name, notes.description, notes.examples),
+    )
+
+
+def load_set(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows):
+        if not {"query", "route"} <= row.keys():
+            raise ValueError(f"{path}:{i + 1}: each line needs 'query' and 'route'")
+    return rows
+
+
+async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
+    options = dict(VARIANTS[name])
+    lexical_only = options.pop("lexical_only", False)
+    service = LocalDecisionService(
+        object() if lexical_only else llm, cache_key=f"bench-{name}", **options
+    )
+    crits = criteria()
+    latencies: list[float] = []
+    reused: list[int] = []
+    outcomes = []
+    for row in rows:
+        question = ChoiceQuestion(row["query"], crits)
+        start = time.perf_counter()
+        answer = await service.decide(question)
+        latencies.append(time.perf_counter() - start)
+        if answer.metrics is not None:
+            reused.append(answer.metrics.reused_tokens)
+        chosen = answer.label or max(answer.probabilities, key=answer.probabilities.get)
+        outcomes.append(
+            {
+                "query": row["query"],
+                "expected": row["route"],
+                "chosen": chosen,
+                "uncertain": answer.label is None,
+                "probabilities": dict(answer.probabilities),
+                "latency_s": latencies[-1],
+            }
+        )
+    correct = [o["chosen"] == o["expected"] for o in outcomes]
+    per_route = {}
+    for route in sorted({r["route"] for r in rows}):
+        hits = [c for c, o in zip(correct, outcomes, strict=True) if o["expected"] == route]
+        per_route[route] = sum(hits) / len(hits)
+    warm = latencies[1:]
+    return {
+        "variant": name,
+        "accuracy": sum(correct) / len(correct),
+        "per_route_accuracy": per_route,
+        "cold_s": latencies[0],
+        "warm_median_s": statistics.median(warm) if warm else None,
+        "warm_p90_s": sorted(warm)[int(0.9 * (len(warm) - 1))] if warm else None,
+        "warm_reused_tokens_median": statistics.median(reused[1:]) if len(reused) > 1 else None,
+        "errors": [o for o, c in zip(outcomes, correct, strict=True) if not c],
+        "outcomes": outcomes,
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    rows = load_set(Path(args.set))[: args.limit or None]
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(names) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    llm = None
+    load_s = None
+    if any(n != "lexical" for n in names):
+        from edge.llm import LlamaCppLLM
+
+        llm = LlamaCppLLM(args.model)
+        start = time.perf_counter()
+        await llm.load()
+        load_s = time.perf_counter() - start
+    results = []
+    try:
+        for name in names:
+            results.append(await run_variant(name, llm, rows))
+    finally:
+        if llm is not None:
+            await llm.close()
+    console = Console()
+    title = f"Routing decisions on {len(rows)} queries (model load {load_s or 0:.2f} s)"
+    table = Table(title=title)
+    for col in ("variant", "accuracy", "notes", "conversation", "cold s", "warm median s",
+                "warm p90 s", "reused tok"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            r["variant"], f"{r['accuracy']:.0%}",
+            f"{r['per_route_accuracy'].get('notes', 0):.0%}",
+            f"{r['per_route_accuracy'].get('conversation', 0):.0%}",
+            f"{r['cold_s']:.3f}", f"{r['warm_median_s'] or 0:.3f}",
+            f"{r['warm_p90_s'] or 0:.3f}", str(r["warm_reused_tokens_median"]),
+        )
+    console.print(table)
+    for r in results:
+        if r["errors"]:
+            wrong = ", ".join(repr(e["query"]) for e in r["errors"])
+            console.print(f"[bold]{r['variant']}[/] misroutes: {wrong}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a benchmark's last step
+    (out / "routing_decisions.json").write_text(
+        json.dumps({"model_load_s": load_s, "queries": len(rows), "results": results}, indent=2)
+    )
+    plot(results, out / "routing_decisions.png")
+    console.print(f"wrote {out / 'routing_decisions.json'} and {out / 'routing_decisions.png'}")
+
+
+def plot(results: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = [r["variant"] for r in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    ax1.bar(names, [r["accuracy"] * 100 for r in results])
+    ax1.set_ylabel("accuracy %")
+    ax1.set_ylim(0, 100)
+    ax2.bar(names, [(r["warm_median_s"] or 0) * 1000 for r in results], label="warm median")
+    ax2.set_ylabel("decision latency, ms (warm median)")
+    fig.suptitle("Routing decisions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default=str(HERE / "routing_eval_set.jsonl"))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--model", default=None, help="GGUF path (default: catalogue LLM)")
+    parser.add_argument("--limit", type=int, default=0, help="first N queries only")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    anyio.run(main, parser.parse_args())
