@@ -202,6 +202,13 @@ async def test_streams_deltas_and_sends_an_openai_request() -> None:
     assert health.ok and health.model == "raw-model" and health.backend == "openai"
 
 
+async def test_health_reports_a_model_the_server_does_not_serve() -> None:
+    async with raw_server(sse()) as server:
+        async with OpenAICompatLLM(server.base_url, model="other") as llm:
+            health = await llm.health()
+    assert not health.ok and "'other' is not among the served models" in health.detail
+
+
 async def test_thinking_flag_is_optional_and_model_is_sent_as_given() -> None:
     async with raw_server(sse(chunk("x", "stop"))) as server:
         async with OpenAICompatLLM(server.base_url, model="m", disable_thinking=False) as llm:
@@ -387,6 +394,24 @@ async def test_closing_a_stream_closes_the_connection_promptly() -> None:
                 await server.disconnected.wait()  # the server saw the client go
 
 
+async def test_cancelled_scope_closes_the_connection_and_concurrent_streams_work() -> None:
+    async with raw_server(sse(chunk("a "), done=False, then_hang=True)) as server:
+        async with OpenAICompatLLM(server.base_url, model="m") as llm:
+            got: list[str] = []
+
+            async def read_one_stream() -> None:
+                with anyio.move_on_after(0.3):
+                    async for delta in llm.stream(HI):
+                        got.append(delta)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(read_one_stream)
+            assert got == ["a "] * 3 and not llm.activity.busy
+            with anyio.fail_after(2):
+                await server.disconnected.wait()
+
+
 async def test_unreachable_server_and_bad_input() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     async with OpenAICompatLLM(url, model="m", connect_timeout_s=1) as llm:
@@ -405,6 +430,8 @@ async def test_unreachable_server_and_bad_input() -> None:
     assert not (await llm.health()).ok
     with pytest.raises(ValueError, match="http"):
         OpenAICompatLLM("gpu-box:8000")
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAICompatLLM("http://[::1")
 
 
 # -- against llama-cpp-python's server running the default model -------------------------

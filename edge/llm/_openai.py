@@ -111,7 +111,10 @@ class OpenAICompatLLM:
         disable_thinking: bool = True,
         context_length: int | None = None,
     ) -> None:
-        url = httpx.URL(base_url)
+        try:
+            url = httpx.URL(base_url)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise ValueError(f"base_url is not a URL: {base_url!r} ({exc})") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"base_url must be an http(s) URL with a host, got {base_url!r}")
         if timeout_s <= 0 or connect_timeout_s <= 0:
@@ -182,11 +185,12 @@ class OpenAICompatLLM:
         except LLMUnavailableError as exc:
             return LLMHealth(False, self.backend, self.model or "", str(exc))
         ids = [str(m.get("id", "")) for m in models]
-        if self.model is not None and self.model not in ids and ids:
+        served_ids = {*ids, *(i.removesuffix(":latest") for i in ids)}  # Ollama tags
+        if self.model is not None and self.model not in served_ids and ids:
             detail = f"{self.model!r} is not among the served models {ids}"
             return LLMHealth(False, self.backend, self.model, detail)
         name = self.model or (ids[0] if ids else "")
-        served = next((m for m in models if m.get("id") == name), {})
+        served = next((m for m in models if m.get("id") in (name, f"{name}:latest")), {})
         if isinstance(served.get("max_model_len"), int):
             self.context_length = served["max_model_len"]
         detail = f"{self.base_url} serves {', '.join(ids) or 'no listed model'}"
