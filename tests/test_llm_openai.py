@@ -427,6 +427,11 @@ async def test_unreachable_server_and_bad_input() -> None:
             llm.stream(HI, priority="urgent")
     with pytest.raises(LLMClosedError):
         await llm.chat(HI)
+    later = OpenAICompatLLM(url)
+    stream = later.stream(HI)
+    await later.close()
+    with pytest.raises(LLMClosedError, match="closed"):
+        await stream.__anext__()
     assert not (await llm.health()).ok
     with pytest.raises(ValueError, match="http"):
         OpenAICompatLLM("gpu-box:8000")

@@ -305,6 +305,7 @@ class OpenAICompatLLM:
             counted += 1
 
         try:
+            self._check_open()
             model = await self._model_name()
             if model is not None:
                 body = {"model": model, **body}
