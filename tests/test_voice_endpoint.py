@@ -28,8 +28,9 @@ def run(probs: list[float], config: VadConfig, chunk_windows: int = 3) -> list[o
     return events
 
 
-CFG = VadConfig(min_speech_ms=96, end_silence_ms=160, pre_roll_ms=64, pad_ms=32,
-                max_utterance_s=2.0)
+CFG = VadConfig(
+    min_speech_ms=96, end_silence_ms=160, pre_roll_ms=64, pad_ms=32, max_utterance_s=2.0
+)
 
 
 def test_one_utterance_with_pre_roll_and_pad() -> None:
@@ -62,8 +63,13 @@ def test_short_pause_does_not_end_the_utterance() -> None:
     probs = [0.9] * 5 + [0.0] * 3 + [0.9] * 5 + [0.0] * 8
     events = run(probs, CFG)
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["SpeechStarted", "SpeechPaused", "SpeechResumed", "SpeechPaused",
-                     "UtteranceEnded"]
+    assert kinds == [
+        "SpeechStarted",
+        "SpeechPaused",
+        "SpeechResumed",
+        "SpeechPaused",
+        "UtteranceEnded",
+    ]
     assert isinstance(events[2], SpeechResumed)
     assert events[-1].speech_end_sample == 13 * W
 

@@ -58,14 +58,14 @@ def spoken(models: tuple[WhisperSTT, PiperTTS]) -> dict[str, np.ndarray]:
     return {text: tts.synthesize(text).audio for text in (QUESTION, SECOND)}
 
 
-def build(models: tuple[WhisperSTT, PiperTTS], config: VoiceConfig | None = None
-          ) -> tuple[AgentRuntime, VoicePipeline, VoiceClient, Recorder]:
+def build(
+    models: tuple[WhisperSTT, PiperTTS], config: VoiceConfig | None = None
+) -> tuple[AgentRuntime, VoicePipeline, VoiceClient, Recorder]:
     stt, tts = models
     runtime = AgentRuntime()
     voice = VoicePipeline(stt=stt, tts=tts, config=config or VoiceConfig(playback_speed=0))
     client = VoiceClient("p1")
-    recorder = Recorder(USER_QUERY_TOPIC, INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC,
-                        AUDIO_OUTPUT_TOPIC)
+    recorder = Recorder(USER_QUERY_TOPIC, INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC, AUDIO_OUTPUT_TOPIC)
     runtime.register("voice", voice)
     runtime.register("client", client)
     runtime.register("recorder", recorder)
@@ -96,12 +96,24 @@ async def test_spoken_reply_transcribes_back(models) -> None:  # type: ignore[no
     runtime, voice, client, _ = build(models)
     async with voice, runtime:
         for i, word in enumerate(text.split(" ")):
-            await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-                text=(" " if i else "") + word, request_id="r1", source="conversation",
-                sequence=i, final=False), participant_id="p1")
-        await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-            text="", request_id="r1", source="conversation", sequence=99, final=True),
-            participant_id="p1")
+            await runtime.publish(
+                VOICE_OUTPUT_TOPIC,
+                ResponseOutput(
+                    text=(" " if i else "") + word,
+                    request_id="r1",
+                    source="conversation",
+                    sequence=i,
+                    final=False,
+                ),
+                participant_id="p1",
+            )
+        await runtime.publish(
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput(
+                text="", request_id="r1", source="conversation", sequence=99, final=True
+            ),
+            participant_id="p1",
+        )
         answer = await client.answer(limit_s=30)
     assert answer.texts == ["Paris is the capital of France.", "It is a large and beautiful city."]
     heard = stt.transcribe(resample(answer.audio, answer.sample_rate, 16_000)).text
@@ -119,8 +131,11 @@ async def test_first_audio_leaves_before_the_llm_finishes(models, spoken) -> Non
         answer = await client.answer(limit_s=30)
     llm_done = next(at for m, _, at in rec.seen[VOICE_OUTPUT_TOPIC.name] if m.final)
     assert answer.first_audio_at is not None and answer.first_audio_at < llm_done
-    assert answer.texts == ["Paris is the capital.", "It has many museums.",
-                            "The food is good too."]
+    assert answer.texts == [
+        "Paris is the capital.",
+        "It has many museums.",
+        "The food is good too.",
+    ]
     assert words(llm.requests[0].messages[-1].content) == words(QUESTION)
 
 
@@ -130,9 +145,17 @@ async def test_barge_in_stops_playback_and_starts_a_new_turn(models, spoken) -> 
     long_reply = " ".join(["This sentence keeps the speaker busy for a while."] * 4)
     async with voice, runtime:
         for i, word in enumerate(long_reply.split(" ")):
-            await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-                text=(" " if i else "") + word, request_id="r1", source="conversation",
-                sequence=i, final=False), participant_id="p1")
+            await runtime.publish(
+                VOICE_OUTPUT_TOPIC,
+                ResponseOutput(
+                    text=(" " if i else "") + word,
+                    request_id="r1",
+                    source="conversation",
+                    sequence=i,
+                    final=False,
+                ),
+                participant_id="p1",
+            )
         await wait_for(lambda: len(client.heard) >= 5, 20)
         await client.speak(runtime, spoken[SECOND], 22_050, realtime=False)
         await wait_for(lambda: rec.messages(USER_QUERY_TOPIC), 20)

@@ -47,12 +47,15 @@ pytestmark = pytest.mark.anyio
 FAST_VAD = VadConfig(min_speech_ms=96, end_silence_ms=300, pre_roll_ms=100, pad_ms=50)
 
 
-def make(config: VoiceConfig | None = None, stt: ToneSTT | None = None
-         ) -> tuple[AgentRuntime, VoicePipeline, Recorder, ToneTTS]:
+def make(
+    config: VoiceConfig | None = None, stt: ToneSTT | None = None
+) -> tuple[AgentRuntime, VoicePipeline, Recorder, ToneTTS]:
     runtime = AgentRuntime()
     tts = ToneTTS()
     voice = VoicePipeline(
-        stt=stt or ToneSTT(), tts=tts, vad_factory=EnergyVAD,  # type: ignore[arg-type]
+        stt=stt or ToneSTT(),
+        tts=tts,
+        vad_factory=EnergyVAD,  # type: ignore[arg-type]
         config=config or VoiceConfig(vad=FAST_VAD, partial_interval_s=0.3, playback_speed=0),
     )
     recorder = Recorder(USER_QUERY_TOPIC, TRANSCRIPT_TOPIC, AUDIO_OUTPUT_TOPIC, INTERRUPTED_TOPIC)
@@ -61,16 +64,25 @@ def make(config: VoiceConfig | None = None, stt: ToneSTT | None = None
     return runtime, voice, recorder, tts
 
 
-async def feed(runtime: AgentRuntime, audio: np.ndarray, participant: str = "p1",
-               rate: int = 16_000, chunk_ms: int = 100, channels: int = 1,
-               pause_s: float = 0.0) -> None:
+async def feed(
+    runtime: AgentRuntime,
+    audio: np.ndarray,
+    participant: str = "p1",
+    rate: int = 16_000,
+    chunk_ms: int = 100,
+    channels: int = 1,
+    pause_s: float = 0.0,
+) -> None:
     """Publish ``audio`` in real-time-sized chunks, as fast as possible (or ``pause_s``
     between chunks)."""
     pcm = float_to_pcm16(audio)
     step = rate * chunk_ms // 1000 * 2 * channels
     for i in range(0, len(pcm), step):
-        await runtime.publish(AUDIO_INPUT_TOPIC, AudioInput(pcm=pcm[i : i + step],
-                              sample_rate=rate, channels=channels), participant_id=participant)
+        await runtime.publish(
+            AUDIO_INPUT_TOPIC,
+            AudioInput(pcm=pcm[i : i + step], sample_rate=rate, channels=channels),
+            participant_id=participant,
+        )
         await anyio.sleep(pause_s)
 
 
@@ -160,8 +172,10 @@ async def test_quiet_speech_gives_an_empty_final_and_no_query() -> None:
 
 
 async def test_over_long_utterance_is_cut_and_flagged() -> None:
-    config = VoiceConfig(vad=VadConfig(min_speech_ms=96, end_silence_ms=300,
-                                       max_utterance_s=1.5), partial_interval_s=0)
+    config = VoiceConfig(
+        vad=VadConfig(min_speech_ms=96, end_silence_ms=300, max_utterance_s=1.5),
+        partial_interval_s=0,
+    )
     runtime, voice, rec, _ = make(config)
     async with voice, runtime:
         await feed(runtime, np.concatenate([tone(2.5), silence(0.6)]))
@@ -184,21 +198,42 @@ async def test_participants_are_independent() -> None:
 
 
 def audio_of(rec: Recorder, participant: str = "p1") -> list:  # type: ignore[type-arg]
-    return [m for m, meta, _ in rec.seen[AUDIO_OUTPUT_TOPIC.name]
-            if meta.participant_id == participant]
+    return [
+        m for m, meta, _ in rec.seen[AUDIO_OUTPUT_TOPIC.name] if meta.participant_id == participant
+    ]
 
 
-async def reply(runtime: AgentRuntime, text: str, request_id: str, source: str = "conversation",
-                participant: str = "p1", final: bool = True) -> None:
+async def reply(
+    runtime: AgentRuntime,
+    text: str,
+    request_id: str,
+    source: str = "conversation",
+    participant: str = "p1",
+    final: bool = True,
+) -> None:
     words = text.split(" ")
     for i, word in enumerate(words):
-        await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-            text=(" " if i else "") + word, request_id=request_id, source=source, sequence=i,
-            final=False), participant_id=participant, source=source)
+        await runtime.publish(
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput(
+                text=(" " if i else "") + word,
+                request_id=request_id,
+                source=source,
+                sequence=i,
+                final=False,
+            ),
+            participant_id=participant,
+            source=source,
+        )
     if final:
-        await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-            text="", request_id=request_id, source=source, sequence=len(words), final=True),
-            participant_id=participant, source=source)
+        await runtime.publish(
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput(
+                text="", request_id=request_id, source=source, sequence=len(words), final=True
+            ),
+            participant_id=participant,
+            source=source,
+        )
 
 
 async def test_reply_is_spoken_sentence_by_sentence_in_order() -> None:
@@ -242,19 +277,22 @@ async def test_router_text_plays_before_the_destination() -> None:
     runtime, voice, rec, _ = make(config)
     async with voice, runtime:
         # something already playing, so the turn's segments queue up behind it
-        await runtime.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(text="Welcome back."),
-                              participant_id="p1")
+        await runtime.publish(
+            VOICE_OUTPUT_TOPIC, ResponseOutput(text="Welcome back."), participant_id="p1"
+        )
         await reply(runtime, "The answer is four.", "r1", source="conversation")
         await reply(runtime, "Let me check.", "r1", source="router")
-        await wait_for(lambda: any(c.final and c.source == "conversation"
-                                   for c in audio_of(rec)), limit=8)
+        await wait_for(
+            lambda: any(c.final and c.source == "conversation" for c in audio_of(rec)), limit=8
+        )
         order = [c.source or "standalone" for c in audio_of(rec) if c.text]
         assert order == ["standalone", "router", "conversation"]
 
 
 async def test_barge_in_stops_output_within_one_chunk_and_starts_a_new_turn() -> None:
-    config = VoiceConfig(vad=FAST_VAD, partial_interval_s=0, playback_speed=1.0,
-                         playback_lead_s=0.1)
+    config = VoiceConfig(
+        vad=FAST_VAD, partial_interval_s=0, playback_speed=1.0, playback_lead_s=0.1
+    )
     runtime, voice, rec, _ = make(config)
     async with voice, runtime:
         await reply(runtime, " ".join(["word"] * 40) + ".", "r1")  # 4 s of speech
@@ -289,8 +327,12 @@ async def test_external_interrupt_stops_output() -> None:
     async with voice, runtime:
         await reply(runtime, " ".join(["word"] * 40) + ".", "r1")
         await wait_for(lambda: len(audio_of(rec)) >= 2)
-        await runtime.publish(INTERRUPTED_TOPIC, Interrupted(reason="stop button"),
-                              participant_id=None, source="server")
+        await runtime.publish(
+            INTERRUPTED_TOPIC,
+            Interrupted(reason="stop button"),
+            participant_id=None,
+            source="server",
+        )
         count = len(audio_of(rec))
         await anyio.sleep(0.4)
         assert len(audio_of(rec)) <= count + 1
@@ -301,8 +343,9 @@ async def test_participant_left_drops_the_session() -> None:
     async with voice, runtime:
         await feed(runtime, tone(0.2))
         assert voice.participants() == ["p1"]
-        await runtime.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(reason="bye"),
-                              participant_id="p1")
+        await runtime.publish(
+            PARTICIPANT_LEFT_TOPIC, ParticipantLeft(reason="bye"), participant_id="p1"
+        )
         assert voice.participants() == []
 
 
@@ -321,3 +364,16 @@ async def test_first_audio_leaves_before_a_slow_reply_finishes() -> None:
         first_audio = next(at for m, _, at in rec.seen[AUDIO_OUTPUT_TOPIC.name] if m.pcm)
         assert first_audio < finished - 0.3
         assert llm.requests[0].messages[-1].content == "tone 440"
+
+
+async def test_slow_recognizer_throttles_partials_and_still_finalizes() -> None:
+    stt = ToneSTT(delay_s=0.25)
+    config = VoiceConfig(vad=FAST_VAD, partial_interval_s=0.1, playback_speed=0)
+    runtime, voice, rec, _ = make(config, stt=stt)
+    async with voice, runtime:
+        await feed(runtime, np.concatenate([tone(3.0), silence(0.6)]), pause_s=0.02)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        assert rec.messages(USER_QUERY_TOPIC)[0].text == "tone 440"
+        # 3 s of speech at 0.1 s intervals would be 30 partials; a 0.25 s recognizer
+        # is slower than the interval, so partials stop after the first few.
+        assert len(stt.calls) <= 6

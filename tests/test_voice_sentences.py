@@ -28,7 +28,10 @@ def test_word_deltas() -> None:
     text = "It is sunny today. Take a hat! Do you need more? Bye."
     deltas = [(" " if i else "") + w for i, w in enumerate(text.split())]
     assert split_stream(deltas) == [
-        "It is sunny today.", "Take a hat!", "Do you need more?", "Bye."
+        "It is sunny today.",
+        "Take a hat!",
+        "Do you need more?",
+        "Bye.",
     ]
 
 

@@ -49,7 +49,7 @@ class EnergyVAD:
 
 
 class ToneSTT:
-    """"Recognizes" the dominant frequency of the audio's loud part: ``"tone 440"``."""
+    """ "Recognizes" the dominant frequency of the audio's loud part: ``"tone 440"``."""
 
     sample_rate = RATE
 

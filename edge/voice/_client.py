@@ -84,23 +84,36 @@ class VoiceClient(Agent):
     def final_transcripts(self) -> list[str]:
         return [t.text for t in self.transcripts if t.final]
 
-    async def speak(self, runtime: AgentRuntime, audio: np.ndarray, sample_rate: int, *,
-                    realtime: bool = True, trailing_silence_s: float = 1.0) -> None:
+    async def speak(
+        self,
+        runtime: AgentRuntime,
+        audio: np.ndarray,
+        sample_rate: int,
+        *,
+        realtime: bool = True,
+        trailing_silence_s: float = 1.0,
+    ) -> None:
         """Publish ``audio`` (mono float) then ``trailing_silence_s`` of silence, in chunks."""
         padded = np.concatenate(
-            [np.asarray(audio, np.float32), np.zeros(int(trailing_silence_s * sample_rate),
-                                                     np.float32)]
+            [
+                np.asarray(audio, np.float32),
+                np.zeros(int(trailing_silence_s * sample_rate), np.float32),
+            ]
         )
         pcm = float_to_pcm16(padded)
         step = max(1, sample_rate * self.chunk_ms // 1000) * SAMPLE_WIDTH
         started = time.perf_counter()
         for n, i in enumerate(range(0, len(pcm), step)):
             if realtime:
-                await anyio.sleep(max(0.0, started + n * self.chunk_ms / 1000
-                                      - time.perf_counter()))
-            await runtime.publish(AUDIO_INPUT_TOPIC,
-                                  AudioInput(pcm=pcm[i : i + step], sample_rate=sample_rate),
-                                  participant_id=self.participant_id, source="client")
+                await anyio.sleep(
+                    max(0.0, started + n * self.chunk_ms / 1000 - time.perf_counter())
+                )
+            await runtime.publish(
+                AUDIO_INPUT_TOPIC,
+                AudioInput(pcm=pcm[i : i + step], sample_rate=sample_rate),
+                participant_id=self.participant_id,
+                source="client",
+            )
             self._spoke_until = time.perf_counter()
             if not realtime:
                 await anyio.lowlevel.checkpoint()
@@ -109,8 +122,9 @@ class VoiceClient(Agent):
         """Wait for the end of a spoken reply (a final chunk from a non-router source) among
         chunks heard from index ``since`` on, and return it."""
         with anyio.fail_after(limit_s):
-            while not any(h.chunk.final and h.chunk.source != ROUTER_SOURCE
-                          for h in self.heard[since:]):
+            while not any(
+                h.chunk.final and h.chunk.source != ROUTER_SOURCE for h in self.heard[since:]
+            ):
                 await self._changed.wait()
         heard = self.heard[since:]
         rate = next((h.chunk.sample_rate for h in heard if h.chunk.pcm), 0)

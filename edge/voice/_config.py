@@ -47,7 +47,9 @@ class VoiceConfig(BaseModel):
     * ``playback_speed``: pacing of output chunks relative to real time (1.0 plays in
       real time, 0 sends as fast as synthesized); ``playback_lead_s`` is how far ahead of
       the playing position chunks may be sent;
-    * ``tts_lookahead``: sentences synthesized ahead of the one playing.
+    * ``tts_lookahead``: sentences synthesized ahead of the one playing;
+    * ``speculative_final``: start the final transcription at the first silent window
+      instead of at the endpoint (the result is reused when speech does not resume).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,3 +61,4 @@ class VoiceConfig(BaseModel):
     playback_speed: float = Field(default=1.0, ge=0.0)
     playback_lead_s: float = Field(default=0.2, ge=0.0)
     tts_lookahead: int = Field(default=2, ge=1)
+    speculative_final: bool = True

@@ -51,8 +51,9 @@ Event = SpeechStarted | SpeechPaused | SpeechResumed | UtteranceEnded
 class Endpointer:
     """Streaming speech/silence state machine; see the module docstring."""
 
-    def __init__(self, config: VadConfig | None = None, sample_rate: int = 16_000,
-                 window: int = 512) -> None:
+    def __init__(
+        self, config: VadConfig | None = None, sample_rate: int = 16_000, window: int = 512
+    ) -> None:
         self.config = config or VadConfig()
         self.rate = sample_rate
         self.window = window

@@ -60,6 +60,8 @@ class _Pass:
     kind: str  # partial | speculative | final
     done: anyio.Event = field(default_factory=anyio.Event)
     result: Recognition | None = None
+    stale: bool = False  # a partial overtaken before it reached the model: skipped
+    started: bool = False  # reached the model
 
 
 @dataclass
@@ -101,14 +103,16 @@ class Listener:
         self._speech_start_us = 0
         self._passes: list[_Pass] = []
         self._last_partial_covers = 0
+        self._pass_cost = 0.0  # running average of a transcription's duration, seconds
         self._tg: TaskGroup | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
         ](math.inf)
         self.stats: list[UtteranceStats] = []
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Own the listener's background work until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -130,7 +134,7 @@ class Listener:
                 self._speech_start_us = self._wall_us(event.start_sample)
                 self._last_partial_covers = event.start_sample
                 self._hooks.speech_started(self.participant_id)
-            elif isinstance(event, SpeechPaused):
+            elif isinstance(event, SpeechPaused) and self.config.speculative_final:
                 self._start_pass("speculative")
             elif isinstance(event, UtteranceEnded):
                 self._finish(event)
@@ -147,6 +151,8 @@ class Listener:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
+        if self._pass_cost > interval:
+            return  # this device cannot keep up: partials would only delay the final
         if self._endpointer.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
@@ -155,16 +161,32 @@ class Listener:
         if self._tg is None or not len(audio):
             return None
         job = _Pass(self._utterance, audio_start + len(audio), kind)
+        if kind != "partial":
+            self._drop_waiting_partials()
         self._passes.append(job)
         if kind == "partial":
             self._last_partial_covers = job.covers
         self._tg.start_soon(self._run_pass, job, audio)
         return job
 
+    def _drop_waiting_partials(self) -> None:
+        for p in self._passes:
+            if p.kind == "partial" and not p.done.is_set():
+                p.stale = True
+
+    def _transcribe(self, job: _Pass, audio: np.ndarray) -> Recognition | None:
+        """In a worker thread: transcribe, unless this partial went stale while queued."""
+        if job.stale:
+            return None
+        job.started = True
+        result = self._stt.transcribe(audio)
+        self._pass_cost = 0.7 * self._pass_cost + 0.3 * result.elapsed_s
+        return result
+
     async def _run_pass(self, job: _Pass, audio: np.ndarray) -> None:
         try:
             job.result = await anyio.to_thread.run_sync(
-                self._stt.transcribe, audio, limiter=self._limiter
+                self._transcribe, job, audio, limiter=self._limiter
             )
         except Exception:
             log.exception("transcription failed for %s", self.participant_id)
@@ -187,15 +209,18 @@ class Listener:
         utterance = self._utterance
         ended_at = time.perf_counter()
         start_us = self._speech_start_us
+        self._drop_waiting_partials()
         reuse = next(
             (
                 p
                 for p in reversed(self._passes)
-                if p.utterance == utterance and p.covers >= event.speech_end_sample
+                if p.utterance == utterance
+                and p.covers >= event.speech_end_sample
+                and (p.started or not p.stale)
             ),
             None,
         )
-        passes = sum(1 for p in self._passes if p.utterance == utterance)
+        passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
         self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
         self._utterance += 1
         audio = event.audio
@@ -209,13 +234,25 @@ class Listener:
                 await self._run_pass(job, audio)
             text = job.result.text if job.result else ""
             self.stats.append(
-                UtteranceStats(utterance, text, len(audio) / self._rate, ended_at,
-                               time.perf_counter(), job is reuse, passes + (job is not reuse))
+                UtteranceStats(
+                    utterance,
+                    text,
+                    len(audio) / self._rate,
+                    ended_at,
+                    time.perf_counter(),
+                    job is reuse,
+                    passes + (job is not reuse),
+                )
             )
             await self._hooks.transcript(
                 self.participant_id,
-                Transcript(text=text, utterance=utterance, final=True,
-                           truncated=event.truncated, speech_start_us=start_us),
+                Transcript(
+                    text=text,
+                    utterance=utterance,
+                    final=True,
+                    truncated=event.truncated,
+                    speech_start_us=start_us,
+                ),
             )
             if text:
                 await self._hooks.query(self.participant_id, text, start_us)

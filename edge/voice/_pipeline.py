@@ -244,19 +244,33 @@ class VoicePipeline(Agent):
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
         await self._publish(
-            self._query_topic, UserQuery(text=text, timestamp_us=timestamp_us), participant_id,
+            self._query_topic,
+            UserQuery(text=text, timestamp_us=timestamp_us),
+            participant_id,
             timestamp_us=timestamp_us,
         )
 
     # -- publishing ---------------------------------------------------------------------
 
-    async def _publish(self, topic: Topic, message, participant_id: str,  # type: ignore[no-untyped-def]
-                       correlation_id: str | None = None, timestamp_us: int | None = None) -> None:
+    async def _publish(
+        self,
+        topic: Topic,
+        message,
+        participant_id: str,  # type: ignore[no-untyped-def]
+        correlation_id: str | None = None,
+        timestamp_us: int | None = None,
+    ) -> None:
         runtime = self._runtime
         if runtime is None or not runtime.running:
             return
-        await runtime.publish(topic, message, participant_id=participant_id, source=self.name,
-                              correlation_id=correlation_id, timestamp_us=timestamp_us)
+        await runtime.publish(
+            topic,
+            message,
+            participant_id=participant_id,
+            source=self.name,
+            correlation_id=correlation_id,
+            timestamp_us=timestamp_us,
+        )
 
     async def _publish_quietly(self, topic: Topic, message, participant_id: str) -> None:  # type: ignore[no-untyped-def]
         try:

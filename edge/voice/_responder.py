@@ -87,16 +87,23 @@ class LLMResponder(Agent):
         if scope is not None:
             scope.cancel()
 
-    async def _answer(self, query: UserQuery, ctx: HandlerContext, scope: anyio.CancelScope
-                      ) -> None:
+    async def _answer(
+        self, query: UserQuery, ctx: HandlerContext, scope: anyio.CancelScope
+    ) -> None:
         request_id = ctx.metadata.message_id
         timestamp = query.timestamp_us or ctx.metadata.timestamp_us
         sequence = 0
 
         async def emit(text: str, final: bool) -> None:
             nonlocal sequence
-            frame = ResponseOutput(text=text, request_id=request_id, source=self.source,
-                                   sequence=sequence, final=final, timestamp_us=timestamp)
+            frame = ResponseOutput(
+                text=text,
+                request_id=request_id,
+                source=self.source,
+                sequence=sequence,
+                final=final,
+                timestamp_us=timestamp,
+            )
             sequence += 1
             await ctx.publish(self._output_topic, frame, source=self.source)
 
@@ -106,8 +113,9 @@ class LLMResponder(Agent):
         ]
         with scope:
             try:
-                stream = self.llm.stream(messages, max_tokens=self.max_tokens,
-                                         cache_key=ctx.metadata.participant_id)
+                stream = self.llm.stream(
+                    messages, max_tokens=self.max_tokens, cache_key=ctx.metadata.participant_id
+                )
                 async with stream:
                     async for delta in stream:
                         await emit(delta, False)

@@ -95,8 +95,9 @@ class Speaker:
         self._out_rate: int | None = config.output_rate
         self.first_audio_at: dict[str, float] = {}  # request_id -> perf_counter of 1st chunk
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._synthesizer)
             tg.start_soon(self._player)
@@ -123,16 +124,22 @@ class Speaker:
         if final and not texts:
             texts = [""]  # an end marker: the stream's final (empty) chunk
         for i, text in enumerate(texts):
-            self._add(_Segment(key, rid, frame.source, text, final and i == len(texts) - 1,
-                               correlation_id))
+            self._add(
+                _Segment(
+                    key, rid, frame.source, text, final and i == len(texts) - 1, correlation_id
+                )
+            )
         return True
 
     def _add(self, segment: _Segment) -> None:
         at = len(self._plan)
         if segment.source == ROUTER_SOURCE and segment.request_id is not None:
             for i, other in enumerate(self._plan):
-                if (other.request_id == segment.request_id and other.source != ROUTER_SOURCE
-                        and not other.started):
+                if (
+                    other.request_id == segment.request_id
+                    and other.source != ROUTER_SOURCE
+                    and not other.started
+                ):
                     at = i
                     break
         if not segment.text:

@@ -1,0 +1,275 @@
+"""Voice layer speed: STT and TTS real-time factors, VAD cost, and end of speech → first
+reply audio through the whole pipeline.
+
+    python benchmarks/voice_latency.py              # scripted instant LLM: the voice layer alone
+    python benchmarks/voice_latency.py --llm        # also with the local LLM answering
+    python benchmarks/voice_latency.py --repeat 5   # more runs per figure
+
+The loop runs in real time: Piper speaks a question, a simulated client feeds it in
+100 ms chunks at real-time pace, followed by silence; the pipeline detects the endpoint,
+transcribes, publishes the query, an answerer streams a reply, and the pipeline speaks
+it. "End of speech" is the endpoint minus the configured end-of-utterance silence.
+Prints tables, writes ``benchmarks/results/voice_latency.json`` and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from edge.llm import ScriptedLLM, ScriptedReply
+from edge.runtime import AgentRuntime
+from edge.voice import (
+    LLMResponder,
+    PiperTTS,
+    SileroVAD,
+    VoiceClient,
+    VoiceConfig,
+    VoicePipeline,
+    WhisperSTT,
+    resample,
+)
+
+SENTENCES = [
+    "Turn on the lights.",
+    "What is the capital of France?",
+    "Please remind me to check the centrifuge rotor before the experiment starts tomorrow.",
+]
+QUESTION = "What is the capital of France?"
+REPLY = "The capital of France is Paris. It is known for its museums and its food."
+OUT = Path(__file__).parent / "results"
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def bench_tts(tts: PiperTTS, repeat: int) -> list[dict]:
+    rows = []
+    tts.synthesize("Warm up.")
+    for text in SENTENCES:
+        runs = [tts.synthesize(text) for _ in range(repeat)]
+        rows.append(
+            {
+                "text": text,
+                "audio_s": runs[0].duration_s,
+                "elapsed_s": median([r.elapsed_s for r in runs]),
+                "rtf": median([r.rtf for r in runs]),
+            }
+        )
+    return rows
+
+
+def bench_stt(stt: WhisperSTT, tts: PiperTTS, repeat: int) -> list[dict]:
+    rows = []
+    stt.transcribe(np.zeros(16_000, np.float32))
+    for text in SENTENCES:
+        spoken = tts.synthesize(text)
+        audio = resample(spoken.audio, spoken.sample_rate, 16_000)
+        runs = [stt.transcribe(audio) for _ in range(repeat)]
+        rows.append(
+            {
+                "text": text,
+                "heard": runs[0].text,
+                "audio_s": runs[0].audio_s,
+                "elapsed_s": median([r.elapsed_s for r in runs]),
+                "rtf": median([r.rtf for r in runs]),
+            }
+        )
+    return rows
+
+
+def bench_vad(seconds: float = 10.0) -> dict:
+    vad = SileroVAD()
+    audio = np.random.default_rng(0).standard_normal(int(seconds * 16_000)).astype(np.float32)
+    audio *= 0.05
+    started = time.perf_counter()
+    for i in range(0, len(audio), 1_600):
+        vad.process(audio[i : i + 1_600])
+    elapsed = time.perf_counter() - started
+    return {"audio_s": seconds, "elapsed_s": elapsed, "rtf": elapsed / seconds}
+
+
+async def loop_once(
+    stt: WhisperSTT, tts: PiperTTS, question: np.ndarray, rate: int, config: VoiceConfig, llm
+) -> dict:  # type: ignore[no-untyped-def]
+    runtime = AgentRuntime()
+    voice = VoicePipeline(stt=stt, tts=tts, config=config)
+    client = VoiceClient("bench")
+    responder = LLMResponder(llm, max_tokens=60)
+    for name, agent in (("voice", voice), ("client", client), ("assistant", responder)):
+        runtime.register(name, agent)
+    async with voice, responder, runtime:
+        await client.speak(runtime, question, rate, realtime=True, trailing_silence_s=1.5)
+        answer = await client.answer(limit_s=120)
+        listener, _ = voice.session("bench")
+        stats = listener.stats[-1]
+    silence = config.vad.end_silence_ms / 1000
+    assert answer.first_audio_at is not None
+    return {
+        "heard": stats.text,
+        "final_pass_reused": stats.reused_pass,
+        "stt_passes": stats.passes,
+        "endpoint_to_transcript_s": stats.final_ready_at - stats.speech_end_at,
+        "endpoint_to_first_audio_s": answer.first_audio_at - stats.speech_end_at,
+        "speech_end_to_first_audio_s": answer.first_audio_at - stats.speech_end_at + silence,
+        "answer": " ".join(answer.texts),
+    }
+
+
+async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool) -> list[dict]:
+    spoken = tts.synthesize(QUESTION)
+    variants: list[tuple[str, VoiceConfig, object]] = []
+    for speculative in (True, False):
+        config = VoiceConfig(
+            speculative_final=speculative, partial_interval_s=0.8 if speculative else 0.0
+        )
+        label = "speculative final + partials" if speculative else "final pass at endpoint"
+        variants.append((f"scripted LLM, {label}", config, None))
+    if use_llm:
+        variants.append(("local LLM, speculative final + partials", VoiceConfig(), "local"))
+    rows = []
+    for label, config, kind in variants:
+        llm = None
+        if kind == "local":
+            from edge.llm import LlamaCppLLM
+
+            llm = LlamaCppLLM()
+            await llm.load()
+        runs = []
+        for _ in range(repeat):
+            answerer = llm or ScriptedLLM(default=ScriptedReply(REPLY))
+            runs.append(
+                await loop_once(stt, tts, spoken.audio, spoken.sample_rate, config, answerer)
+            )
+        if llm is not None:
+            await llm.close()
+        keys = (
+            "endpoint_to_transcript_s",
+            "endpoint_to_first_audio_s",
+            "speech_end_to_first_audio_s",
+        )
+        row = {"variant": label, "runs": runs}
+        row.update({k: median([r[k] for r in runs]) for k in keys})
+        row["reused"] = sum(r["final_pass_reused"] for r in runs)
+        rows.append(row)
+    return rows
+
+
+def plot(loop_rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    labels = [r["variant"] for r in loop_rows]
+    silence = [r["speech_end_to_first_audio_s"] - r["endpoint_to_first_audio_s"] for r in loop_rows]
+    stt = [r["endpoint_to_transcript_s"] for r in loop_rows]
+    rest = [r["endpoint_to_first_audio_s"] - r["endpoint_to_transcript_s"] for r in loop_rows]
+    y = range(len(labels))
+    ax.barh(y, silence, label="end-of-utterance silence")
+    ax.barh(y, stt, left=silence, label="final transcript")
+    ax.barh(
+        y,
+        rest,
+        left=[a + b for a, b in zip(silence, stt, strict=True)],
+        label="query → LLM → first sentence → TTS",
+    )
+    ax.set_yticks(list(y), labels)
+    ax.set_xlabel("seconds from end of speech to first reply audio (median)")
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--llm", action="store_true", help="also answer with the local LLM")
+    args = parser.parse_args()
+    console = Console()
+    stt, tts = WhisperSTT(), PiperTTS()
+    t0 = time.perf_counter()
+    stt.load()
+    stt_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tts.load()
+    tts_load = time.perf_counter() - t0
+
+    tts_rows = bench_tts(tts, args.repeat)
+    stt_rows = bench_stt(stt, tts, args.repeat)
+    vad_row = bench_vad()
+    loop_rows = anyio.run(bench_loop, stt, tts, args.repeat, args.llm)
+
+    table = Table(title=f"TTS (Piper, loaded in {tts_load:.2f} s)")
+    for col in ("sentence", "audio s", "synth s", "RTF"):
+        table.add_column(col)
+    for r in tts_rows:
+        table.add_row(
+            r["text"][:48], f"{r['audio_s']:.2f}", f"{r['elapsed_s']:.3f}", f"{r['rtf']:.3f}"
+        )
+    console.print(table)
+    table = Table(title=f"STT (faster-whisper tiny.en int8, loaded in {stt_load:.2f} s)")
+    for col in ("sentence", "heard", "audio s", "stt s", "RTF"):
+        table.add_column(col)
+    for r in stt_rows:
+        table.add_row(
+            r["text"][:40],
+            r["heard"][:40],
+            f"{r['audio_s']:.2f}",
+            f"{r['elapsed_s']:.3f}",
+            f"{r['rtf']:.3f}",
+        )
+    console.print(table)
+    console.print(f"VAD (Silero ONNX, streaming 100 ms chunks): RTF {vad_row['rtf']:.4f}")
+    table = Table(title="End of speech → first reply audio (median, real-time feeding)")
+    for col in (
+        "variant",
+        "endpoint→transcript",
+        "endpoint→audio",
+        "speech end→audio",
+        "final reused",
+    ):
+        table.add_column(col)
+    for r in loop_rows:
+        table.add_row(
+            r["variant"],
+            f"{r['endpoint_to_transcript_s']:.3f}",
+            f"{r['endpoint_to_first_audio_s']:.3f}",
+            f"{r['speech_end_to_first_audio_s']:.3f}",
+            f"{r['reused']}/{len(r['runs'])}",
+        )
+    console.print(table)
+
+    OUT.mkdir(exist_ok=True)
+    result = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_avg": os.getloadavg(),
+        },
+        "repeat": args.repeat,
+        "load_s": {"stt": stt_load, "tts": tts_load},
+        "tts": tts_rows,
+        "stt": stt_rows,
+        "vad": vad_row,
+        "loop": loop_rows,
+    }
+    (OUT / "voice_latency.json").write_text(json.dumps(result, indent=2))
+    plot(loop_rows, OUT / "voice_latency.png")
+    console.print(f"wrote {OUT / 'voice_latency.json'} and {OUT / 'voice_latency.png'}")
+
+
+if __name__ == "__main__":
+    main()
