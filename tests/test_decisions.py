@@ -190,3 +190,12 @@ async def test_scripted_decisions() -> None:
     assert len(d.questions) == 4
     fn = ScriptedDecisions(lambda question: question.labels[-1])
     assert (await fn.decide(q)).label == "notes"
+
+
+async def test_prepare_computes_the_prior_in_the_background() -> None:
+    llm = FakeScorer([0.0, 0.0])
+    service = LocalDecisionService(llm)
+    await service.prepare(ChoiceQuestion("", TWO))
+    assert len(llm.calls) == 1 and llm.calls[0][3] is Priority.BACKGROUND
+    await service.decide(ChoiceQuestion("x", TWO))
+    assert len(llm.calls) == 2  # the prior was ready

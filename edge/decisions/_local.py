@@ -46,7 +46,9 @@ class LocalDecisionService:
     """A :class:`~edge.decisions.DecisionService` on a local model with ``score()``.
 
     ``model_weight`` and ``lexical_weight`` scale the two kinds of evidence (log-odds
-    units); ``uncertain_below`` is the probability under which the answer is "clarify"
+    units; the defaults were chosen on ``benchmarks/routing_eval_set.jsonl`` with
+    SmolLM2-135M, whose calibrated scores are weak evidence: see docs/routing.md);
+    ``uncertain_below`` is the probability under which the answer is "clarify"
     (label None, probabilities still given); ``max_context_bytes`` bounds the recent
     conversation lines put in the prompt (prompt evaluation is the slow part on CPU).
     With a single criterion no model call is made.
@@ -57,8 +59,8 @@ class LocalDecisionService:
         llm: LLMService | Any,
         *,
         cache_key: str = "decisions",
-        model_weight: float = 1.0,
-        lexical_weight: float = 1.5,
+        model_weight: float = 0.5,
+        lexical_weight: float = 2.0,
         uncertain_below: float = 0.55,
         max_context_bytes: int = 300,
         calibrate: bool = True,
@@ -149,7 +151,20 @@ class LocalDecisionService:
             scores = [s - p for s, p in zip(scores, prior, strict=True)]
         return scores, result.metrics
 
-    async def _prior(self, question: ChoiceQuestion, keys: list[str]) -> list[float]:
+    async def prepare(self, question: ChoiceQuestion) -> None:
+        """Evaluate ``question``'s option prefix and content-free prior ahead of time, at
+        background priority, so the first real decision with these options is warm. Call it
+        at start-up with the destinations' routing aids (the text is ignored)."""
+        if self.uses_model and len(question.criteria) > 1 and self.calibrate:
+            keys = list(_KEYS[: len(question.criteria)])
+            await self._prior(question, keys, priority=Priority.BACKGROUND)
+
+    async def _prior(
+        self,
+        question: ChoiceQuestion,
+        keys: list[str],
+        priority: Priority = Priority.INTERACTIVE,
+    ) -> list[float]:
         signature = (question.instruction, question.criteria)
         cached = self._priors.get(signature)
         if cached is not None:
@@ -157,7 +172,7 @@ class LocalDecisionService:
             return cached
         result = await self.llm.score(
             self.prompt(question, text=_CONTENT_FREE), keys, cache_key=self.cache_key,
-            priority=Priority.INTERACTIVE,
+            priority=priority,
         )
         prior = _normalized(result.logprobs, len(keys))
         self._priors[signature] = prior
