@@ -123,6 +123,22 @@ def test_faster_prompts_give_larger_budgets_until_the_window_binds() -> None:
     check_rules(inputs, huge)
 
 
+def test_measured_speeds_too_slow_for_the_targets_warn_instead_of_rejecting() -> None:
+    """A slow (or busy) machine still starts, with the minimum budgets and a warning."""
+    catalogue = Catalogue.load()
+    profile = load_profiles(catalogue=catalogue)["ci-2core-24gb"]
+    inputs, _ = budget_inputs(profile, catalogue)
+    slow = inputs.model_copy(update={"prompt_tokens_per_s": 20.0, "generation_tokens_per_s": 3.0})
+    with pytest.raises(BudgetError, match=r"at least \d+\.\d s"):
+        derive_budgets(slow)
+    budgets = derive_budgets(slow.model_copy(update={"strict_latency": False}))
+    assert budgets.bound_by == "minimum sizes"
+    assert (budgets.dialogue_budget_bytes, budgets.topic_budget_bytes) == (1024, 512)
+    assert any("cold_ttft_s" in w for w in budgets.warnings)
+    assert any("warm TTFT" in w for w in budgets.warnings)
+    check_rules(slow, budgets)
+
+
 # -- schema errors ------------------------------------------------------------------------
 def test_unknown_key_is_named() -> None:
     data = raw()

@@ -75,6 +75,11 @@ class BudgetInputs(BaseModel):
     warm_ttft_s: float = Field(gt=0)
     overrides: BudgetOverrides = BudgetOverrides()
     sources: dict[str, str] = Field(default_factory=dict)
+    strict_latency: bool = Field(
+        default=True,
+        description="reject when the latency targets cannot be met; else warn and use the "
+        "minimum section sizes (for measured speeds: a slow machine still starts)",
+    )
 
 
 class Budgets(BaseModel):
@@ -100,7 +105,7 @@ class Budgets(BaseModel):
     expected_warm_ttft_s: float
     expected_compaction_s: float
     memory_left_bytes: int
-    bound_by: str  # "latency" or "context window" or "overrides"
+    bound_by: str  # "latency", "context window", "overrides" or "minimum sizes"
     explain: dict[str, str]
     warnings: list[str] = Field(default_factory=list)
 
@@ -129,7 +134,9 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
        ``unit_l = ((cold_ttft - 1/G) * P - fixed_answer - fixed_routing) / (0.75 * (3 + n))``.
     3. ``unit = min(unit_w, unit_l) * b`` bytes; dialogue = 2 units, topic = 1 unit,
        router history = 1 unit, each rounded down to 64 bytes (or the profile's override).
-       Dialogue under 1,024 or topics under 512 bytes: rejected, naming the binding figure.
+       Dialogue under 1,024 or topics under 512 bytes: rejected, naming the binding figure
+       -- except with ``strict_latency=False`` (measured speeds), where a latency bound
+       that small yields the minimum sizes and a warning, so a slow machine still starts.
     4. Compaction input = ``3/4 * largest section + 256`` (a summary of a quarter plus the
        half that triggered compaction, plus one entry's slack), capped so that the
        compaction prompt and its summary (a quarter of the largest budget) fit the window;
@@ -182,16 +189,29 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     if ov.dialogue_budget_bytes or ov.topic_budget_bytes or ov.router_context_budget_bytes:
         bound_by = "overrides"
 
-    if dialogue < MIN_DIALOGUE_BYTES or (n and topic < MIN_TOPIC_BYTES):
+    too_small = dialogue < MIN_DIALOGUE_BYTES or (n and topic < MIN_TOPIC_BYTES)
+    # the smallest unit (tokens) and the cold target that would allow it
+    floor_bytes = max(MIN_DIALOGUE_BYTES / DIALOGUE_UNITS, MIN_TOPIC_BYTES if n else 0)
+    need_tokens = (
+        floor_bytes / b * STEADY_FILL * (DIALOGUE_UNITS + n * TOPIC_UNITS + ROUTER_UNITS)
+        + fixed_answer
+        + fixed_routing
+    )
+    need_s = need_tokens / x.prompt_tokens_per_s + 1 / x.generation_tokens_per_s
+    if too_small and bound_by == "latency" and not x.strict_latency and floor_bytes / b <= unit_w:
+        warnings.append(
+            f"latency.cold_ttft_s ({x.cold_ttft_s:g} s) cannot be met at the measured "
+            f"{x.prompt_tokens_per_s:.0f} prompt tokens/s: using the minimum section budgets; "
+            f"raise latency.cold_ttft_s to at least {need_s:.1f} s or choose a faster model"
+        )
+        unit_bytes = floor_bytes
+        dialogue = _up(DIALOGUE_UNITS * floor_bytes)
+        topic = _up(TOPIC_UNITS * floor_bytes)
+        router = _up(ROUTER_UNITS * floor_bytes)
+        bound_by = "minimum sizes"
+        too_small = False
+    if too_small:
         if bound_by == "latency":
-            # cold_ttft needed for the minimum sizes
-            need_unit = max(MIN_DIALOGUE_BYTES / DIALOGUE_UNITS, MIN_TOPIC_BYTES if n else 0) / b
-            need_tokens = (
-                need_unit * STEADY_FILL * (DIALOGUE_UNITS + n * TOPIC_UNITS + ROUTER_UNITS)
-                + fixed_answer
-                + fixed_routing
-            )
-            need_s = need_tokens / x.prompt_tokens_per_s + 1 / x.generation_tokens_per_s
             raise BudgetError(
                 f"latency.cold_ttft_s ({x.cold_ttft_s:g} s) at {x.prompt_tokens_per_s:.0f} prompt "
                 f"tokens/s allows only {dialogue} bytes of dialogue and {topic} per topic "
@@ -256,16 +276,22 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     cold_full_s = (answer_tokens + routing_tokens) / x.prompt_tokens_per_s + first_token_s
     warm_tokens = 2 * tok(x.typical_exchange_bytes) + TIME_LINE_TOKENS
     warm_s = warm_tokens / x.prompt_tokens_per_s + first_token_s
-    if warm_s > x.warm_ttft_s:
+    if warm_s > x.warm_ttft_s and not x.strict_latency:
+        warnings.append(
+            f"expected warm TTFT {warm_s:.2f} s exceeds the {x.warm_ttft_s:g} s target at "
+            f"{x.prompt_tokens_per_s:.0f} prompt tokens/s"
+        )
+    elif warm_s > x.warm_ttft_s:
         raise BudgetError(
             f"latency.warm_ttft_s ({x.warm_ttft_s:g} s) is below the expected {warm_s:.2f} s "
             f"({warm_tokens} new tokens per turn at {x.prompt_tokens_per_s:.0f} tokens/s): raise "
             "latency.warm_ttft_s, lower llm.typical_exchange_bytes, or choose a faster model"
         )
     if cold_s > x.cold_ttft_s * 1.001:
+        why = "budget overrides" if bound_by == "overrides" else "the minimum section sizes"
         warnings.append(
             f"expected cold TTFT {cold_s:.2f} s exceeds the {x.cold_ttft_s:g} s target "
-            "because of budget overrides"
+            f"because of {why}"
         )
     compaction_s = (
         x.compaction_overhead_tokens + tok(compaction)

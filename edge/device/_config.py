@@ -172,6 +172,7 @@ def budget_inputs(
         warm_ttft_s=profile.latency.warm_ttft_s,
         overrides=profile.budgets,
         sources=sources,
+        strict_latency=calibration is None,
     )
     return inputs, notes
 
