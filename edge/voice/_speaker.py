@@ -47,6 +47,7 @@ PublishAudio = Callable[[AudioOutput, "str | None"], Awaitable[None]]
 
 @dataclass
 class _Stream:
+    request_id: str | None
     splitter: SentenceSplitter = field(default_factory=SentenceSplitter)
     open: bool = True
 
@@ -111,10 +112,11 @@ class Speaker:
         rid = frame.request_id
         if rid is not None and rid in self._superseded:
             return False
-        key = (rid if rid is not None else f"standalone-{next(self._standalone)}", frame.source)
+        # a standalone message is a stream of its own (NUL keeps it apart from request ids)
+        key = (rid if rid is not None else f"\0{next(self._standalone)}", frame.source)
         stream = self._streams.get(key)
         if stream is None or not stream.open:
-            stream = self._streams[key] = _Stream()
+            stream = self._streams[key] = _Stream(rid)
         sentences = stream.splitter.feed(frame.text)
         final = frame.final or rid is None
         if final:
@@ -168,12 +170,10 @@ class Speaker:
     def interrupt(self) -> list[str]:
         """Stop all output now; returns the superseded request ids (oldest first)."""
         ids: list[str] = []
-        for rid, _ in self._streams:
-            if not rid.startswith("standalone-") and rid not in ids:
+        known = [s.request_id for s in self._streams.values()]
+        for rid in [*known, *(segment.request_id for segment in self._plan)]:
+            if rid is not None and rid not in ids:
                 ids.append(rid)
-        for segment in self._plan:
-            if segment.request_id is not None and segment.request_id not in ids:
-                ids.append(segment.request_id)
         for rid in ids:
             self._supersede(rid)
         self._plan.clear()
