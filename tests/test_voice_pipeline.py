@@ -377,3 +377,16 @@ async def test_slow_recognizer_throttles_partials_and_still_finalizes() -> None:
         # 3 s of speech at 0.1 s intervals would be 30 partials; a 0.25 s recognizer
         # is slower than the interval, so partials stop after the first few.
         assert len(stt.calls) <= 6
+
+
+async def test_a_new_turn_supersedes_unspoken_replies_to_earlier_turns() -> None:
+    runtime, voice, rec, tts = make()
+    async with voice, runtime:
+        await feed(runtime, np.concatenate([utterance(440), utterance(880)]))
+        await wait_for(lambda: len(rec.messages(USER_QUERY_TOPIC)) == 2)
+        first, second = (meta.message_id for _, meta, _ in rec.seen[USER_QUERY_TOPIC.name])
+        await reply(runtime, "Old answer.", first)  # late reply to the earlier turn
+        await reply(runtime, "New answer.", second)
+        await wait_for(lambda: any(c.final for c in audio_of(rec)))
+        assert {c.request_id for c in audio_of(rec)} == {second}
+        assert tts.spoken == ["New answer."]

@@ -8,7 +8,9 @@ Barge-in: when the listener confirms speech while the speaker is active, the spe
 stops at once (at most the chunk being published still goes out), every request it knew
 is superseded (later frames for them are dropped), and ``Interrupted`` is published for
 the participant. The new utterance becomes the next turn as usual. An ``Interrupted``
-from anyone else (a stop button, the server) stops the output the same way.
+from anyone else (a stop button, the server) stops the output the same way. Publishing
+a participant's new query supersedes their earlier turns: replies to those that have not
+been spoken yet are dropped (the router cancels them too).
 
 Lifecycle: ``async with pipeline:`` owns the background work of every participant;
 enter it before starting the runtime and leave it after stopping the runtime
@@ -19,7 +21,8 @@ front with :meth:`VoicePipeline.load`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskGroup
@@ -60,6 +63,7 @@ class _Session:
     listener: Listener
     speaker: Speaker
     scope: anyio.CancelScope
+    turns: deque[str] = field(default_factory=lambda: deque(maxlen=32))  # query ids
     resampler: StreamResampler | None = None
     input_format: tuple[int, int] | None = None  # (rate, channels)
 
@@ -104,6 +108,7 @@ class VoicePipeline(Agent):
         self._runtime: AgentRuntime | None = None
         self.add_handler(audio_input_topic, self._on_audio)
         self.add_handler(reply_topic, self._on_reply)
+        self.add_handler(query_topic, self._on_query)
         self.add_handler(interrupted_topic, self._on_interrupted)
         self.add_handler(participant_left_topic, self._on_left)
 
@@ -207,6 +212,14 @@ class VoicePipeline(Agent):
         session = await self._session(participant, ctx)
         if not session.speaker.on_output(frame, ctx.metadata.correlation_id):
             log.debug("dropped a frame of superseded request %s", frame.request_id)
+
+    async def _on_query(self, query: UserQuery, ctx: HandlerContext) -> None:
+        """A participant's new turn (spoken or typed) supersedes their earlier turns."""
+        participant = ctx.metadata.participant_id
+        session = self._sessions.get(participant) if participant is not None else None
+        if session is not None:
+            session.speaker.drop(session.turns)
+            session.turns.append(ctx.metadata.message_id)
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         if ctx.metadata.source == self.name:

@@ -23,7 +23,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import anyio
@@ -186,6 +186,25 @@ class Speaker:
         self._notify()
         return ids
 
+    def drop(self, request_ids: Iterable[str]) -> None:
+        """Supersede these requests: drop their queued speech and later frames, and stop
+        the one playing if it is theirs (other output goes on)."""
+        ids = set(request_ids)
+        if not ids:
+            return
+        for rid in ids:
+            self._supersede(rid)
+        head = self._plan[0] if self._plan else None
+        self._plan = [s for s in self._plan if s.request_id not in ids]
+        for key in [k for k, stream in self._streams.items() if stream.request_id in ids]:
+            del self._streams[key]
+            self._sequence.pop(key, None)
+        if head is not None and head.started and head.request_id in ids:
+            self._generation += 1
+            self._stop.set()
+            self._stop = anyio.Event()
+        self._notify()
+
     def _supersede(self, rid: str) -> None:
         if rid in self._superseded:
             return
@@ -236,7 +255,12 @@ class Speaker:
                 continue
             segment = self._plan[0]
             generation = self._generation
-            while not segment.ready.is_set() and generation == self._generation:
+            while (
+                not segment.ready.is_set()
+                and generation == self._generation
+                and self._plan
+                and self._plan[0] is segment
+            ):
                 await self._changed.wait()
             if generation != self._generation or not self._plan or self._plan[0] is not segment:
                 continue
