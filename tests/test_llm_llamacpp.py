@@ -79,24 +79,30 @@ async def test_prefix_reuse_across_interleaved_participants(llm: LlamaCppLLM) ->
 
 
 async def test_background_is_preempted_by_interactive_and_resumes(llm: LlamaCppLLM) -> None:
-    long_prompt = ask("Count from one to one hundred in words, separated by commas.")
+    # A compaction-sized background prompt (~1,200 tokens) takes seconds to evaluate.
+    notes = " ".join(f"Note {i}: the sample in rack {i % 7} was checked." for i in range(110))
+    long_prompt = ask(f"Summarise these notes in one sentence.\n{notes}")
     results: dict[str, object] = {}
 
     async def background() -> None:
         results["bg"] = await llm.chat(
-            long_prompt, max_tokens=120, priority=Priority.BACKGROUND, cache_key="compaction"
+            long_prompt, max_tokens=40, priority=Priority.BACKGROUND, cache_key="compaction"
         )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(background)
-        await anyio.sleep(0.6)  # the background request is generating by now
+        await anyio.sleep(1.0)  # the background request is evaluating its prompt by now
         assert llm.scheduler.queued == 0 and not llm.activity.busy
         results["int"] = await llm.chat(ask("Name one room."), max_tokens=8, cache_key="carol")
+        assert "bg" not in results  # the interactive answer finished first
     bg, inter = results["bg"], results["int"]
     assert bg.metrics.preemptions >= 1  # type: ignore[attr-defined]
-    assert bg.metrics.generated_tokens > 20  # type: ignore[attr-defined]
-    # The interactive request waited at most about one step of background work.
-    assert inter.metrics.queue_wait_s < 0.25  # type: ignore[attr-defined]
+    assert bg.content.strip()  # type: ignore[attr-defined]
+    # It resumed from its saved state instead of evaluating its prompt again.
+    assert bg.metrics.prompt_tokens > 1000  # type: ignore[attr-defined]
+    # The interactive request waited for one step of background work, not for the request
+    # (a relative bound: absolute latency is measured in benchmarks/, not asserted here).
+    assert inter.metrics.queue_wait_s < bg.metrics.total_s / 4  # type: ignore[attr-defined]
 
 
 async def test_cancellation_stops_and_model_stays_usable(llm: LlamaCppLLM) -> None:
