@@ -390,3 +390,15 @@ async def test_a_new_turn_supersedes_unspoken_replies_to_earlier_turns() -> None
         await wait_for(lambda: any(c.final for c in audio_of(rec)))
         assert {c.request_id for c in audio_of(rec)} == {second}
         assert tts.spoken == ["New answer."]
+
+
+async def test_a_short_pause_keeps_one_utterance() -> None:
+    runtime, voice, rec, _ = make()
+    async with voice, runtime:
+        audio = np.concatenate([tone(0.5), silence(0.2), tone(0.5), silence(0.6)])
+        await feed(runtime, audio, pause_s=0.01)
+        await wait_for(lambda: any(t.final for t in rec.messages(TRANSCRIPT_TOPIC)))
+        await anyio.sleep(0.1)
+        assert [q.text for q in rec.messages(USER_QUERY_TOPIC)] == ["tone 440"]
+        listener, _ = voice.session("p1")
+        assert listener.stats[0].audio_s > 1.0  # both halves in one utterance

@@ -29,7 +29,7 @@ import numpy as np
 from anyio.abc import TaskGroup
 
 from ._config import VoiceConfig
-from ._endpoint import Endpointer, SpeechPaused, SpeechStarted, UtteranceEnded
+from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
 from ._messages import Transcript
 from ._stt import Recognition, SpeechToText
 
@@ -136,6 +136,8 @@ class Listener:
                 self._hooks.speech_started(self.participant_id)
             elif isinstance(event, SpeechPaused) and self.config.speculative_final:
                 self._start_pass("speculative")
+            elif isinstance(event, SpeechResumed):
+                self._drop_waiting_passes()  # they cannot cover the utterance's end now
             elif isinstance(event, UtteranceEnded):
                 self._finish(event)
         if self._endpointer.speaking:
@@ -162,20 +164,21 @@ class Listener:
             return None
         job = _Pass(self._utterance, audio_start + len(audio), kind)
         if kind != "partial":
-            self._drop_waiting_partials()
+            self._drop_waiting_passes()
         self._passes.append(job)
         if kind == "partial":
             self._last_partial_covers = job.covers
         self._tg.start_soon(self._run_pass, job, audio)
         return job
 
-    def _drop_waiting_partials(self) -> None:
+    def _drop_waiting_passes(self, keep: _Pass | None = None) -> None:
+        """Passes still queued for the model are skipped when they get there."""
         for p in self._passes:
-            if p.kind == "partial" and not p.done.is_set():
+            if p is not keep and not p.done.is_set():
                 p.stale = True
 
     def _transcribe(self, job: _Pass, audio: np.ndarray) -> Recognition | None:
-        """In a worker thread: transcribe, unless this partial went stale while queued."""
+        """In a worker thread: transcribe, unless the pass went stale while queued."""
         if job.stale:
             return None
         job.started = True
@@ -209,7 +212,6 @@ class Listener:
         utterance = self._utterance
         ended_at = time.perf_counter()
         start_us = self._speech_start_us
-        self._drop_waiting_partials()
         reuse = next(
             (
                 p
@@ -220,6 +222,7 @@ class Listener:
             ),
             None,
         )
+        self._drop_waiting_passes(keep=reuse)
         passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
         self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
         self._utterance += 1
