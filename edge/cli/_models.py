@@ -27,40 +27,44 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/] {exc}")
         return 2
     table = Table(title="Model catalogue")
-    for col in ("id", "role", "format", "size", "ctx", "licence", "source", "status"):
-        table.add_column(col)
+    for col in ("id", "role", "format", "size", "ctx", "licence", "status"):
+        table.add_column(col, overflow="fold")
     missing_default = False
     bad = False
+    notes: list[str] = []
     for entry in catalogue:
         if args.role and entry.role != args.role:
             continue
         try:
             where = entry.locate()
-            status = f"[green]installed[/] {where}"
+            status = "[green]installed[/]"
+            notes.append(f"[green]{entry.id}[/]: {where}")
             if args.verify:
                 results = entry.verify()
                 if not results:
-                    status += " [yellow](no digest to check)[/]"
+                    status += " [yellow]no digest[/]"
                 elif all(results.values()):
                     status += " [green]sha256 ok[/]"
                 else:
                     bad = True
                     failed = ", ".join(k for k, ok in results.items() if not ok)
-                    status += f" [red]CHECKSUM MISMATCH: {failed}[/]"
+                    status = "[red]CHECKSUM MISMATCH[/]"
+                    notes.append(f"[red]{entry.id}[/]: digest mismatch for {failed}")
         except ModelMissingError as exc:
-            status = f"[red]missing[/]: {exc}"
-            missing_default |= entry.default
+            status = "[red]missing[/]" if entry.default else "[dim]not installed[/]"
+            if entry.default:
+                missing_default = True
+                notes.append(f"[red]{entry.id}[/]: {exc}")
+            else:
+                notes.append(f"[dim]{entry.id}: optional; {entry.install_hint()}[/]")
         size = f"{entry.size_bytes / 1e6:.0f} MB" if entry.size_bytes else "?"
-        name = entry.id + (" (default)" if entry.default else "")
+        name = entry.id + (" *" if entry.default else "")
         table.add_row(
-            name,
-            entry.role,
-            entry.format,
-            size,
-            str(entry.context_length or ""),
-            entry.license,
-            entry.source,
-            status,
+            name, entry.role, entry.format, size, str(entry.context_length or ""),
+            entry.license, status,
         )
     console.print(table)
+    console.print("[dim]* default for its role[/]")
+    for note in notes:
+        console.print(note, soft_wrap=True)
     return 1 if (bad or missing_default) else 0

@@ -3,6 +3,7 @@ an OpenAI-compatible remote backend, and a scripted model for tests."""
 
 from ._activity import ActivityTracker
 from ._llamacpp import LlamaCppLLM, ScoreResult
+from ._openai import OpenAICompatLLM
 from ._scheduler import ModelScheduler, Slot
 from ._scripted import RecordedRequest, ScriptedLLM, ScriptedReply
 from ._types import (
@@ -41,6 +42,7 @@ __all__ = [
     "Messages",
     "ModelLoadError",
     "ModelScheduler",
+    "OpenAICompatLLM",
     "Priority",
     "RecordedRequest",
     "RequestMetrics",

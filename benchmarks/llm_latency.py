@@ -1,0 +1,123 @@
+"""Local LLM latency: cold and warm time to first token, generation speed, preemption delay.
+
+    .venv/bin/python benchmarks/llm_latency.py [--model PATH] [--context-bytes 2000 4000 8000]
+
+Prints a table, writes benchmarks/results/llm_latency.json and llm_latency.png.
+"cold" is a new cache key whose prompt shares only the system prompt with earlier work;
+"warm" is the same participant's follow-up (everything but the new turn is cached);
+"preempted wait" is how long an interactive request queued behind a running background
+(compaction-sized) request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from edge.llm import LlamaCppLLM, Priority
+
+RESULTS = Path(__file__).parent / "results"
+SYSTEM = "You are a concise assistant on a headset. Answer in one sentence."
+
+
+def context_of(n_bytes: int, seed: int) -> str:
+    lines, size, i = [], 0, 0
+    while size < n_bytes:
+        line = f"[{i:03d}] Participant {seed} noted that rack {i % 9} holds sample {i * 7 + seed}."
+        lines.append(line)
+        size += len(line.encode()) + 1
+        i += 1
+    return "\n".join(lines)[:n_bytes]
+
+
+async def measure(llm: LlamaCppLLM, context_bytes: int, repeats: int) -> dict[str, float]:
+    cold, warm, tps, wait = [], [], [], []
+    for r in range(repeats):
+        key = f"bench-{context_bytes}-{r}"
+        msgs = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user",
+             "content": context_of(context_bytes, r) + "\n\nWhich rack holds sample 7?"},
+        ]
+        first = await llm.chat(msgs, max_tokens=32, temperature=0.0, cache_key=key)
+        cold.append(first.metrics.ttft_s or 0.0)
+        follow = msgs + [
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": "Thanks. And sample 14?"},
+        ]
+        second = await llm.chat(follow, max_tokens=64, temperature=0.0, cache_key=key)
+        warm.append(second.metrics.ttft_s or 0.0)
+        if second.metrics.tokens_per_s:
+            tps.append(second.metrics.tokens_per_s)
+
+    async def background() -> None:
+        bg_msgs = [{"role": "system", "content": "Summarise."},
+                   {"role": "user", "content": context_of(context_bytes, 99)}]
+        await llm.chat(bg_msgs, max_tokens=64, priority=Priority.BACKGROUND)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(background)
+        await anyio.sleep(0.5)
+        inter = await llm.chat([{"role": "user", "content": "Hi"}], max_tokens=4, cache_key="x")
+        wait.append(inter.metrics.queue_wait_s or 0.0)
+    return {
+        "context_bytes": context_bytes,
+        "cold_ttft_s": statistics.median(cold),
+        "warm_ttft_s": statistics.median(warm),
+        "tokens_per_s": statistics.median(tps) if tps else 0.0,
+        "preempted_wait_s": max(wait),
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    llm = LlamaCppLLM(args.model, n_ctx=args.n_ctx)
+    await llm.load()
+    await llm.chat([{"role": "user", "content": "warm up"}], max_tokens=2)
+    rows = [await measure(llm, n, args.repeats) for n in args.context_bytes]
+    await llm.close()
+
+    table = Table(title=f"LLM latency · {llm.model_path.name}")
+    cols = ("context bytes", "cold TTFT", "warm TTFT", "tokens/s", "interactive wait behind bg")
+    for col in cols:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["context_bytes"]), f"{row['cold_ttft_s'] * 1000:.0f} ms",
+            f"{row['warm_ttft_s'] * 1000:.0f} ms", f"{row['tokens_per_s']:.0f}",
+            f"{row['preempted_wait_s'] * 1000:.0f} ms",
+        )
+    Console().print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "llm_latency.json").write_text(json.dumps(rows, indent=2))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["context_bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, [r["cold_ttft_s"] for r in rows], "o-", label="cold (new participant)")
+    ax.plot(xs, [r["warm_ttft_s"] for r in rows], "o-", label="warm (cached prefix)")
+    ax.set_xlabel("context in prompt (UTF-8 bytes)")
+    ax.set_ylabel("time to first token (s)")
+    ax.set_title(llm.model_path.name)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "llm_latency.png", dpi=120)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="GGUF file (default: catalogue default)")
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--context-bytes", type=int, nargs="+", default=[1000, 2000, 4000, 8000])
+    anyio.run(main, parser.parse_args())
