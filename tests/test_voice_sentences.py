@@ -73,3 +73,18 @@ def test_speakable() -> None:
     assert speakable("  \n ") == ""
     assert speakable("🙂🙂") == ""
     assert speakable("Room 42") == "Room 42"
+
+
+def test_long_first_sentence_is_cut_at_a_clause() -> None:
+    text = (
+        "When you calibrate the centrifuge before a long run of samples, always check the "
+        "rotor, the lid seal and the balance of the tubes. Then start."
+    )
+    deltas = [(" " if i else "") + w for i, w in enumerate(text.split())]
+    pieces = split_stream(deltas)
+    assert pieces[0].endswith("always check the rotor,") and len(pieces[0]) <= 100
+    assert pieces[-1] == "Then start."
+    assert " ".join(pieces).split() == text.split()
+    # only the first sentence is cut early
+    later = split_stream(["Short one. " + text])
+    assert later[1].startswith("When you calibrate") and later[1].endswith("tubes.")

@@ -5,8 +5,10 @@ as soon as it is known to be complete: a ``.``, ``!``, ``?`` or ``…`` (with an
 quotes or brackets) followed by whitespace, or a line break. A period after a common
 abbreviation or a single initial does not end a sentence, nor does one inside a number
 ("3.5"). A sentence running past ``max_chars`` is cut at its last comma, semicolon or
-space so long run-ons still start speaking early. :meth:`SentenceSplitter.flush` returns
-whatever is left when the stream ends.
+space so long run-ons still start speaking early, and a first sentence longer than
+``first_max_chars`` is cut at a comma, semicolon or colon (the first audio of a reply
+waits for its first piece). :meth:`SentenceSplitter.flush` returns whatever is left when
+the stream ends.
 """
 
 from __future__ import annotations
@@ -35,12 +37,18 @@ def speakable(text: str) -> str:
 class SentenceSplitter:
     """Incremental sentence boundary detection over streamed text; see the module doc."""
 
-    def __init__(self, max_chars: int = 220, min_chars: int = 2) -> None:
+    def __init__(
+        self, max_chars: int = 220, min_chars: int = 2, first_max_chars: int | None = 100
+    ) -> None:
         if max_chars < 20:
             raise ValueError("max_chars must be at least 20")
+        if first_max_chars is not None and first_max_chars < 20:
+            raise ValueError("first_max_chars must be at least 20")
         self.max_chars = max_chars
         self.min_chars = min_chars
+        self.first_max_chars = first_max_chars
         self._buffer = ""
+        self._emitted = 0
 
     def feed(self, delta: str) -> list[str]:
         """Add ``delta``; return the sentences it completed, in order."""
@@ -65,6 +73,12 @@ class SentenceSplitter:
                 out.append(sentence)
         while len(self._buffer) > self.max_chars:
             out.append(self._cut_long())
+        first = self.first_max_chars
+        if not out and not self._emitted and first and len(self._buffer) > first:
+            clause = self._first_clause(first)
+            if clause:
+                out.append(clause)
+        self._emitted += len(out)
         return out
 
     def flush(self) -> list[str]:
@@ -88,6 +102,15 @@ class SentenceSplitter:
             return False
         # A single initial ("J. Smith"), not a one-letter word like "I" at a sentence end.
         return not (len(token) == 1 and token.isalpha() and token not in ("i", "a"))
+
+    def _first_clause(self, limit: int) -> str:
+        """Cut a long first sentence at a clause break, so speech can start sooner."""
+        head = self._buffer[:limit]
+        at = max(head.rfind(sep) for sep in (", ", "; ", ": "))
+        if at < limit // 3:
+            return ""
+        piece, self._buffer = self._buffer[: at + 1].strip(), self._buffer[at + 2 :]
+        return piece
 
     def _cut_long(self) -> str:
         head = self._buffer[: self.max_chars]
