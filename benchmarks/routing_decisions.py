@@ -15,7 +15,9 @@ service, and reports accuracy plus cold and warm decision latency:
 
 "Cold" is the first decision of a variant on a fresh cache key (the option prefix and the
 content-free prior are evaluated); "warm" are the following ones, which reuse the prefix.
-Prints tables and writes ``benchmarks/results/routing_decisions.json`` and a PNG plot.
+"Prepared 1st" is the first decision after ``prepare()`` evaluated the prefix and prior.
+Prints tables and writes ``benchmarks/results/routing_decisions[_<set>].json`` and a PNG.
+``--set benchmarks/routing_eval_holdout.jsonl`` runs the held-out set.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from edge.decisions import ChoiceQuestion, Criterion, LocalDecisionService
 from edge.notes import NotesAgent
 
 HERE = Path(__file__).parent
+DEFAULT_SET = str(HERE / "routing_eval_set.jsonl")
 VARIANTS = {
     "combined": {},
     "model": {"lexical_weight": 0.0},
@@ -70,14 +73,25 @@ async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
         object() if lexical_only else llm, cache_key=f"bench-{name}", **options
     )
     crits = criteria()
+    prepared_first_s = None
+    if not lexical_only:
+        # A second service on its own key, prepared ahead (as `edge serve` does at start):
+        # its first decision finds the option prefix and the prior ready.
+        prepared = LocalDecisionService(llm, cache_key=f"bench-{name}-prepared", **options)
+        await prepared.prepare(ChoiceQuestion("", crits))
+        start = time.perf_counter()
+        await prepared.decide(ChoiceQuestion(rows[0]["query"], crits))
+        prepared_first_s = time.perf_counter() - start
     latencies: list[float] = []
+    cpu_s: list[float] = []
     reused: list[int] = []
     outcomes = []
     for row in rows:
         question = ChoiceQuestion(row["query"], crits)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         answer = await service.decide(question)
         latencies.append(time.perf_counter() - start)
+        cpu_s.append(time.process_time() - cpu)
         if answer.metrics is not None:
             reused.append(answer.metrics.reused_tokens)
         chosen = answer.label or max(answer.probabilities, key=answer.probabilities.get)
@@ -102,8 +116,11 @@ async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
         "accuracy": sum(correct) / len(correct),
         "per_route_accuracy": per_route,
         "cold_s": latencies[0],
+        "prepared_first_s": prepared_first_s,
         "warm_median_s": statistics.median(warm) if warm else None,
         "warm_p90_s": sorted(warm)[int(0.9 * (len(warm) - 1))] if warm else None,
+        "cold_cpu_s": cpu_s[0],
+        "warm_cpu_median_s": statistics.median(cpu_s[1:]) if len(cpu_s) > 1 else None,
         "warm_reused_tokens_median": statistics.median(reused[1:]) if len(reused) > 1 else None,
         "errors": [o for o, c in zip(outcomes, correct, strict=True) if not c],
         "outcomes": outcomes,
@@ -121,7 +138,7 @@ async def main(args: argparse.Namespace) -> None:
     if any(n != "lexical" for n in names):
         from edge.llm import LlamaCppLLM
 
-        llm = LlamaCppLLM(args.model)
+        llm = LlamaCppLLM(args.model, n_threads=args.threads)
         start = time.perf_counter()
         await llm.load()
         load_s = time.perf_counter() - start
@@ -133,18 +150,23 @@ async def main(args: argparse.Namespace) -> None:
         if llm is not None:
             await llm.close()
     console = Console()
-    title = f"Routing decisions on {len(rows)} queries (model load {load_s or 0:.2f} s)"
+    title = (
+        f"Routing decisions on {len(rows)} queries (model load {load_s or 0:.2f} s, "
+        f"threads {args.threads or 'default'})"
+    )
     table = Table(title=title)
-    for col in ("variant", "accuracy", "notes", "conversation", "cold s", "warm median s",
-                "warm p90 s", "reused tok"):
+    for col in ("variant", "accuracy", "notes", "conversation", "cold s", "prepared 1st s",
+                "warm median s", "warm p90 s", "warm cpu s", "reused tok"):
         table.add_column(col)
     for r in results:
         table.add_row(
             r["variant"], f"{r['accuracy']:.0%}",
             f"{r['per_route_accuracy'].get('notes', 0):.0%}",
             f"{r['per_route_accuracy'].get('conversation', 0):.0%}",
-            f"{r['cold_s']:.3f}", f"{r['warm_median_s'] or 0:.3f}",
-            f"{r['warm_p90_s'] or 0:.3f}", str(r["warm_reused_tokens_median"]),
+            f"{r['cold_s']:.3f}", f"{r['prepared_first_s'] or 0:.3f}",
+            f"{r['warm_median_s'] or 0:.3f}",
+            f"{r['warm_p90_s'] or 0:.3f}", f"{r['warm_cpu_median_s'] or 0:.3f}",
+            str(r["warm_reused_tokens_median"]),
         )
     console.print(table)
     for r in results:
@@ -153,11 +175,16 @@ async def main(args: argparse.Namespace) -> None:
             console.print(f"[bold]{r['variant']}[/] misroutes: {wrong}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a benchmark's last step
-    (out / "routing_decisions.json").write_text(
-        json.dumps({"model_load_s": load_s, "queries": len(rows), "results": results}, indent=2)
+    stem = "routing_decisions" + ("" if args.set == DEFAULT_SET else f"_{Path(args.set).stem}")
+    (out / f"{stem}.json").write_text(
+        json.dumps(
+            {"model_load_s": load_s, "threads": args.threads, "queries": len(rows),
+             "results": results},
+            indent=2,
+        )
     )
-    plot(results, out / "routing_decisions.png")
-    console.print(f"wrote {out / 'routing_decisions.json'} and {out / 'routing_decisions.png'}")
+    plot(results, out / f"{stem}.png")
+    console.print(f"wrote {out / stem}.json and .png")
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -183,9 +210,10 @@ def plot(results: list[dict], path: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", default=str(HERE / "routing_eval_set.jsonl"))
+    parser.add_argument("--set", default=DEFAULT_SET)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", default=None, help="GGUF path (default: catalogue LLM)")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads")
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
     parser.add_argument("--out", default=str(HERE / "results"))
     anyio.run(main, parser.parse_args())

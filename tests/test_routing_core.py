@@ -331,3 +331,18 @@ async def test_caller_history_never_reseeds_after_router_exchanges() -> None:
     await router.handle(turn("second", history=(AgentExchange("x", "y"),)))
     assert agents["conversation"].turns[1].history == ()
     assert router.history("p1") == ()
+
+
+async def test_prepare_decisions_hands_the_option_set_to_the_service() -> None:
+    prepared = []
+
+    class Preparing(ScriptedDecisions):
+        async def prepare(self, question):
+            prepared.append(question)
+
+    rec = Recorder()
+    agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
+    router = AgentRouter(agents, Preparing(["notes"]), output=rec.output)
+    await router.prepare_decisions()
+    await router.handle(turn("x"))
+    assert prepared[0].criteria == router._decisions.questions[0].criteria

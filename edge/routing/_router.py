@@ -244,6 +244,17 @@ class AgentRouter:
         state = self._participants.get(participant_id)
         return tuple(state.history) if state else ()
 
+    async def prepare_decisions(self, participant_id: str = "") -> None:
+        """Let the decision service prepare for the options a turn of ``participant_id``
+        would see (all eligible destinations), e.g. evaluate the local model's option prefix
+        at start-up so the first real decision is warm. A no-op for services without
+        ``prepare()`` or with fewer than two eligible destinations."""
+        prepare = getattr(self._decisions, "prepare", None)
+        aids = self._aids(participant_id)
+        eligible = sorted(name for name, aid in aids.items() if aid.eligible)
+        if callable(prepare) and len(eligible) > 1:
+            await prepare(self._question("", eligible, aids, []))
+
     async def handle(self, turn: AgentTurn) -> DestinationResult:
         """Route one turn while emitting only router-owned control text.
 
@@ -488,15 +499,7 @@ class AgentRouter:
         when nothing can be chosen."""
         if len(candidates) == 1:
             return candidates[0]
-        ordered = sorted(candidates)  # a stable option order keeps the decision prefix cached
-        question = ChoiceQuestion(
-            text=turn.query,
-            criteria=tuple(
-                Criterion(name, aids[name].description, tuple(aids[name].examples))
-                for name in ordered
-            ),
-            context=as_lines(history),
-        )
+        question = self._question(turn.query, candidates, aids, history)
         answer = await self._decisions.decide(question)
         try:
             answer = validate_answer(question, answer)
@@ -506,6 +509,23 @@ class AgentRouter:
         if answer.label is not None:
             return answer.label
         return self._best_scored(answer, candidates, aids)
+
+    @staticmethod
+    def _question(
+        text: str,
+        candidates: list[str],
+        aids: Mapping[str, RoutingAid],
+        history: list[Exchange],
+    ) -> ChoiceQuestion:
+        ordered = sorted(candidates)  # a stable option order keeps the decision prefix cached
+        return ChoiceQuestion(
+            text=text,
+            criteria=tuple(
+                Criterion(name, aids[name].description, tuple(aids[name].examples))
+                for name in ordered
+            ),
+            context=as_lines(history),
+        )
 
     def _best_scored(
         self, answer: ChoiceAnswer, candidates: list[str], aids: Mapping[str, RoutingAid]
