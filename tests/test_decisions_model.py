@@ -31,7 +31,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def llm():  # type: ignore[no-untyped-def]
-    model = LlamaCppLLM(n_ctx=2048)
+    # One thread: these tests check behaviour, and a single thread is far less hurt when
+    # the test machine's cores are oversubscribed (llama.cpp threads spin at barriers).
+    model = LlamaCppLLM(n_ctx=1024, n_threads=1)
     await model.load()
     yield model
     await model.close()
@@ -62,3 +64,48 @@ async def test_model_scores_alone_form_a_distribution(llm: LlamaCppLLM) -> None:
     assert set(answer.probabilities) == {"conversation", "notes", "timer"}
     assert math.isclose(sum(answer.probabilities.values()), 1.0, abs_tol=1e-9)
     assert all(0.0 <= p <= 1.0 for p in answer.probabilities.values())
+
+
+async def test_router_with_model_decisions_and_notes(llm: LlamaCppLLM) -> None:
+    from edge.routing import Admission, AgentRouter, DestinationResult, RoutingAid
+    from edge.runtime import AgentRuntime
+
+    class Conversation:
+        def __init__(self) -> None:
+            self.queries: list[str] = []
+
+        def routing_aid(self, participant_id: str) -> RoutingAid:
+            return RoutingAid("conversation", CONVERSATION.description)
+
+        async def admit(self, turn, *, focused):  # type: ignore[no-untyped-def]
+            return Admission("accept")
+
+        async def answer(self, turn, *, started):  # type: ignore[no-untyped-def]
+            await started()
+            self.queries.append(turn.query)
+            return DestinationResult("answer", "ok")
+
+        async def release(self, participant_id: str) -> None:
+            pass
+
+    from edge.routing import AgentTurn
+
+    async def output(turn, route, text):  # type: ignore[no-untyped-def]
+        pass
+
+    runtime = AgentRuntime()
+    notes = NotesAgent(runtime)
+    conversation = Conversation()
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        LocalDecisionService(llm, cache_key="decisions-router-test"),
+        output=output,
+    )
+    async with runtime, router:
+        await router.prepare_decisions("p1")
+        await router.handle(AgentTurn("p1", "1", "Please take a note: order more gloves"))
+        assert router.focus("p1") == "notes"
+        await router.handle(AgentTurn("p1", "2", "That's all."))
+        await router.handle(AgentTurn("p1", "3", "How does PCR work?"))
+        assert notes.notes("p1") == ("order more gloves",)
+    assert conversation.queries == ["How does PCR work?"]

@@ -319,11 +319,11 @@ async def test_started_waits_for_committed_acknowledgment_delivery() -> None:
     llm = ScriptedLLM(["On it."])
 
     async def slow_output(t, route, text):
-        await anyio.sleep(0.1)
+        await anyio.sleep(0.2)
         rec.events.append(("out", t.turn_id, route, text))
 
     async def answer(t, started):
-        await anyio.sleep(0.06)  # ack committed and being delivered
+        await anyio.sleep(0.1)  # ack committed (at ~0.02 s) and being delivered
         await started()
         rec.events.append(("say", "conversation", "first words"))
         return DestinationResult("answer", "a")
