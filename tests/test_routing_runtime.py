@@ -104,7 +104,7 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
     runtime.register("sink", sink)
-    async with router, runtime:
+    async with runtime, router:
         meta = await runtime.publish(
             USER_QUERY_TOPIC, UserQuery(text="take a note", timestamp_us=42), participant_id="p1"
         )
@@ -126,7 +126,7 @@ async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> N
     router = AgentRouter(dests, ScriptedDecisions(["conversation"]), **TOPICS)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
-    async with router, runtime:
+    async with runtime, router:
         meta = await runtime.publish(
             USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1", timestamp_us=7
         )
@@ -155,7 +155,7 @@ async def test_publisher_is_not_held_for_the_turn_and_stop_drains() -> None:
     router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
-    async with router, runtime:
+    async with runtime, router:
         with anyio.fail_after(1):
             await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
         await _until(lambda: rec.of("answer"))
@@ -177,7 +177,7 @@ async def test_runtime_failure_before_start_publishes_one_failure_frame() -> Non
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
     runtime.register("sink", sink)
-    async with router, runtime:
+    async with runtime, router:
         await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
         await _until(lambda: any(f.final for f, _ in sink.frames))
     texts = [f.text for f, _ in sink.frames if f.text]
@@ -192,7 +192,7 @@ async def test_left_closes_admission_until_joined() -> None:
     )
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
-    async with router, runtime:
+    async with runtime, router:
         await router.handle(turn("hi"))
         await runtime.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
         assert ("release", "conversation", "p1") in rec.events
@@ -222,7 +222,7 @@ async def test_interrupted_topic_cancels_participant_or_everyone() -> None:
     router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
-    async with router, runtime:
+    async with runtime, router:
         for pid in ("a", "b", "c"):
             await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="q"), participant_id=pid)
         await _until(lambda: len(rec.of("answer")) == 3)
@@ -248,7 +248,7 @@ async def test_new_runtime_query_supersedes_previous_turn() -> None:
     router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
-    async with router, runtime:
+    async with runtime, router:
         await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="one"), participant_id="p1")
         await _until(lambda: rec.of("answer"))
         dests["conversation"].answer_fn = None
