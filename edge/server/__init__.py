@@ -1,0 +1,42 @@
+"""The network service: ``EdgeService`` composes the whole product in one runtime and
+serves it over a WebSocket session protocol, Wyoming (Home Assistant) and mDNS.
+
+Example::
+
+    async with EdgeService(ServiceSettings(host="127.0.0.1", port=8765)) as service:
+        print(service.websocket_url)
+        await anyio.sleep_forever()
+
+    async with EdgeClient("ws://127.0.0.1:8765") as client:
+        turn = await client.ask("What is an edge device?")
+        print(turn.text)
+"""
+
+from ._client import EdgeClient, TurnResult
+from ._gateway import ClientError, Gateway
+from ._hub import SPEAK_TOPIC, OutputHub
+from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser
+from ._protocol import PROTOCOL_VERSION, ProtocolError, parse_client_message
+from ._service import EdgeService
+from ._settings import ServiceSettings
+from ._websocket import WebSocketServer
+from ._wyoming import WyomingServer
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "SPEAK_TOPIC",
+    "WEBSOCKET_SERVICE",
+    "WYOMING_SERVICE",
+    "ClientError",
+    "EdgeClient",
+    "EdgeService",
+    "Gateway",
+    "MdnsAdvertiser",
+    "OutputHub",
+    "ProtocolError",
+    "ServiceSettings",
+    "TurnResult",
+    "WebSocketServer",
+    "WyomingServer",
+    "parse_client_message",
+]

@@ -1,0 +1,166 @@
+"""A small WebSocket client for the session protocol (``edge client`` and the tests)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from websockets.asyncio.client import ClientConnection, connect
+
+from ._protocol import (
+    AudioFormat,
+    AudioMessage,
+    ErrorMessage,
+    Hello,
+    QueryEcho,
+    Reply,
+    ServerMessage,
+    Status,
+    TranscriptMessage,
+    Welcome,
+    parse_server_message,
+)
+
+
+@dataclass
+class TurnResult:
+    """Everything the server sent for one turn, in arrival order."""
+
+    request_id: str
+    query: str
+    replies: list[Reply] = field(default_factory=list)
+    transcripts: list[TranscriptMessage] = field(default_factory=list)
+    audio: list[tuple[AudioMessage, bytes]] = field(default_factory=list)
+    errors: list[ErrorMessage] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The reply text: the router's words first, then each destination's."""
+        ordered = sorted(self.replies, key=lambda r: (r.source != "router", r.source, r.sequence))
+        return "".join(r.text for r in ordered).strip()
+
+    @property
+    def pcm(self) -> bytes:
+        return b"".join(data for _, data in self.audio)
+
+
+class EdgeClient:
+    """``async with EdgeClient(url) as client:`` connects and says hello.
+
+    ``receive()`` returns the next server message (with the binary frame following an
+    ``audio`` header); ``ask(text)`` sends a text turn and collects its reply.
+    """
+
+    def __init__(self, url: str, *, participant_id: str | None = None, display_name: str = "",
+                 audio: AudioFormat | None = None, want_audio: bool = False,
+                 open_timeout: float = 10.0) -> None:
+        self.url = url
+        self.hello = Hello(type="hello", participant_id=participant_id,
+                           display_name=display_name, audio=audio, want_audio=want_audio)
+        self.open_timeout = open_timeout
+        self.welcome: Welcome | None = None
+        self.ws: ClientConnection | None = None
+        self.backlog: list[tuple[ServerMessage, bytes | None]] = []
+
+    @property
+    def participant_id(self) -> str:
+        if self.welcome is None:
+            raise RuntimeError("not connected")
+        return self.welcome.participant_id
+
+    async def __aenter__(self) -> EdgeClient:
+        self.ws = await connect(self.url, open_timeout=self.open_timeout, compression=None,
+                                max_size=1 << 22)
+        await self.send(self.hello.model_dump(exclude_none=True))
+        with anyio.fail_after(self.open_timeout):
+            while self.welcome is None:
+                message, payload = await self.receive()
+                if isinstance(message, Welcome):
+                    self.welcome = message
+                elif isinstance(message, ErrorMessage):
+                    raise ConnectionError(f"the server refused hello: {message.message}")
+                else:
+                    self.backlog.append((message, payload))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def send(self, message: dict[str, Any] | str) -> None:
+        assert self.ws is not None, "not connected"
+        await self.ws.send(message if isinstance(message, str) else json.dumps(message))
+
+    async def send_audio(self, pcm: bytes) -> None:
+        assert self.ws is not None, "not connected"
+        await self.ws.send(pcm)
+
+    async def receive(self) -> tuple[ServerMessage, bytes | None]:
+        assert self.ws is not None, "not connected"
+        if self.backlog:
+            return self.backlog.pop(0)
+        raw = await self.ws.recv()
+        if isinstance(raw, bytes):
+            raise ValueError("binary frame without an audio header")
+        message = parse_server_message(raw)
+        payload = None
+        if isinstance(message, AudioMessage) and message.bytes:
+            data = await self.ws.recv()
+            if not isinstance(data, bytes) or len(data) != message.bytes:
+                raise ValueError("audio header not followed by its binary frame")
+            payload = data
+        return message, payload
+
+    async def collect_turn(
+        self, *, text: str | None = None, limit_s: float = 60.0,
+        on_message: Callable[[ServerMessage], None] | None = None,
+    ) -> TurnResult:
+        """Receive until a turn of this participant completes: its ``query`` echo, then
+        ``status: idle``, then (when audio was asked for) the final audio chunk of every
+        source that replied. ``text`` None takes the next turn, spoken or typed."""
+        result: TurnResult | None = None
+        transcripts: list[TranscriptMessage] = []
+        idle = False
+        speaks = bool(self.welcome and self.welcome.audio_out_rate)
+        spoken: set[str] = set()
+
+        def done() -> bool:
+            if result is None or not idle:
+                return False
+            if not speaks:
+                return True
+            return {r.source for r in result.replies if r.text.strip()} <= spoken
+
+        with anyio.fail_after(limit_s):
+            while not done():
+                message, payload = await self.receive()
+                if on_message is not None:
+                    on_message(message)
+                if isinstance(message, TranscriptMessage):
+                    (result.transcripts if result is not None else transcripts).append(message)
+                elif isinstance(message, QueryEcho):
+                    if result is None and (text is None or message.text == text):
+                        result = TurnResult(message.request_id, message.text,
+                                            transcripts=transcripts)
+                elif result is None:
+                    continue
+                elif isinstance(message, Reply) and message.request_id == result.request_id:
+                    result.replies.append(message)
+                elif isinstance(message, AudioMessage) and message.request_id == result.request_id:
+                    result.audio.append((message, payload or b""))
+                    if message.final:
+                        spoken.add(message.source)
+                elif isinstance(message, ErrorMessage):
+                    result.errors.append(message)
+                elif isinstance(message, Status) and message.state == "idle":
+                    idle = True
+        assert result is not None
+        return result
+
+    async def ask(self, text: str, *, limit_s: float = 60.0,
+                  on_message: Callable[[ServerMessage], None] | None = None) -> TurnResult:
+        await self.send({"type": "text", "text": text})
+        return await self.collect_turn(text=text, limit_s=limit_s, on_message=on_message)

@@ -1,0 +1,150 @@
+"""The output hub: delivers what the runtime says for a participant to that participant's
+connection, and passes replies on to the voice pipeline only for clients that want audio.
+
+Agents publish replies on ``VOICE_OUTPUT_TOPIC`` as usual. The voice pipeline listens on
+:data:`SPEAK_TOPIC` instead, and the hub republishes a reply frame there (same
+participant, source and correlation id) only when the participant's connection asked
+for audio, so a text-only client never costs a synthesis.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal, Protocol
+
+from edge.interaction import (
+    INTERRUPTED_TOPIC,
+    TEXT_OUTPUT_TOPIC,
+    USER_QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    Interrupted,
+    ResponseOutput,
+    UserQuery,
+)
+from edge.runtime import Agent, HandlerContext, Topic
+from edge.voice import AUDIO_OUTPUT_TOPIC, TRANSCRIPT_TOPIC, AudioOutput, Transcript
+
+from ._protocol import (
+    AudioMessage,
+    InterruptedMessage,
+    QueryEcho,
+    Reply,
+    ServerMessage,
+    Status,
+    TranscriptMessage,
+)
+
+log = logging.getLogger(__name__)
+
+SPEAK_TOPIC: Topic[ResponseOutput] = Topic("server.speak", ResponseOutput)
+"""Replies to synthesize: ``VOICE_OUTPUT_TOPIC`` frames of participants who want audio."""
+
+
+class Sink(Protocol):
+    """One participant's connection, as the hub sees it. ``deliver`` must not block."""
+
+    @property
+    def wants_audio(self) -> bool: ...
+
+    def deliver(self, message: ServerMessage, payload: bytes | None = None) -> None: ...
+
+
+class ParticipantTaken(ValueError):
+    """The participant id is already connected."""
+
+
+class OutputHub(Agent):
+    """Routes runtime output to connected participants; see the module docstring."""
+
+    def __init__(self, speak_topic: Topic[ResponseOutput] | None = SPEAK_TOPIC) -> None:
+        super().__init__()
+        self._sinks: dict[str, Sink] = {}
+        self._speak_topic = speak_topic
+        self.add_handler(VOICE_OUTPUT_TOPIC, self._on_voice_reply)
+        self.add_handler(TEXT_OUTPUT_TOPIC, self._on_text_reply)
+        self.add_handler(USER_QUERY_TOPIC, self._on_query)
+        self.add_handler(TRANSCRIPT_TOPIC, self._on_transcript)
+        self.add_handler(AUDIO_OUTPUT_TOPIC, self._on_audio)
+        self.add_handler(INTERRUPTED_TOPIC, self._on_interrupted)
+
+    # -- connections --------------------------------------------------------------------
+
+    def attach(self, participant_id: str, sink: Sink) -> None:
+        if participant_id in self._sinks:
+            raise ParticipantTaken(f"participant {participant_id!r} is already connected")
+        self._sinks[participant_id] = sink
+
+    def detach(self, participant_id: str, sink: Sink) -> None:
+        if self._sinks.get(participant_id) is sink:
+            del self._sinks[participant_id]
+
+    def connected(self) -> list[str]:
+        return list(self._sinks)
+
+    def _targets(self, participant_id: str | None) -> list[Sink]:
+        if participant_id is None:
+            return list(self._sinks.values())
+        sink = self._sinks.get(participant_id)
+        return [sink] if sink is not None else []
+
+    def _send(self, participant_id: str | None, message: ServerMessage,
+              payload: bytes | None = None) -> None:
+        for sink in self._targets(participant_id):
+            try:
+                sink.deliver(message, payload)
+            except Exception:  # one connection's failure never reaches another
+                log.exception("delivering %s to %s failed", message.type, participant_id)
+
+    # -- runtime handlers ---------------------------------------------------------------
+
+    async def _on_voice_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
+        pid = ctx.metadata.participant_id
+        self._send(pid, _reply(frame))
+        if self._speak_topic is None:
+            return
+        if pid is None:
+            speak = any(s.wants_audio for s in self._sinks.values())
+        else:
+            sink = self._sinks.get(pid)
+            speak = sink is not None and sink.wants_audio
+        if speak:
+            meta = ctx.metadata
+            await ctx.runtime.publish(
+                self._speak_topic, frame, participant_id=pid, source=meta.source,
+                correlation_id=meta.correlation_id, timestamp_us=meta.timestamp_us,
+            )
+
+    async def _on_text_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
+        self._send(ctx.metadata.participant_id, _reply(frame))
+
+    async def _on_query(self, query: UserQuery, ctx: HandlerContext) -> None:
+        meta = ctx.metadata
+        if meta.participant_id is not None:
+            self._send(meta.participant_id, QueryEcho(
+                request_id=meta.message_id, text=query.text, origin=meta.source))
+
+    async def _on_transcript(self, message: Transcript, ctx: HandlerContext) -> None:
+        self._send(ctx.metadata.participant_id, TranscriptMessage(
+            text=message.text, utterance=message.utterance, final=message.final,
+            truncated=message.truncated))
+
+    async def _on_audio(self, chunk: AudioOutput, ctx: HandlerContext) -> None:
+        header = AudioMessage(
+            request_id=chunk.request_id, source=chunk.source, sequence=chunk.sequence,
+            final=chunk.final, sample_rate=chunk.sample_rate, text=chunk.text,
+            bytes=len(chunk.pcm),
+        )
+        self._send(ctx.metadata.participant_id, header, chunk.pcm or None)
+
+    async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
+        self._send(ctx.metadata.participant_id,
+                   InterruptedMessage(reason=message.reason, request_id=message.request_id))
+
+    async def status(self, state: Literal["processing", "idle"], participant_id: str) -> None:
+        """The router's ``set_status`` callback."""
+        self._send(participant_id, Status(state=state))
+
+
+def _reply(frame: ResponseOutput) -> Reply:
+    return Reply(text=frame.text, request_id=frame.request_id, source=frame.source,
+                 sequence=frame.sequence, final=frame.final, timestamp_us=frame.timestamp_us)

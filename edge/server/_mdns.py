@@ -1,0 +1,105 @@
+"""mDNS (zeroconf) advertising of the WebSocket and Wyoming services.
+
+The WebSocket service is ``<name>._xr-edge._tcp.local.`` and the Wyoming service
+``<name>._wyoming._tcp.local.`` (the type Home Assistant discovers). TXT records carry
+the version, the device profile, the models and the protocol path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+
+import anyio
+from zeroconf import InterfaceChoice, IPVersion, ServiceInfo
+from zeroconf.asyncio import AsyncZeroconf
+
+log = logging.getLogger(__name__)
+
+WEBSOCKET_SERVICE = "_xr-edge._tcp.local."
+WYOMING_SERVICE = "_wyoming._tcp.local."
+
+
+def _instance(name: str) -> str:
+    clean = "".join(c if c.isalnum() or c in "- " else "-" for c in name).strip() or "edge"
+    return clean[:60]
+
+
+def advertised_addresses(host: str, interfaces: Sequence[str] | None) -> list[str]:
+    """IPv4 addresses to put in the records: the bound host when it is specific, else the
+    given interfaces' addresses, else this machine's addresses."""
+    if host not in ("", "0.0.0.0", "::"):
+        return [host]
+    if interfaces:
+        return [i for i in interfaces if _is_ipv4(i)]
+    found: set[str] = set()
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            found.add(str(info[4][0]))
+    except OSError:
+        pass
+    found.discard("127.0.1.1")
+    return sorted(found) or ["127.0.0.1"]
+
+
+def _is_ipv4(value: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+class MdnsAdvertiser:
+    """Registers services on ``async with`` and unregisters them on exit.
+
+    ``interfaces`` None uses every interface; tests pass ``["127.0.0.1"]``.
+    """
+
+    def __init__(self, name: str, *, interfaces: Sequence[str] | None = None) -> None:
+        self.name = _instance(name)
+        self.interfaces = list(interfaces) if interfaces is not None else None
+        self.infos: list[ServiceInfo] = []
+        self._zc: AsyncZeroconf | None = None
+
+    def add(self, service_type: str, port: int, addresses: Sequence[str],
+            properties: Mapping[str, str]) -> ServiceInfo:
+        if self._zc is not None:
+            raise RuntimeError("add services before entering the advertiser")
+        info = ServiceInfo(
+            service_type,
+            f"{self.name}.{service_type}",
+            port=port,
+            addresses=[socket.inet_aton(a) for a in addresses],
+            properties=dict(properties),
+            server=f"{self.name.replace(' ', '-').lower()}.local.",
+        )
+        self.infos.append(info)
+        return info
+
+    async def __aenter__(self) -> MdnsAdvertiser:
+        zc = AsyncZeroconf(interfaces=self.interfaces or InterfaceChoice.All,
+                           ip_version=IPVersion.V4Only)
+        self._zc = zc
+        try:
+            for info in self.infos:
+                await zc.async_register_service(info, allow_name_change=True)
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        zc, self._zc = self._zc, None
+        if zc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await zc.async_unregister_all_services()
+            except Exception:
+                log.warning("unregistering mDNS services failed", exc_info=True)
+            await zc.async_close()

@@ -1,0 +1,226 @@
+"""The WebSocket session protocol: one JSON object per text frame, PCM16 in binary frames.
+
+Every JSON message has a ``type``. Client messages are validated with
+:func:`parse_client_message`, which raises :class:`ProtocolError` naming the problem; the
+session answers an :class:`ErrorMessage` and goes on. Audio travels in binary frames:
+client → server frames are raw little-endian PCM16 in the format the ``hello`` named;
+server → client audio is an :class:`AudioMessage` header followed by one binary frame of
+``bytes`` bytes (none when ``bytes`` is 0). See ``docs/server.md`` for an example session.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+PROTOCOL_VERSION = 1
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- client → server ----------------------------------------------------------------------
+
+
+class AudioFormat(_Message):
+    """The format of the client's microphone frames (PCM16, little endian)."""
+
+    sample_rate: int = Field(default=16_000, ge=8_000, le=192_000)
+    channels: int = Field(default=1, ge=1, le=2)
+
+
+class Hello(_Message):
+    """Opens the session: who the participant is and what audio they send and want.
+
+    ``participant_id`` None lets the server pick one. ``audio`` None means the client
+    sends no microphone audio; ``want_audio`` asks for spoken replies (binary frames).
+    """
+
+    type: Literal["hello"]
+    participant_id: str | None = Field(default=None, min_length=1, max_length=128)
+    display_name: str = Field(default="", max_length=200)
+    audio: AudioFormat | None = None
+    want_audio: bool = False
+    protocol: int = PROTOCOL_VERSION
+
+    @field_validator("protocol")
+    @classmethod
+    def _version(cls, value: int) -> int:
+        if value != PROTOCOL_VERSION:
+            raise ValueError(f"this server speaks protocol {PROTOCOL_VERSION}, not {value}")
+        return value
+
+
+class TextTurn(_Message):
+    """A typed turn: published as a ``UserQuery`` for the participant."""
+
+    type: Literal["text"]
+    text: str = Field(max_length=16_000)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a text turn needs some text")
+        return value
+
+
+class Interrupt(_Message):
+    """Stop the current reply (a stop button); ``request_id`` names the turn when known."""
+
+    type: Literal["interrupt"]
+    request_id: str | None = None
+
+
+class ContextUpdate(_Message):
+    """Background context for the conversation on one of the server's context topics."""
+
+    type: Literal["context"]
+    topic: str = Field(min_length=1)
+    text: str = Field(max_length=64_000)
+
+
+class Bye(_Message):
+    """The participant leaves; the server answers ``bye`` and closes the connection."""
+
+    type: Literal["bye"]
+
+
+ClientMessage = Annotated[
+    Hello | TextTurn | Interrupt | ContextUpdate | Bye, Field(discriminator="type")
+]
+CLIENT_TYPES = ("hello", "text", "interrupt", "context", "bye")
+_CLIENT = TypeAdapter(ClientMessage)
+
+
+class ProtocolError(ValueError):
+    """A client message that cannot be used; the text names the problem."""
+
+
+def parse_client_message(raw: str) -> Hello | TextTurn | Interrupt | ContextUpdate | Bye:
+    """Validate one JSON text frame from a client."""
+    try:
+        data: Any = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(
+            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(data).__name__}")
+    kind = data.get("type")
+    if kind not in CLIENT_TYPES:
+        raise ProtocolError(
+            f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}"
+        )
+    try:
+        return _CLIENT.validate_python(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or kind}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ProtocolError(f"invalid {kind!r} message: {problems}") from None
+
+
+# -- server → client ----------------------------------------------------------------------
+
+
+class Welcome(_Message):
+    """The answer to ``hello``: the session is open and the participant has joined."""
+
+    type: Literal["welcome"] = "welcome"
+    participant_id: str
+    protocol: int = PROTOCOL_VERSION
+    server: str
+    profile: str | None = None
+    models: dict[str, str] = {}
+    context_topics: list[str] = []
+    audio_out_rate: int | None = None  # sample rate of spoken replies, when wanted
+
+
+class QueryEcho(_Message):
+    """A turn of this participant (typed, or transcribed from speech) and its id: every
+    reply to it carries this ``request_id``."""
+
+    type: Literal["query"] = "query"
+    request_id: str
+    text: str
+    origin: str = ""
+
+
+class Reply(_Message):
+    """One frame of a reply stream (``edge.interaction.ResponseOutput``)."""
+
+    type: Literal["reply"] = "reply"
+    text: str
+    request_id: str | None
+    source: str
+    sequence: int
+    final: bool
+    timestamp_us: int | None = None
+
+
+class TranscriptMessage(_Message):
+    type: Literal["transcript"] = "transcript"
+    text: str
+    utterance: int
+    final: bool
+    truncated: bool = False
+
+
+class AudioMessage(_Message):
+    """Header of a chunk of spoken reply; a binary frame of ``bytes`` bytes follows."""
+
+    type: Literal["audio"] = "audio"
+    request_id: str | None
+    source: str
+    sequence: int
+    final: bool
+    sample_rate: int
+    text: str = ""
+    bytes: int
+
+
+class InterruptedMessage(_Message):
+    """Output stopped (barge-in, a stop request): flush buffered audio."""
+
+    type: Literal["interrupted"] = "interrupted"
+    reason: str = ""
+    request_id: str | None = None
+
+
+class Status(_Message):
+    """``processing`` while a turn of this participant runs, then ``idle``."""
+
+    type: Literal["status"] = "status"
+    state: Literal["processing", "idle"]
+
+
+class ErrorMessage(_Message):
+    """A message could not be used; the session goes on."""
+
+    type: Literal["error"] = "error"
+    message: str
+    in_reply_to: str | None = None
+
+
+class Goodbye(_Message):
+    type: Literal["bye"] = "bye"
+    reason: str = ""
+
+
+ServerMessage = (
+    Welcome | QueryEcho | Reply | TranscriptMessage | AudioMessage | InterruptedMessage
+    | Status | ErrorMessage | Goodbye
+)
+_SERVER = TypeAdapter(
+    Annotated[ServerMessage, Field(discriminator="type")]
+)
+
+
+def parse_server_message(raw: str) -> ServerMessage:
+    """Validate one JSON text frame from the server (used by the client)."""
+    return _SERVER.validate_json(raw)

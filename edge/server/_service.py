@@ -1,0 +1,292 @@
+"""``EdgeService``: the whole product in one runtime, with a lifecycle you can see.
+
+Data flow (every arrow is a typed runtime topic unless named otherwise)::
+
+    WebSocket / Wyoming client
+      │ PCM16 ─► voice.audio.in ─► VoicePipeline: VAD ─► STT ─► voice.transcript ─► client
+      │                                                   └────► user.query
+      │ text ───────────────────────────────────────────────────► user.query
+      ▼
+    user.query ─► AgentRouter ─► Conversation ─► LLM (LlamaCppLLM | OpenAICompatLLM)
+                     │    └────► NotesAgent ─► notes (context topic)
+                     ▼                 ▲
+                voice.output ◄─────────┘   context topics ─► ContextManager ─► prompts
+                     │
+                  OutputHub ─► client (reply text, JSON)
+                     └─► server.speak (only clients that want audio)
+                            ─► VoicePipeline: sentences ─► TTS ─► voice.audio.out
+                               ─► OutputHub ─► client (audio frames)
+
+Startup: the LLM and the voice models load, the voice pipeline and runtime start, the
+context manager and router open, then the servers listen and mDNS advertises them.
+Shutdown is the reverse: mDNS withdrawn, servers closed (each session publishes its
+departure), ``router.stop()``, ``conversation.close()``, ``context.close()``, runtime
+stop, voice pipeline stop, ``llm.close()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from typing import Any
+
+from edge import __version__
+from edge.conversation import ContextManager, Conversation
+from edge.decisions import DecisionService, LocalDecisionService
+from edge.interaction import (
+    INTERRUPTED_TOPIC,
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    USER_QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+)
+from edge.llm import LLMService
+from edge.notes import NOTES_TOPIC, NotesAgent
+from edge.routing import AgentRouter, RoutableAgent
+from edge.runtime import AgentRuntime
+
+from ._gateway import Gateway
+from ._hub import SPEAK_TOPIC, OutputHub
+from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._settings import ServiceSettings
+from ._websocket import WebSocketServer
+from ._wyoming import WyomingBackend, WyomingServer
+
+log = logging.getLogger(__name__)
+
+
+class EdgeService:
+    """The service ``edge serve`` runs; ``async with EdgeService(settings) as service:``.
+
+    Parts can be injected (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake
+    voices). Without an injected ``llm`` the device configuration is loaded (profile from
+    ``settings.profile``, ``EDGE_PROFILE`` or detection) and sizes the LLM, the context
+    manager and the router; with one, it is loaded only when a profile is named or a
+    ``device`` config is given.
+    """
+
+    def __init__(
+        self,
+        settings: ServiceSettings | None = None,
+        *,
+        llm: LLMService | None = None,
+        decisions: DecisionService | None = None,
+        device: Any = None,
+        stt: Any = None,
+        tts: Any = None,
+        voice_config: Any = None,
+    ) -> None:
+        self.settings = settings or ServiceSettings()
+        s = self.settings
+        if device is None and (llm is None or s.profile):
+            from edge.device import load_device_config
+
+            device = load_device_config(s.profile)
+        self.device = device
+        self.llm: LLMService = llm if llm is not None else self._make_llm()
+        self.models = self._model_names()
+
+        # -- the runtime and its agents -------------------------------------------------
+        self.runtime = AgentRuntime()
+        self.hub = OutputHub(SPEAK_TOPIC if s.voice else None)
+        incremental = tuple(dict.fromkeys(
+            (*s.incremental_context_topics, *((NOTES_TOPIC.name,) if s.notes else ()))))
+        context_kwargs = device.context_manager_kwargs() if device is not None else {}
+        self.context = ContextManager(
+            self.llm, summary_context_topics=s.summary_context_topics,
+            incremental_context_topics=incremental, **context_kwargs,
+        )
+        self.conversation = Conversation(
+            self.llm, context=self.context, instructions=s.instructions,
+            runtime=self.runtime, output_topic=VOICE_OUTPUT_TOPIC,
+        )
+        destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
+        self.notes: NotesAgent | None = None
+        if s.notes:
+            self.notes = NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
+            destinations[self.notes.route_name] = self.notes
+        self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
+        router_kwargs = device.router_kwargs() if device is not None else {}
+        self.router = AgentRouter(
+            destinations, self.decisions, default_destination="conversation",
+            query_topic=USER_QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+            participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
+            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            cleanup_participant=self.context.clear,
+            set_status=self.hub.status,
+            **router_kwargs,
+        )
+        self.voice = self._make_voice(stt, tts, voice_config) if s.voice else None
+        self.runtime.register("hub", self.hub)
+        self.runtime.register("context", self.context.subscriber())
+        self.runtime.register("router", self.router.runtime_subscriber())
+        if self.voice is not None:
+            self.runtime.register("voice", self.voice)
+
+        self.gateway = Gateway(
+            self.runtime, self.hub,
+            context_topics=(*s.summary_context_topics, *incremental),
+            voice=self.voice is not None, server=f"xr-edge {__version__}",
+            profile=self.profile_name, models=self.models,
+        )
+        self.websocket = WebSocketServer(self.gateway, s.host, s.port,
+                                         max_sessions=s.max_sessions, outbox_size=s.outbox_size)
+        self.wyoming: WyomingServer | None = None
+        if s.wyoming_port is not None:
+            backend = WyomingBackend(
+                self.gateway,
+                stt=self.voice.stt if self.voice is not None else None,
+                tts=self.voice.tts if self.voice is not None else None,
+                models=self.models, version=__version__, handle_timeout_s=s.handle_timeout_s,
+            )
+            self.wyoming = WyomingServer(backend, s.host, s.wyoming_port)
+        self.mdns: MdnsAdvertiser | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- construction helpers -----------------------------------------------------------
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.device.profile.name if self.device is not None else None
+
+    def _make_llm(self) -> LLMService:
+        s = self.settings
+        if s.llm_url:
+            from edge.llm import OpenAICompatLLM
+
+            kwargs: dict[str, Any] = {"model": s.llm_model}
+            if self.device is not None:
+                kwargs["default_max_tokens"] = self.device.budgets.reserved_output_tokens
+            return OpenAICompatLLM(s.llm_url, **kwargs)
+        from edge.llm import LlamaCppLLM
+
+        kwargs = self.device.llm_kwargs() if self.device is not None else {}
+        return LlamaCppLLM(**kwargs)
+
+    def _model_names(self) -> dict[str, str]:
+        names: dict[str, str] = {}
+        if self.device is not None:
+            names = {role: entry.id for role, entry in self.device.models.items()}
+        if self.settings.llm_url:
+            names["llm"] = f"{self.settings.llm_model or 'remote'} @ {self.settings.llm_url}"
+        return names
+
+    def _make_voice(self, stt: Any, tts: Any, voice_config: Any) -> Any:
+        from edge.voice import PiperTTS, VadConfig, VoiceConfig, VoicePipeline, WhisperSTT
+
+        paths = self.device.model_paths if self.device is not None else {}
+        audio = self.device.profile.audio if self.device is not None else None
+        if stt is None:
+            extra = ({"compute_type": audio.stt_compute_type, "beam_size": audio.stt_beam_size}
+                     if audio is not None else {})
+            stt = WhisperSTT(paths.get("stt"), **extra)
+        if tts is None:
+            tts = PiperTTS(paths.get("tts"))
+        if voice_config is None and audio is not None:
+            voice_config = VoiceConfig(vad=VadConfig(
+                threshold=audio.vad_threshold, end_silence_ms=audio.endpoint_silence_ms,
+                max_utterance_s=max(audio.max_utterance_s, 1.5)))
+        return VoicePipeline(stt=stt, tts=tts, config=voice_config, reply_topic=SPEAK_TOPIC)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> EdgeService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self, *, preload: bool = True) -> None:
+        """Load models (``preload``), start every part, then listen and advertise."""
+        if self._stack is not None:
+            raise RuntimeError("the service is already running")
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        self._stack = stack
+        try:
+            stack.push_async_callback(self.llm.close)           # last out
+            if preload:
+                load = getattr(self.llm, "load", None)
+                if load is not None:
+                    await load()
+            if self.voice is not None:
+                await stack.enter_async_context(self.voice)    # outlives the runtime
+                if preload:
+                    await self.voice.load()
+                self.gateway.audio_out_rate = (self.voice.config.output_rate
+                                               or self.voice.tts.sample_rate)
+            await stack.enter_async_context(self.runtime)
+            await stack.enter_async_context(self.context)      # closed before runtime stop
+            stack.push_async_callback(self.conversation.close)
+            await stack.enter_async_context(self.router)       # router.stop() first
+            await stack.enter_async_context(self.websocket)
+            if self.wyoming is not None:
+                await stack.enter_async_context(self.wyoming)
+            if self.settings.mdns:
+                self.mdns = self._advertiser()
+                await stack.enter_async_context(self.mdns)
+        except BaseException:
+            self._stack = None
+            await stack.aclose()
+            raise
+
+    async def stop(self) -> None:
+        """Stop in the order of the module docstring; safe to call twice."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    # -- addresses --------------------------------------------------------------------
+
+    def _display_host(self) -> str:
+        host = self.settings.host
+        if host in ("0.0.0.0", "::", ""):
+            return socket.gethostname()
+        return host
+
+    @property
+    def websocket_url(self) -> str:
+        return f"ws://{self._display_host()}:{self.websocket.bound_port}"
+
+    @property
+    def wyoming_uri(self) -> str | None:
+        if self.wyoming is None:
+            return None
+        return f"tcp://{self._display_host()}:{self.wyoming.bound_port}"
+
+    def _advertiser(self) -> MdnsAdvertiser:
+        s = self.settings
+        mdns = MdnsAdvertiser(s.service_name or f"edge on {socket.gethostname()}",
+                              interfaces=s.mdns_interfaces)
+        addresses = advertised_addresses(s.host, s.mdns_interfaces)
+        txt = {"version": __version__, "profile": self.profile_name or "",
+               "model": self.models.get("llm", ""), "protocol": "1", "path": "/"}
+        mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
+        if self.wyoming is not None:
+            mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, txt)
+        return mdns
+
+    def describe(self) -> dict[str, Any]:
+        """What runs, for ``edge serve`` to print."""
+        d = self.device
+        return {
+            "profile": self.profile_name,
+            "chosen_by": d.choice.reason if d is not None else None,
+            "models": self.models,
+            "llm": type(self.llm).__name__,
+            "budgets": {
+                **(d.context_manager_kwargs() if d is not None else {}),
+                **(d.router_kwargs() if d is not None else {}),
+                **({"kv_cache_budget_bytes": d.budgets.kv_cache_budget_bytes,
+                    "warm_participants": d.budgets.warm_participants} if d is not None else {}),
+            },
+            "context_topics": list(self.gateway.context_topics),
+            "voice": self.voice is not None,
+            "websocket": self.websocket_url if self._stack is not None else None,
+            "wyoming": self.wyoming_uri if self._stack is not None else None,
+            "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],
+            "notes": list(d.notes) if d is not None else [],
+        }

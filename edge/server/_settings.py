@@ -1,0 +1,54 @@
+"""The service's settings: command-line flags and ``EDGE_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_INSTRUCTIONS = (
+    "You answer through a headset: reply in one to three short sentences, "
+    "without lists or markdown."
+)
+
+
+class ServiceSettings(BaseSettings):
+    """What ``edge serve`` runs. Every field can come from ``EDGE_<NAME>`` (for example
+    ``EDGE_PORT=9000``, ``EDGE_LLM_URL=http://gpu-box:8080/v1``); flags override them.
+
+    ``wyoming_port`` 0 picks a free port, ``None`` turns the Wyoming server off;
+    ``port`` 0 picks a free port for the WebSocket server. ``mdns_interfaces`` None
+    advertises on every interface (tests use ``["127.0.0.1"]``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EDGE_", extra="ignore", frozen=True)
+
+    host: str = "0.0.0.0"
+    port: int = Field(default=8765, ge=0, le=65535)
+    wyoming_port: int | None = Field(default=10700, ge=0, le=65535)
+    mdns: bool = True
+    mdns_interfaces: list[str] | None = None
+    service_name: str | None = Field(
+        default=None, description="mDNS instance name (default: edge on <hostname>)"
+    )
+    profile: str | None = Field(default=None, description="device profile name or TOML path")
+    llm_url: str | None = Field(default=None, description="OpenAI-compatible server base URL")
+    llm_model: str | None = Field(default=None, description="model name on the remote server")
+    voice: bool = Field(default=True, description="run the voice pipeline (STT, TTS, VAD)")
+    notes: bool = Field(default=True, description="offer the notes destination")
+    instructions: str = DEFAULT_INSTRUCTIONS
+    summary_context_topics: tuple[str, ...] = ("scene",)
+    incremental_context_topics: tuple[str, ...] = ()
+    max_sessions: int = Field(default=32, ge=1, description="WebSocket sessions at once")
+    outbox_size: int = Field(
+        default=2048, ge=16, description="messages queued for a slow client before it is dropped"
+    )
+    handle_timeout_s: float = Field(
+        default=60.0, gt=0, description="longest wait for an answer to a Wyoming handle request"
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("host must not be empty")
+        return value.strip()

@@ -1,0 +1,225 @@
+"""The WebSocket server: one connection is one participant's full-duplex session.
+
+A session reads client messages (JSON text frames, PCM16 binary frames) and hands them
+to the :class:`Gateway`; a writer task sends what the :class:`OutputHub` delivers, from a
+bounded outbox, so a slow client never holds up the runtime (it is disconnected when its
+outbox overflows). A malformed message gets an ``error`` reply and the session goes on;
+a dropped connection is a departure (``ParticipantLeft``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import anyio
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from ._gateway import ClientError, Gateway
+from ._hub import ParticipantTaken
+from ._protocol import (
+    Bye,
+    ContextUpdate,
+    ErrorMessage,
+    Goodbye,
+    Hello,
+    Interrupt,
+    ProtocolError,
+    ServerMessage,
+    TextTurn,
+    Welcome,
+    parse_client_message,
+)
+
+log = logging.getLogger(__name__)
+
+SOURCE = "websocket"
+MAX_FRAME_BYTES = 1 << 20
+
+
+class _Overflow(Exception):
+    pass
+
+
+class WebSocketSession:
+    """One connection; ``run`` returns when the client leaves or the connection drops."""
+
+    def __init__(self, ws: ServerConnection, gateway: Gateway, *, session_id: int,
+                 outbox_size: int) -> None:
+        self.ws = ws
+        self.gateway = gateway
+        self.session_id = session_id
+        self.participant_id: str | None = None
+        self.hello: Hello | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[
+            tuple[ServerMessage, bytes | None]](outbox_size)
+        self._scope: anyio.CancelScope | None = None
+        self._leave_reason = "connection closed"
+
+    @property
+    def wants_audio(self) -> bool:
+        return self.hello is not None and self.hello.want_audio and self.gateway.voice
+
+    def deliver(self, message: ServerMessage, payload: bytes | None = None) -> None:
+        """Queue a message for the client (called by the hub; never blocks)."""
+        try:
+            self._send.send_nowait((message, payload))
+        except anyio.WouldBlock:
+            log.warning("participant %s reads too slowly; disconnecting", self.participant_id)
+            self._leave_reason = "client too slow"
+            if self._scope is not None:
+                self._scope.cancel()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    async def run(self) -> None:
+        try:
+            with anyio.CancelScope() as self._scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._writer, self._receive)
+                    await self._reader()
+                    await self._send.aclose()  # the writer drains the outbox, then ends
+        finally:
+            self._send.close()
+            if self.participant_id is not None and self.hello is not None:
+                self.gateway.hub.detach(self.participant_id, self)
+                await self.gateway.leave(self.participant_id, self._leave_reason, SOURCE)
+
+    async def _writer(self, receive: Any) -> None:
+        async with receive:
+            async for message, payload in receive:
+                try:
+                    await self.ws.send(message.model_dump_json())
+                    if payload:
+                        await self.ws.send(payload)
+                except ConnectionClosed:
+                    return
+
+    async def _reader(self) -> None:
+        try:
+            async for raw in self.ws:
+                if not await self._handle(raw):
+                    return
+        except ConnectionClosed:
+            pass
+
+    def _error(self, message: str, in_reply_to: str | None) -> None:
+        self.deliver(ErrorMessage(message=message, in_reply_to=in_reply_to))
+
+    async def _handle(self, raw: str | bytes) -> bool:
+        """Handle one frame; False ends the session."""
+        if isinstance(raw, bytes):
+            await self._audio(raw)
+            return True
+        try:
+            message = parse_client_message(raw)
+        except ProtocolError as exc:
+            self._error(str(exc), None)
+            return True
+        try:
+            if isinstance(message, Hello):
+                await self._hello(message)
+            elif self.hello is None or self.participant_id is None:
+                raise ClientError(f"send hello before {message.type!r}")
+            elif isinstance(message, TextTurn):
+                await self.gateway.query(self.participant_id, message.text, SOURCE)
+            elif isinstance(message, Interrupt):
+                await self.gateway.interrupt(self.participant_id, message.request_id, SOURCE)
+            elif isinstance(message, ContextUpdate):
+                await self.gateway.context(self.participant_id, message.topic, message.text,
+                                           SOURCE)
+            elif isinstance(message, Bye):
+                self._leave_reason = "bye"
+                self.deliver(Goodbye(reason="bye"))
+                return False
+        except ClientError as exc:
+            self._error(str(exc), message.type)
+        return True
+
+    async def _hello(self, hello: Hello) -> None:
+        if self.hello is not None:
+            raise ClientError(f"already joined as {self.participant_id!r}")
+        pid = hello.participant_id or f"ws-{self.session_id}"
+        try:
+            self.gateway.hub.attach(pid, self)
+        except ParticipantTaken as exc:
+            raise ClientError(str(exc)) from None
+        self.participant_id, self.hello = pid, hello
+        g = self.gateway
+        self.deliver(Welcome(
+            participant_id=pid, server=g.server, profile=g.profile, models=g.models,
+            context_topics=list(g.context_topics),
+            audio_out_rate=g.audio_out_rate if self.wants_audio else None,
+        ))
+        try:
+            await g.join(pid, hello.display_name, SOURCE)
+        except ClientError:
+            g.hub.detach(pid, self)
+            self.participant_id, self.hello = None, None
+            raise
+
+    async def _audio(self, pcm: bytes) -> None:
+        if self.hello is None or self.participant_id is None:
+            self._error("send hello before audio frames", "audio")
+            return
+        fmt = self.hello.audio
+        if fmt is None:
+            self._error("binary audio frames need an audio format in hello", "audio")
+            return
+        try:
+            await self.gateway.audio(self.participant_id, pcm, fmt.sample_rate, fmt.channels,
+                                     SOURCE)
+        except ClientError as exc:
+            self._error(str(exc), "audio")
+
+
+class WebSocketServer:
+    """Accepts sessions on ``host:port`` (port 0 picks one); ``async with`` to run it."""
+
+    def __init__(self, gateway: Gateway, host: str, port: int, *, max_sessions: int = 32,
+                 outbox_size: int = 2048) -> None:
+        self.gateway = gateway
+        self.host = host
+        self.port = port
+        self.max_sessions = max_sessions
+        self.outbox_size = outbox_size
+        self.sessions: dict[int, WebSocketSession] = {}
+        self._ids = itertools.count(1)
+        self._server: Server | None = None
+
+    @property
+    def bound_port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the WebSocket server is not running")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def __aenter__(self) -> WebSocketServer:
+        self._server = await serve(
+            self._connection, self.host, self.port, max_size=MAX_FRAME_BYTES,
+            compression=None,  # PCM does not compress; deflate would cost CPU on the device
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # closes every session (code 1001); each publishes its departure
+            with anyio.CancelScope(shield=True):
+                await server.wait_closed()
+
+    async def _connection(self, ws: ServerConnection) -> None:
+        if len(self.sessions) >= self.max_sessions:
+            await ws.close(1013, f"server full ({self.max_sessions} sessions)")
+            return
+        sid = next(self._ids)
+        session = WebSocketSession(ws, self.gateway, session_id=sid,
+                                   outbox_size=self.outbox_size)
+        self.sessions[sid] = session
+        try:
+            await session.run()
+        except Exception:
+            log.exception("session %s failed", sid)
+        finally:
+            del self.sessions[sid]

@@ -1,0 +1,208 @@
+"""The WebSocket session protocol end to end with a scripted model (no real models)."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
+from edge.server import (
+    EdgeClient,
+    EdgeService,
+    ServiceSettings,
+    parse_client_message,
+)
+from edge.server._protocol import (
+    ErrorMessage,
+    Goodbye,
+    ProtocolError,
+    QueryEcho,
+    Reply,
+    Status,
+)
+from tests.server_helpers import Departures, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+def settings(**kw: object) -> ServiceSettings:
+    base: dict[str, object] = {
+        "host": "127.0.0.1", "port": 0, "wyoming_port": None, "mdns": False, "voice": False,
+        "notes": False,
+    }
+    base.update(kw)
+    return ServiceSettings(**base)  # type: ignore[arg-type]
+
+
+def answer_for(messages: list[ChatMessage]) -> str | ScriptedReply:
+    request = messages[-1].content
+    if "Write plain text only" in messages[0].content:
+        return "Summary."
+    return ScriptedReply(f"You said: {request}. That is all.", delay_s=0.005)
+
+
+def make_service(**kw: object) -> EdgeService:
+    return EdgeService(settings(**kw), llm=ScriptedLLM(answer_for),
+                       decisions=ScriptedDecisions(default="conversation"))
+
+
+async def test_text_turn_streams_reply_frames_in_order() -> None:
+    async with make_service() as service:
+        url = service.websocket_url
+        assert url.startswith("ws://127.0.0.1:")
+        async with EdgeClient(url, participant_id="alice", display_name="Alice") as client:
+            assert client.welcome is not None
+            assert client.welcome.participant_id == "alice"
+            assert client.welcome.context_topics == ["scene"]
+            seen: list[object] = []
+            turn = await client.ask("the sky is blue", limit_s=10, on_message=seen.append)
+        assert turn.text == "You said: the sky is blue. That is all."
+        frames = [r for r in turn.replies if r.source == "conversation"]
+        assert len(frames) > 2  # streamed, one frame per word
+        assert [f.sequence for f in frames] == list(range(len(frames)))
+        assert frames[-1].final and not any(f.final for f in frames[:-1])
+        assert all(f.request_id == turn.request_id for f in frames)
+        kinds = [type(m).__name__ for m in seen]
+        assert kinds[0] == "QueryEcho" and kinds[-1] == "Status"
+        assert Status(state="processing") in seen
+        # the exchange is in the participant's context
+        assert "the sky is blue" in service.context.render("alice")
+
+
+async def test_two_participants_one_sends_garbage() -> None:
+    async with make_service() as service:
+        url = service.websocket_url
+        async with EdgeClient(url, participant_id="good") as good, \
+                EdgeClient(url, participant_id="bad") as bad:
+            problems = [
+                "{not json",
+                json.dumps([1, 2]),
+                json.dumps({"type": "shout", "text": "hi"}),
+                json.dumps({"type": "text"}),
+                json.dumps({"type": "text", "text": "   "}),
+                json.dumps({"type": "context", "topic": "weather", "text": "rain"}),
+                json.dumps({"type": "hello", "participant_id": "again"}),
+            ]
+            for raw in problems:
+                await bad.send(raw)
+            await bad.send_audio(b"\x00\x01")  # no audio format in hello, and no voice here
+            errors: list[ErrorMessage] = []
+            with anyio.fail_after(5):
+                while len(errors) < len(problems) + 1:
+                    message, _ = await bad.receive()
+                    assert isinstance(message, ErrorMessage), message
+                    errors.append(message)
+            texts = [e.message for e in errors]
+            assert "not valid JSON" in texts[0]
+            assert "JSON object" in texts[1]
+            assert "unknown message type 'shout'" in texts[2]
+            assert "text: Field required" in texts[3]
+            assert "needs some text" in texts[4]
+            assert "unknown context topic 'weather'" in texts[5] and "scene" in texts[5]
+            assert "already joined as 'bad'" in texts[6]
+            assert "audio format" in texts[7]
+            # both sessions go on: the good one is unaffected, the bad one still answers
+            async with anyio.create_task_group() as tg:
+                results: dict[str, str] = {}
+
+                async def ask(name: str, client: EdgeClient, text: str) -> None:
+                    results[name] = (await client.ask(text, limit_s=10)).text
+
+                tg.start_soon(ask, "good", good, "first question")
+                tg.start_soon(ask, "bad", bad, "second question")
+            assert results == {"good": "You said: first question. That is all.",
+                               "bad": "You said: second question. That is all."}
+        # a second connection cannot take a connected participant id
+        async with EdgeClient(url, participant_id="taken") as first:
+            with pytest.raises(ConnectionError, match="already connected"):
+                async with EdgeClient(url, participant_id="taken"):
+                    pass
+            assert (await first.ask("still here", limit_s=10)).text.startswith("You said")
+
+
+async def test_dropped_connection_leaves_and_clears_only_that_context() -> None:
+    service = make_service()
+    departures = Departures()
+    service.runtime.register("departures", departures)
+    async with service:
+        url = service.websocket_url
+        async with EdgeClient(url, participant_id="stays") as stays:
+            await stays.ask("remember the red valve", limit_s=10)
+            dropper = EdgeClient(url, participant_id="drops")
+            await dropper.__aenter__()
+            await dropper.ask("remember the green valve", limit_s=10)
+            await dropper.send({"type": "context", "topic": "scene", "text": "A lab bench."})
+            await wait_for(lambda: "A lab bench" in service.context.render("drops"))
+            assert dropper.ws is not None
+            dropper.ws.transport.abort()  # no close handshake: the connection just drops
+            await wait_for(lambda: departures.left)
+            assert departures.left == [("drops", "connection closed")]
+            assert "drops" not in service.context.participants()
+            assert "red valve" in service.context.render("stays")
+            assert "stays" in service.hub.connected() and "drops" not in service.hub.connected()
+            # the remaining participant carries on, and bye ends a session cleanly
+            assert (await stays.ask("and now?", limit_s=10)).text == \
+                "You said: and now?. That is all."
+            await stays.send({"type": "bye"})
+            with anyio.fail_after(5):
+                message, _ = await stays.receive()
+                while not isinstance(message, Goodbye):
+                    message, _ = await stays.receive()
+            await wait_for(lambda: len(departures.left) >= 2)
+            assert departures.left[1] == ("stays", "bye")
+
+
+async def test_interrupt_cancels_the_running_turn() -> None:
+    slow = ScriptedLLM(lambda m: ScriptedReply("one two three four five six", delay_s=0.3))
+    async with EdgeService(settings(), llm=slow,
+                           decisions=ScriptedDecisions(default="conversation")) as service:
+        async with EdgeClient(service.websocket_url, participant_id="p") as client:
+            await client.send({"type": "text", "text": "talk slowly"})
+            echo = None
+            with anyio.fail_after(5):
+                while not isinstance(echo, QueryEcho):
+                    echo, _ = await client.receive()
+                first, _ = await client.receive()
+                while not isinstance(first, Reply):
+                    first, _ = await client.receive()
+            await client.send({"type": "interrupt", "request_id": echo.request_id})
+            frames = [first]
+            with anyio.fail_after(5):
+                while True:
+                    message, _ = await client.receive()
+                    if isinstance(message, Reply):
+                        frames.append(message)
+                    if isinstance(message, Status) and message.state == "idle":
+                        break
+        assert frames[-1].final  # the stream is closed with a final frame
+        assert len(frames) < 6   # and it stopped early
+    assert slow.requests[0].cancelled
+
+
+async def test_shutdown_closes_sessions_and_publishes_departures() -> None:
+    service = make_service()
+    departures = Departures()
+    service.runtime.register("departures", departures)
+    async with service:
+        client = EdgeClient(service.websocket_url, participant_id="late")
+        await client.__aenter__()
+        await client.ask("hello", limit_s=10)
+    assert departures.left == [("late", "connection closed")]
+    assert service.llm.closed  # type: ignore[attr-defined]
+    await client.__aexit__(None, None, None)
+
+
+def test_protocol_parsing_names_the_problem() -> None:
+    assert parse_client_message('{"type": "bye"}').type == "bye"
+    hello = parse_client_message(
+        '{"type": "hello", "audio": {"sample_rate": 48000, "channels": 2}, "want_audio": true}')
+    assert hello.audio.sample_rate == 48000  # type: ignore[union-attr]
+    with pytest.raises(ProtocolError, match="protocol 1, not 7"):
+        parse_client_message('{"type": "hello", "protocol": 7}')
+    with pytest.raises(ProtocolError, match=r"audio.sample_rate"):
+        parse_client_message('{"type": "hello", "audio": {"sample_rate": 100}}')
+    with pytest.raises(ProtocolError, match="Extra inputs"):
+        parse_client_message('{"type": "bye", "now": true}')
