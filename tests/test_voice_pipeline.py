@@ -55,7 +55,7 @@ def make(
     voice = VoicePipeline(
         stt=stt or ToneSTT(),
         tts=tts,
-        vad_factory=EnergyVAD,  # type: ignore[arg-type]
+        vad_factory=EnergyVAD,
         config=config or VoiceConfig(vad=FAST_VAD, partial_interval_s=0.3, playback_speed=0),
     )
     recorder = Recorder(USER_QUERY_TOPIC, TRANSCRIPT_TOPIC, AUDIO_OUTPUT_TOPIC, INTERRUPTED_TOPIC)

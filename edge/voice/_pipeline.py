@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -41,7 +42,7 @@ from edge.runtime import Agent, AgentRuntime, HandlerContext, Topic, now_us
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
-from ._listener import Listener
+from ._listener import Listener, VoiceActivity
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
@@ -71,8 +72,9 @@ class _Session:
 class VoicePipeline(Agent):
     """Listens and speaks for every participant; see the module docstring.
 
-    ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models; ``vad`` is a
-    factory of per-participant VAD streams (Silero by default). Topics can be renamed.
+    ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models;
+    ``vad_factory`` makes one VAD stream per participant (Silero by default). Topics can be
+    renamed.
     """
 
     def __init__(
@@ -81,7 +83,7 @@ class VoicePipeline(Agent):
         stt: SpeechToText | None = None,
         tts: TextToSpeech | None = None,
         config: VoiceConfig | None = None,
-        vad_factory: type[SileroVAD] | None = None,
+        vad_factory: Callable[[], VoiceActivity] | None = None,
         name: str = "voice",
         audio_input_topic: Topic[AudioInput] = AUDIO_INPUT_TOPIC,
         audio_output_topic: Topic[AudioOutput] = AUDIO_OUTPUT_TOPIC,
@@ -96,7 +98,7 @@ class VoicePipeline(Agent):
         self.tts = tts if tts is not None else PiperTTS()
         self.config = config or VoiceConfig()
         self.name = name
-        self._vad_factory = vad_factory or SileroVAD
+        self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._audio_output_topic = audio_output_topic
         self._query_topic = query_topic
         self._transcript_topic = transcript_topic
