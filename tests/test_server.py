@@ -8,11 +8,10 @@ import anyio
 import pytest
 
 from edge.decisions import ScriptedDecisions
-from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
+from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import (
     EdgeClient,
     EdgeService,
-    ServiceSettings,
     parse_client_message,
 )
 from edge.server._protocol import (
@@ -23,25 +22,9 @@ from edge.server._protocol import (
     Reply,
     Status,
 )
-from tests.server_helpers import Departures, wait_for
+from tests.server_helpers import Departures, answer_for, settings, wait_for
 
 pytestmark = pytest.mark.anyio
-
-
-def settings(**kw: object) -> ServiceSettings:
-    base: dict[str, object] = {
-        "host": "127.0.0.1", "port": 0, "wyoming_port": None, "mdns": False, "voice": False,
-        "notes": False,
-    }
-    base.update(kw)
-    return ServiceSettings(**base)  # type: ignore[arg-type]
-
-
-def answer_for(messages: list[ChatMessage]) -> str | ScriptedReply:
-    request = messages[-1].content
-    if "Write plain text only" in messages[0].content:
-        return "Summary."
-    return ScriptedReply(f"You said: {request}. That is all.", delay_s=0.005)
 
 
 def make_service(**kw: object) -> EdgeService:

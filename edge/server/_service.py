@@ -279,7 +279,8 @@ class EdgeService:
             "llm": type(self.llm).__name__,
             "budgets": {
                 **(d.context_manager_kwargs() if d is not None else {}),
-                **(d.router_kwargs() if d is not None else {}),
+                **({"router_context_budget_bytes": d.budgets.router_context_budget_bytes}
+                   if d is not None else {}),
                 **({"kv_cache_budget_bytes": d.budgets.kv_cache_budget_bytes,
                     "warm_participants": d.budgets.warm_participants} if d is not None else {}),
             },

@@ -1,0 +1,178 @@
+"""``edge serve`` (the service) and ``edge client`` (a small WebSocket client for it)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_URL = "ws://127.0.0.1:8765"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve", help="run the service: WebSocket sessions, Wyoming and mDNS",
+        description="Run the voice-agent service. Flags override EDGE_* environment variables.",
+    )
+    p.add_argument("--host", help="address to listen on (default 0.0.0.0; EDGE_HOST)")
+    p.add_argument("--port", type=int, help="WebSocket port (default 8765, 0 = any free port)")
+    p.add_argument("--wyoming-port", type=int,
+                   help="Wyoming port (default 10700, 0 = any free port)")
+    p.add_argument("--no-wyoming", action="store_true", help="do not run the Wyoming server")
+    p.add_argument("--no-mdns", action="store_true", help="do not advertise over mDNS")
+    p.add_argument("--mdns-interface", action="append", dest="mdns_interfaces",
+                   metavar="ADDRESS", help="advertise only on this interface (repeatable)")
+    p.add_argument("--profile", help="device profile name or TOML file (default: detected)")
+    p.add_argument("--llm-url", help="use an OpenAI-compatible server, e.g. http://gpu:8080/v1")
+    p.add_argument("--llm-model", help="model name on that server")
+    p.add_argument("--no-voice", action="store_true", help="text only: no STT, TTS or VAD")
+    p.add_argument("--no-notes", action="store_true", help="no notes destination")
+    p.add_argument("--name", dest="service_name", help="mDNS instance name")
+    p.set_defaults(func=run_serve)
+
+    c = subparsers.add_parser(
+        "client", help="talk to a running service over WebSocket",
+        description="Send text turns to `edge serve` and print the streamed replies. "
+        "Without --text, reads one turn per line from standard input.",
+    )
+    c.add_argument("--url", default=DEFAULT_URL, help=f"service address (default {DEFAULT_URL})")
+    c.add_argument("--text", action="append", help="a turn to send (repeatable)")
+    c.add_argument("--participant", help="participant id (default: assigned by the server)")
+    c.add_argument("--name", default="", help="display name")
+    c.add_argument("--context", nargs=2, action="append", metavar=("TOPIC", "TEXT"),
+                   help="send a context update first (repeatable)")
+    c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a reply")
+    c.set_defaults(func=run_client)
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from edge.server import ServiceSettings
+
+    given: dict[str, Any] = {}
+    for name in ("host", "port", "wyoming_port", "profile", "llm_url", "llm_model",
+                 "mdns_interfaces", "service_name"):
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = value
+    if args.no_wyoming:
+        given["wyoming_port"] = None
+    if args.no_mdns:
+        given["mdns"] = False
+    if args.no_voice:
+        given["voice"] = False
+    if args.no_notes:
+        given["notes"] = False
+    return ServiceSettings(**given)
+
+
+def _show(console: Console, info: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("profile", f"{info['profile'] or '(none)'}"
+                  + (f"  [dim]{info['chosen_by']}[/]" if info["chosen_by"] else ""))
+    for role, name in info["models"].items():
+        table.add_row(role, name)
+    table.add_row("llm backend", info["llm"])
+    for key, value in info["budgets"].items():
+        table.add_row(key.replace("_", " "), f"{value:,}")
+    table.add_row("context topics", ", ".join(info["context_topics"]) or "none")
+    table.add_row("voice", "on" if info["voice"] else "off (text only)")
+    table.add_row("websocket", info["websocket"] or "-")
+    table.add_row("wyoming", info["wyoming"] or "off")
+    table.add_row("mdns", ", ".join(info["mdns"]) or "off")
+    console.print(table)
+    for note in info["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+async def _serve(args: argparse.Namespace, console: Console) -> int:
+    from edge.server import EdgeService
+
+    settings = settings_from_args(args)
+    console.print("[dim]loading models…[/]")
+    service = EdgeService(settings)
+    async with service:
+        _show(console, service.describe())
+        print(f"serving on {service.websocket_url}", flush=True)
+        console.print("[dim]Ctrl-C stops the service[/]")
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        console.print("[dim]shutting down…[/]")
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(stop_on_signal)
+            await anyio.sleep_forever()
+    console.print("[dim]stopped[/]")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from edge.catalogue import ModelMissingError
+    from edge.device import ProfileError
+
+    console = Console(stderr=True)
+    try:
+        return anyio.run(_serve, args, console)
+    except (ProfileError, ModelMissingError, ValidationError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+# -- client --------------------------------------------------------------------------------
+
+
+async def _client(args: argparse.Namespace, console: Console) -> int:
+    from edge.server import EdgeClient
+    from edge.server._protocol import ErrorMessage, Reply
+
+    def show(message: Any) -> None:
+        if isinstance(message, Reply) and message.text:
+            sys.stdout.write(message.text)
+            sys.stdout.flush()
+        elif isinstance(message, ErrorMessage):
+            console.print(f"[red]server error:[/] {message.message}")
+
+    async with EdgeClient(args.url, participant_id=args.participant,
+                          display_name=args.name) as client:
+        console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
+        for topic, text in args.context or ():
+            await client.send({"type": "context", "topic": topic, "text": text})
+        turns = args.text or (line.strip() for line in sys.stdin)
+        status = 0
+        for text in turns:
+            if not text:
+                continue
+            try:
+                turn = await client.ask(text, limit_s=args.timeout, on_message=show)
+            except TimeoutError:
+                console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
+                return 1
+            sys.stdout.write("\n")
+            if turn.errors or not turn.text:
+                status = 1
+        await client.send({"type": "bye"})
+    return status
+
+
+def run_client(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        return anyio.run(_client, args, console)
+    except (OSError, ConnectionError) as exc:
+        console.print(f"[red]error:[/] cannot talk to {args.url}: {exc}")
+        return 2

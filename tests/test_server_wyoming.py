@@ -1,0 +1,92 @@
+"""Wyoming ``describe`` / ``handle`` and bad input, and mDNS on loopback (scripted model)."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+from wyoming.asr import Transcribe, Transcript
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.handle import Handled
+from wyoming.info import Describe, Info
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
+
+from edge import __version__
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService
+from tests.server_helpers import Departures, answer_for, settings, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
+    service = EdgeService(settings(wyoming_port=0), llm=ScriptedLLM(answer_for),
+                          decisions=ScriptedDecisions(default="conversation"))
+    departures = Departures()
+    service.runtime.register("departures", departures)
+    async with service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
+            await client.write_event(Describe().event())
+            event = await client.read_event()
+            assert event is not None and Info.is_type(event.type)
+            info = Info.from_event(event)
+            assert [p.name for p in info.handle] == ["edge-agent"]
+            assert info.asr == [] and info.tts == []  # this service runs without voice
+
+            await client.write_event(Transcribe().event())
+            event = await client.read_event()
+            assert event is not None and Error.is_type(event.type)
+            assert "without asr" in Error.from_event(event).text
+
+            await client.write_event(Event(type="wake-word", data={}))
+            event = await client.read_event()
+            assert event is not None and "unsupported event 'wake-word'" in \
+                Error.from_event(event).text
+
+            for question in ("turn on the lights", "and the fan"):
+                await client.write_event(Transcript(text=question).event())
+                event = await client.read_event()
+                assert event is not None and Handled.is_type(event.type), event
+                assert Handled.from_event(event).text == f"You said: {question}. That is all."
+            assert "and the fan" in service.context.render("wyoming-1")
+        await wait_for(lambda: departures.left)
+        assert departures.left == [("wyoming-1", "connection closed")]
+        assert "wyoming-1" not in service.context.participants()
+
+
+async def test_mdns_advertises_both_services_on_loopback() -> None:
+    s = settings(wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"],
+                 service_name="edge test")
+    service = EdgeService(s, llm=ScriptedLLM(answer_for),
+                          decisions=ScriptedDecisions(default="conversation"))
+    async with service:
+        assert service.wyoming is not None
+        browser_zc = AsyncZeroconf(interfaces=["127.0.0.1"])
+        seen: set[str] = set()
+
+        def on_change(zeroconf, service_type, name, state_change):  # type: ignore[no-untyped-def]
+            seen.add(name)
+
+        browser = AsyncServiceBrowser(browser_zc.zeroconf, [WEBSOCKET_SERVICE, WYOMING_SERVICE],
+                                      handlers=[on_change])
+        try:
+            ws_name = f"edge test.{WEBSOCKET_SERVICE}"
+            wy_name = f"edge test.{WYOMING_SERVICE}"
+            await wait_for(lambda: {ws_name, wy_name} <= seen, limit=10)
+            ws = await browser_zc.async_get_service_info(WEBSOCKET_SERVICE, ws_name, 3000)
+            wy = await browser_zc.async_get_service_info(WYOMING_SERVICE, wy_name, 3000)
+        finally:
+            await browser.async_cancel()
+            await browser_zc.async_close()
+        assert ws is not None and wy is not None
+        assert ws.port == service.websocket.bound_port
+        assert wy.port == service.wyoming.bound_port
+        assert ws.parsed_addresses() == ["127.0.0.1"]
+        assert ws.properties[b"version"] == __version__.encode()
+        assert b"model" in ws.properties and b"profile" in ws.properties
+    await anyio.lowlevel.checkpoint()
