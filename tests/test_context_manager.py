@@ -66,13 +66,13 @@ async def test_layout_summaries_first_entries_in_time_order_time_last() -> None:
     part.sections["dialogue"].span = (T0 - 100 * SECOND, T0 - 50 * SECOND)
     blocks = ctx.blocks("p")
     assert [b.kind for b in blocks] == ["summary", "update", "exchange", "state"]
-    assert blocks[0].text.startswith("Summary of the earlier conversation (22:11:40 to 22:12:30)")
-    assert blocks[1].text == "[22:13:25] notes: rotor ordered"
-    assert blocks[2].text == "[22:13:30] User: Hi\nAssistant: Hello"
-    assert blocks[3].text == "[22:13:40] window (latest): centrifuge open"
+    assert blocks[0].text.startswith("Summary of the earlier conversation (22:11 to 22:12)")
+    assert blocks[1].text == "[22:13] notes: rotor ordered"
+    assert blocks[2].text == "[22:13] User: Hi\nAssistant: Hello"
+    assert blocks[3].text == "[22:13] window (latest): centrifuge open"
     clock.advance(60)
     text = ctx.render("p")
-    assert text.endswith("Current time: Tuesday 14 November 2023, 22:14:20")
+    assert text.endswith("Current time: Tuesday 14 November 2023, 22:14")
     assert text.index("Summary") < text.index("rotor") < text.index("Hello") < text.index("open")
 
 

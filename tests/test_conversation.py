@@ -244,3 +244,30 @@ async def test_compaction_waits_while_an_answer_streams() -> None:
         assert not any(is_compaction(r.messages) for r in llm.requests[:1])
         await eventually(lambda: len(llm.requests) > 1)
         assert is_compaction(llm.requests[1].messages) and answer.completed
+
+
+class CountingLLM(ScriptedLLM):
+    """A scripted model with a small context window that counts one token per 4 bytes."""
+
+    context_length = 200
+    default_max_tokens = 50
+
+    def format_chat(self, messages, add_generation_prompt=True) -> str:
+        return "".join(m.content for m in messages)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.encode()) // 4
+
+
+async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> None:
+    llm = CountingLLM()
+    ctx = manager(llm)
+    conv = Conversation(llm, context=ctx, system_prompt="S")
+    for i in range(20):
+        await ctx.record_exchange("p1", f"question {i}", f"answer {i}")
+    messages = conv.request_messages("p1", "Now?")
+    assert llm.count_tokens(llm.format_chat(messages)) <= 150
+    assert "answer 19" in messages[1].content and "answer 0" not in messages[1].content
+    assert messages[2].content == "Now?" and "window" in caplog.text
+    await ctx.record_exchange("p2", "x" * 2000, "y")
+    assert conv.request_messages("p2", "Q" * 300)[2].content == "Q" * 300  # never clipped

@@ -133,9 +133,9 @@ def _format_rule(limit: int) -> str:
 
 
 def max_tokens_for(limit: int) -> int:
-    """Output tokens allowed for a summary of ``limit`` bytes: room for roughly twice the
-    limit, so a cut-off means the model ran far over it."""
-    return max(64, limit // 2 + 32)
+    """Output tokens allowed for a summary of ``limit`` bytes: about 1.5 bytes a token
+    (numbers and times tokenize densely), so a cut-off means the model ran well over it."""
+    return max(64, limit * 2 // 3 + 32)
 
 
 class Compactor:

@@ -9,7 +9,7 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import GenerationError, LLMService, Priority, RequestMetrics
+from edge.llm import ChatMessage, GenerationError, LLMService, Priority, RequestMetrics
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -112,10 +112,7 @@ class Conversation:
             turn.participant_id, turn.history,
             exchange_ids=routed.history_exchange_ids, timestamps=routed.history_timestamps,
         )
-        messages = self.context.messages(
-            turn.participant_id, system=self.system_message, request=turn.query,
-            now_us=self._clock(),
-        )
+        messages = self.request_messages(turn.participant_id, turn.query)
         with self.context.answering():
             text = await self._stream(turn, messages, started)
         await self.context.record_exchange(
@@ -138,6 +135,53 @@ class Conversation:
         """What the participant's latest answer request cost (queue wait, time to first
         token, prompt tokens reused from the KV cache, ...)."""
         return self._metrics.get(participant_id)
+
+    # ----------------------------------------------------------------- requests
+
+    def request_messages(self, participant_id: str, query: str) -> list[ChatMessage]:
+        """The three messages of an answer request.
+
+        When the model can count tokens (the local backend), the request must also fit its
+        context window with room for the answer: byte budgets are only an estimate of
+        tokens (digits and times cost more tokens per byte). If it does not fit, the oldest
+        context blocks are left out (entries first, then summaries) and a warning is
+        logged. The current request is never clipped."""
+        messages = self.context.messages(
+            participant_id, system=self.system_message, request=query, now_us=self._clock()
+        )
+        window = getattr(self.llm, "context_length", None)
+        count = getattr(self.llm, "count_tokens", None)
+        fmt = getattr(self.llm, "format_chat", None)
+        if not (isinstance(window, int) and callable(count) and callable(fmt)):
+            return messages
+        reserve = self.max_tokens or getattr(self.llm, "default_max_tokens", 256)
+        limit = window - reserve
+
+        def fits(msgs: list[ChatMessage]) -> bool:
+            return count(fmt(msgs)) <= limit
+
+        if fits(messages):
+            return messages
+        blocks = self.context.blocks(participant_id)
+        summaries = sum(1 for b in blocks if b.kind == "summary")
+        dropped = 0
+        while blocks:
+            # the oldest entry first (entries follow the summaries), then summaries
+            del blocks[summaries if summaries < len(blocks) else 0]
+            summaries = min(summaries, len(blocks))
+            dropped += 1
+            context = self.context.render_blocks(blocks, now_us=self._clock())
+            candidate = [messages[0], ChatMessage(role="user", content=context), messages[2]]
+            if fits(candidate):
+                messages = candidate
+                break
+        else:
+            messages = [messages[0],
+                        ChatMessage(role="user", content=self.context.render_blocks([])),
+                        messages[2]]
+        log.warning("participant %r: the request exceeded the model's %d-token window; "
+                    "%d oldest context block(s) left out", participant_id, window, dropped)
+        return messages
 
     # ----------------------------------------------------------------- streaming
 

@@ -334,6 +334,11 @@ class ContextManager:
         now = self._clock() if now_us is None else now_us
         return self._renderer.context_message(self.blocks(participant_id), now)
 
+    def render_blocks(self, blocks: list[ContextBlock], *, now_us: int | None = None) -> str:
+        """A context message from chosen ``blocks`` (e.g. a subset of :meth:`blocks`)."""
+        now = self._clock() if now_us is None else now_us
+        return self._renderer.context_message(list(blocks), now)
+
     def messages(
         self, participant_id: str, *, system: str, request: str, now_us: int | None = None
     ) -> list[ChatMessage]:

@@ -46,10 +46,10 @@ class Renderer:
         return dt
 
     def time(self, timestamp_us: int) -> str:
-        return self._dt(timestamp_us).strftime("%H:%M:%S")
+        return self._dt(timestamp_us).strftime("%H:%M")
 
     def now(self, timestamp_us: int) -> str:
-        return self._dt(timestamp_us).strftime("%A %d %B %Y, %H:%M:%S")
+        return self._dt(timestamp_us).strftime("%A %d %B %Y, %H:%M")
 
     @staticmethod
     def label(section: str) -> str:

@@ -1,0 +1,107 @@
+"""Conversation and compaction on the real default model (SmolLM2-135M).
+
+Budgets are small so the tiny model compacts often and the module stays fast.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from functools import partial
+
+import anyio
+import pytest
+from conversation_helpers import eventually
+
+from edge.conversation import ContextManager, Conversation
+from edge.llm import LlamaCppLLM
+from edge.routing import AgentTurn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+BUDGETS = {
+    "dialogue_budget_bytes": 1_600,
+    "topic_budget_bytes": {"notes": 600, "window": 300},
+    "compaction_input_budget_bytes": 1_100,
+}
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def llm():  # type: ignore[no-untyped-def]
+    model = LlamaCppLLM(n_ctx=2048, temperature=0.0, n_threads=1)
+    await model.load()
+    yield model
+    await model.close()
+
+
+def idle(ctx: ContextManager) -> bool:
+    return ctx.pending() == 0 and not ctx._jobs._running
+
+
+async def nothing() -> None:
+    return None
+
+
+async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM) -> None:
+    reports = []
+    ctx = ContextManager(llm, summary_context_topics=("window",),
+                         incremental_context_topics=("notes",), compaction_quiet_s=0, **BUDGETS)
+    ctx.add_hook("post_compact", reports.append)
+    conversation = Conversation(llm, context=ctx, max_tokens=12)
+    tracemalloc.start()
+    samples = []
+    try:
+        async with ctx:
+            for i in range(200):
+                await ctx.record_exchange("p", f"Item {i}?", f"Shelf {i % 9}.")
+                if i % 12 == 0:
+                    await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
+                if i % 30 == 0:
+                    await ctx.update("p", "window", f"Panel {i} open.")
+                if i % 40 == 39:
+                    await eventually(lambda: idle(ctx), 240)
+                    for section, budget in ctx.budgets.items():
+                        used = sum(len(b.text.encode()) for b in ctx.blocks("p")
+                                   if b.section == section)
+                        assert used <= budget, section
+                    messages = conversation.request_messages("p", "Where?")
+                    tokens = llm.count_tokens(llm.format_chat(messages))
+                    assert tokens + 12 <= llm.context_length
+                    samples.append(tracemalloc.get_traced_memory()[0])
+            result = await conversation.answer(AgentTurn("p", "t", "Where is item 199?"),
+                                               started=nothing)
+            assert result.text
+            assert ctx.summary("p")
+            assert len(ctx.transcript("p")) < 80  # compacted entries are gone
+    finally:
+        tracemalloc.stop()
+    assert sum(r.ok for r in reports) >= 3
+    assert max(samples[1:]) - samples[1] < 256 * 1024, samples  # flat, apart from identities
+
+
+async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM) -> None:
+    reports = []
+    ctx = ContextManager(llm, compaction_quiet_s=0, dialogue_budget_bytes=4_000,
+                         compaction_input_budget_bytes=3_000)
+    ctx.add_hook("post_compact", reports.append)
+    conversation = Conversation(llm, context=ctx, max_tokens=8)
+    for i in range(30):
+        await ctx.record_exchange("a", f"Please remember that box {i} holds part {i * 3}.",
+                                  f"Noted: box {i} holds part {i * 3}.")
+    async with ctx, anyio.create_task_group() as tg:
+        await eventually(lambda: ctx._jobs.running("a"), 30)
+        await anyio.sleep(0.5)  # the compaction is evaluating its prompt now
+        assert not reports
+        tg.start_soon(partial(conversation.answer, AgentTurn("b", "t1", "Say hello."),
+                              started=nothing))
+        await eventually(lambda: conversation.last_metrics("b") is not None
+                         and conversation.last_metrics("b").total_s is not None, 60)
+        metrics = conversation.last_metrics("b")
+        await eventually(lambda: bool(reports), 240)
+    assert metrics.queue_wait_s is not None and metrics.queue_wait_s < 2.0  # noisy 2-core box
+    attempt = reports[0].attempts[0]
+    assert attempt.metrics is not None and attempt.metrics["preemptions"] >= 1
