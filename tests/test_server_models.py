@@ -1,0 +1,129 @@
+"""The service with the real default models: a spoken session over WebSocket, and
+Wyoming asr / tts / describe / handle through the ``wyoming`` client classes."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.handle import Handled
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import LlamaCppLLM
+from edge.server import EdgeClient, EdgeService
+from edge.server._protocol import AudioFormat
+from edge.voice import (
+    PiperTTS,
+    VoiceConfig,
+    WhisperSTT,
+    chunk_pcm,
+    float_to_pcm16,
+    pcm16_to_float,
+    resample,
+)
+from tests.server_helpers import settings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+QUESTION = "What is the capital of France?"
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[WhisperSTT, PiperTTS]:
+    stt, tts = WhisperSTT(), PiperTTS()
+    stt.load()
+    tts.load()
+    return stt, tts
+
+
+@pytest.fixture(scope="module")
+def question_pcm(models: tuple[WhisperSTT, PiperTTS]) -> tuple[bytes, int]:
+    _, tts = models
+    speech = tts.synthesize(QUESTION)
+    silence = np.zeros(speech.sample_rate, dtype=np.float32)  # 1 s: the utterance ends
+    return float_to_pcm16(np.concatenate([speech.audio, silence])), speech.sample_rate
+
+
+def real_service(models: tuple[WhisperSTT, PiperTTS], **kw: object) -> EdgeService:
+    stt, tts = models
+    return EdgeService(
+        settings(voice=True, **kw),
+        llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40),
+        decisions=ScriptedDecisions(default="conversation"),  # routing has its own tests
+        stt=stt, tts=tts, voice_config=VoiceConfig(playback_speed=0),
+    )
+
+
+async def test_spoken_question_gets_transcript_text_and_audio(models, question_pcm) -> None:  # type: ignore[no-untyped-def]
+    pcm, rate = question_pcm
+    async with real_service(models) as service:
+        async with EdgeClient(service.websocket_url, participant_id="headset",
+                              audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
+            assert client.welcome is not None and client.welcome.audio_out_rate == 22050
+            for piece in chunk_pcm(pcm, rate, 100):
+                await client.send_audio(piece)
+            turn = await client.collect_turn(limit_s=60)
+    assert words(turn.query) == words(QUESTION)
+    finals = [t for t in turn.transcripts if t.final]
+    assert finals and words(finals[-1].text) == words(QUESTION)
+    assert turn.text  # the model answered
+    assert turn.replies[-1].final
+    assert turn.audio and all(h.sample_rate == 22050 for h, _ in turn.audio)
+    assert turn.audio[-1][0].final
+    seconds = len(turn.pcm) / 2 / 22050
+    assert seconds > 0.5  # the reply was spoken
+
+
+async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None:  # type: ignore[no-untyped-def]
+    pcm, rate = question_pcm
+    async with real_service(models, wyoming_port=0) as service:
+        assert service.wyoming is not None
+        async with AsyncTcpClient("127.0.0.1", service.wyoming.bound_port,
+                                  read_timeout=60) as client:
+            await client.write_event(Describe().event())
+            event = await client.read_event()
+            assert event is not None
+            info = Info.from_event(event)
+            assert info.asr[0].models and info.tts[0].voices and info.handle[0].models
+
+            await client.write_event(Transcribe(language="en").event())
+            await client.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+            for piece in chunk_pcm(pcm, rate, 100):
+                await client.write_event(
+                    AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+            await client.write_event(AudioStop().event())
+            event = await client.read_event()
+            assert event is not None and Transcript.is_type(event.type), event
+            assert words(Transcript.from_event(event).text) == words(QUESTION)
+
+            await client.write_event(Synthesize(text="The lab is open today.").event())
+            event = await client.read_event()
+            assert event is not None and AudioStart.is_type(event.type)
+            start = AudioStart.from_event(event)
+            audio = b""
+            while True:
+                event = await client.read_event()
+                assert event is not None
+                if AudioStop.is_type(event.type):
+                    break
+                audio += AudioChunk.from_event(event).audio
+            assert start.rate == 22050 and len(audio) / 2 / start.rate > 0.5
+            # what Piper said comes back word for word through Whisper
+            stt, _ = models
+            heard = stt.transcribe(resample(pcm16_to_float(audio), start.rate, 16_000))
+            assert words(heard.text) == words("The lab is open today.")
+
+            await client.write_event(Transcript(text=QUESTION).event())
+            event = await client.read_event()
+            assert event is not None and Handled.is_type(event.type), event
+            assert Handled.from_event(event).text
