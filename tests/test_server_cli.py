@@ -1,0 +1,71 @@
+"""``edge serve`` and ``edge client`` as a user runs them: processes, Ctrl-C included."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edge.cli._main import build_parser
+
+EDGE = [sys.executable, "-m", "edge"]
+
+
+def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge.cli._serve import settings_from_args
+
+    monkeypatch.setenv("EDGE_PORT", "9100")
+    monkeypatch.setenv("EDGE_WYOMING_PORT", "9101")
+    args = build_parser().parse_args(["serve", "--host", "127.0.0.1", "--no-mdns", "--no-voice"])
+    s = settings_from_args(args)
+    assert (s.host, s.port, s.wyoming_port, s.mdns, s.voice) == (
+        "127.0.0.1", 9100, 9101, False, False)
+    args = build_parser().parse_args(["serve", "--port", "0", "--no-wyoming"])
+    s = settings_from_args(args)
+    assert (s.port, s.wyoming_port, s.host) == (0, None, "0.0.0.0")
+
+
+def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
+    # An unreachable remote model: the service still starts, and the router answers with
+    # its failure message, which is enough to see the whole path work.
+    serve = subprocess.Popen(
+        [*EDGE, "serve", "--host", "127.0.0.1", "--port", "0", "--no-wyoming", "--no-mdns",
+         "--no-voice", "--profile", "ci-2core-24gb", "--llm-url", "http://127.0.0.1:9/v1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        deadline = time.monotonic() + 60
+        url = ""
+        while not url and time.monotonic() < deadline:
+            line = serve.stdout.readline()
+            if not line:
+                break
+            if line.startswith("serving on "):
+                url = line.split()[-1]
+        assert url.startswith("ws://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
+        client = subprocess.run(
+            [*EDGE, "client", "--url", url, "--participant", "cli", "--text", "hello there"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert client.returncode == 0, client.stderr
+        assert "Sorry, something went wrong" in client.stdout
+        assert "connected as cli" in client.stderr
+        serve.send_signal(signal.SIGINT)
+        _, err = serve.communicate(timeout=30)
+        assert serve.returncode == 0, err
+        assert "ci-2core-24gb" in err and "shutting down" in err and "stopped" in err
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+
+
+def test_client_reports_an_unreachable_service() -> None:
+    result = subprocess.run([*EDGE, "client", "--url", "ws://127.0.0.1:9", "--text", "hi"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "cannot talk to ws://127.0.0.1:9" in result.stderr
