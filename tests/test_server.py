@@ -15,6 +15,7 @@ from edge.server import (
     parse_client_message,
 )
 from edge.server._protocol import (
+    AudioFormat,
     ErrorMessage,
     Goodbye,
     ProtocolError,
@@ -22,6 +23,7 @@ from edge.server._protocol import (
     Reply,
     Status,
 )
+from edge.voice import chunk_pcm
 from tests.server_helpers import Departures, answer_for, settings, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -189,3 +191,39 @@ def test_protocol_parsing_names_the_problem() -> None:
         parse_client_message('{"type": "hello", "audio": {"sample_rate": 100}}')
     with pytest.raises(ProtocolError, match="Extra inputs"):
         parse_client_message('{"type": "bye", "now": true}')
+
+
+async def test_only_clients_that_want_audio_get_speech() -> None:
+    import numpy as np
+
+    from edge.voice import VoiceConfig, float_to_pcm16
+    from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
+
+    tts = ToneTTS()
+    service = EdgeService(
+        settings(voice=True), llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(), tts=tts, vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+    )
+    async with service:
+        url = service.websocket_url
+        async with EdgeClient(url, participant_id="reader") as reader, \
+                EdgeClient(url, participant_id="speaker", audio=AudioFormat(sample_rate=16000),
+                           want_audio=True) as speaker:
+            assert reader.welcome is not None and reader.welcome.audio_out_rate is None
+            assert speaker.welcome is not None and speaker.welcome.audio_out_rate == 16000
+            read = await reader.ask("just text please", limit_s=10)
+            assert read.text and not read.audio
+            assert not any("just text" in spoken for spoken in tts.spoken)
+
+            pcm = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(1.0)]))
+            for piece in chunk_pcm(pcm, 16000, 100):
+                await speaker.send_audio(piece)
+            heard = await speaker.collect_turn(limit_s=10)
+            assert heard.query == "tone 440"
+            assert [t.text for t in heard.transcripts if t.final] == ["tone 440"]
+            assert heard.text == "You said: tone 440. That is all."
+            assert heard.audio and heard.audio[-1][0].final and len(heard.pcm) > 0
+            typed = await speaker.ask("say it", limit_s=10)
+            assert typed.audio and typed.text == "You said: say it. That is all."

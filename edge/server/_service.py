@@ -60,10 +60,10 @@ class EdgeService:
     """The service ``edge serve`` runs; ``async with EdgeService(settings) as service:``.
 
     Parts can be injected (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake
-    voices). Without an injected ``llm`` the device configuration is loaded (profile from
-    ``settings.profile``, ``EDGE_PROFILE`` or detection) and sizes the LLM, the context
-    manager and the router; with one, it is loaded only when a profile is named or a
-    ``device`` config is given.
+    ``stt`` / ``tts`` / ``vad_factory``). Without an injected ``llm`` the device
+    configuration is loaded (profile from ``settings.profile``, ``EDGE_PROFILE`` or
+    detection) and sizes the LLM, the context manager and the router; with one, it is
+    loaded only when a profile is named or a ``device`` config is given.
     """
 
     def __init__(
@@ -76,6 +76,7 @@ class EdgeService:
         stt: Any = None,
         tts: Any = None,
         voice_config: Any = None,
+        vad_factory: Any = None,
     ) -> None:
         self.settings = settings or ServiceSettings()
         s = self.settings
@@ -118,7 +119,7 @@ class EdgeService:
             set_status=self.hub.status,
             **router_kwargs,
         )
-        self.voice = self._make_voice(stt, tts, voice_config) if s.voice else None
+        self.voice = self._make_voice(stt, tts, voice_config, vad_factory) if s.voice else None
         self.runtime.register("hub", self.hub)
         self.runtime.register("context", self.context.subscriber())
         self.runtime.register("router", self.router.runtime_subscriber())
@@ -173,7 +174,7 @@ class EdgeService:
             names["llm"] = f"{self.settings.llm_model or 'remote'} @ {self.settings.llm_url}"
         return names
 
-    def _make_voice(self, stt: Any, tts: Any, voice_config: Any) -> Any:
+    def _make_voice(self, stt: Any, tts: Any, voice_config: Any, vad_factory: Any) -> Any:
         from edge.voice import PiperTTS, VadConfig, VoiceConfig, VoicePipeline, WhisperSTT
 
         paths = self.device.model_paths if self.device is not None else {}
@@ -188,7 +189,8 @@ class EdgeService:
             voice_config = VoiceConfig(vad=VadConfig(
                 threshold=audio.vad_threshold, end_silence_ms=audio.endpoint_silence_ms,
                 max_utterance_s=max(audio.max_utterance_s, 1.5)))
-        return VoicePipeline(stt=stt, tts=tts, config=voice_config, reply_topic=SPEAK_TOPIC)
+        return VoicePipeline(stt=stt, tts=tts, config=voice_config, vad_factory=vad_factory,
+                             reply_topic=SPEAK_TOPIC)
 
     # -- lifecycle ------------------------------------------------------------------------
 
