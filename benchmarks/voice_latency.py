@@ -110,6 +110,7 @@ async def loop_once(
     for name, agent in (("voice", voice), ("client", client), ("assistant", responder)):
         runtime.register(name, agent)
     async with voice, responder, runtime:
+        await voice.load()  # models are loaded already: this times one warm-up pass
         await client.speak(runtime, question, rate, realtime=True, trailing_silence_s=1.5)
         answer = await client.answer(limit_s=120)
         listener, _ = voice.session("bench")

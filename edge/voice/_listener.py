@@ -53,6 +53,17 @@ class ListenerHooks(Protocol):
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None: ...
 
 
+class PassCost:
+    """Running average of how long one transcription pass takes on this device (shared by
+    the participants of a pipeline; 0 until measured)."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+
+    def record(self, elapsed_s: float) -> None:
+        self.seconds = elapsed_s if self.seconds == 0 else 0.7 * self.seconds + 0.3 * elapsed_s
+
+
 @dataclass
 class _Pass:
     utterance: int
@@ -88,6 +99,7 @@ class Listener:
         stt: SpeechToText,
         limiter: anyio.CapacityLimiter,
         hooks: ListenerHooks,
+        cost: PassCost | None = None,
     ) -> None:
         self.participant_id = participant_id
         self.config = config
@@ -103,7 +115,7 @@ class Listener:
         self._speech_start_us = 0
         self._passes: list[_Pass] = []
         self._last_partial_covers = 0
-        self._pass_cost = 0.0  # running average of a transcription's duration, seconds
+        self._cost = cost if cost is not None else PassCost()
         self._tg: TaskGroup | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
@@ -153,8 +165,10 @@ class Listener:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
-        if self._pass_cost > interval:
-            return  # this device cannot keep up: partials would only delay the final
+        if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
+            # A pass in flight when speech pauses delays the final one; partials are only
+            # worth it while a pass is shorter than the end-of-utterance silence.
+            return
         if self._endpointer.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
@@ -183,7 +197,7 @@ class Listener:
             return None
         job.started = True
         result = self._stt.transcribe(audio)
-        self._pass_cost = 0.7 * self._pass_cost + 0.3 * result.elapsed_s
+        self._cost.record(result.elapsed_s)
         return result
 
     async def _run_pass(self, job: _Pass, audio: np.ndarray) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import numpy as np
 from anyio.abc import TaskGroup
 
 from edge.interaction import (
@@ -42,7 +43,7 @@ from edge.runtime import Agent, AgentRuntime, HandlerContext, Topic, now_us
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
-from ._listener import Listener, VoiceActivity
+from ._listener import Listener, PassCost, VoiceActivity
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
@@ -104,6 +105,7 @@ class VoicePipeline(Agent):
         self._transcript_topic = transcript_topic
         self._interrupted_topic = interrupted_topic
         self._stt_limiter = anyio.CapacityLimiter(1)
+        self.stt_cost = PassCost()  # how long a transcription pass takes here
         self._tts_limiter = anyio.CapacityLimiter(1)
         self._sessions: dict[str, _Session] = {}
         self._tg: TaskGroup | None = None
@@ -117,12 +119,19 @@ class VoicePipeline(Agent):
     # -- lifecycle ----------------------------------------------------------------------
 
     async def load(self) -> None:
-        """Load the STT, TTS and VAD models now, in worker threads."""
+        """Load the STT, TTS and VAD models now, in worker threads, and time one warm-up
+        transcription (it decides whether partial transcripts are affordable here)."""
         for model in (self.stt, self.tts):
             loader = getattr(model, "load", None)
             if loader is not None:
                 await anyio.to_thread.run_sync(loader)
         await anyio.to_thread.run_sync(self._vad_factory)
+        warm = await anyio.to_thread.run_sync(
+            self.stt.transcribe,
+            np.zeros(self.stt.sample_rate, np.float32),
+            limiter=self._stt_limiter,
+        )
+        self.stt_cost.record(warm.elapsed_s)
 
     async def __aenter__(self) -> VoicePipeline:
         if self._tg is not None:
@@ -156,7 +165,13 @@ class VoicePipeline(Agent):
             raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
         listener = Listener(
-            participant_id, self.config, self._vad_factory(), self.stt, self._stt_limiter, self
+            participant_id,
+            self.config,
+            self._vad_factory(),
+            self.stt,
+            self._stt_limiter,
+            self,
+            self.stt_cost,
         )
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
