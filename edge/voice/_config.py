@@ -48,8 +48,9 @@ class VoiceConfig(BaseModel):
       real time, 0 sends as fast as synthesized); ``playback_lead_s`` is how far ahead of
       the playing position chunks may be sent;
     * ``tts_lookahead``: sentences synthesized ahead of the one playing;
-    * ``speculative_final``: start the final transcription at the first silent window
-      instead of at the endpoint (the result is reused when speech does not resume).
+    * ``speculative_final``: start the final transcription once a pause has lasted
+      ``speculative_after_ms`` instead of at the endpoint (the result is reused when
+      speech does not resume; the short wait skips the pauses inside sentences).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,3 +63,4 @@ class VoiceConfig(BaseModel):
     playback_lead_s: float = Field(default=0.2, ge=0.0)
     tts_lookahead: int = Field(default=2, ge=1)
     speculative_final: bool = True
+    speculative_after_ms: int = Field(default=150, ge=0)

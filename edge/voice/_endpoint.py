@@ -84,6 +84,13 @@ class Endpointer:
     def position(self) -> int:
         return self._position
 
+    @property
+    def silence_samples(self) -> int:
+        """How long the current pause in speech has lasted (0 unless speaking and paused)."""
+        if self._state != "speech" or not self._paused:
+            return 0
+        return self._position - self._last_voiced_end
+
     def utterance_audio(self) -> tuple[np.ndarray, int]:
         """The current utterance's audio so far and its first sample's stream position."""
         if self._state == "idle" or not self._audio:

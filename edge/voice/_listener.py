@@ -5,8 +5,8 @@ usually ready when the utterance ends:
 
 * while the participant speaks, a partial transcript every ``partial_interval_s`` of
   new speech (never two in flight for one participant);
-* at the first silent window (:class:`SpeechPaused`) a *speculative final* pass over the
-  utterance so far, which runs during the end-of-utterance silence;
+* once a pause has lasted ``speculative_after_ms`` a *speculative final* pass over the
+  utterance so far, which runs during the rest of the end-of-utterance silence;
 * at the endpoint, the newest pass that covers the last speech window is reused (awaited
   if still running); only when none does (speech resumed, or the cap cut the utterance)
   is a fresh pass run.
@@ -116,6 +116,7 @@ class Listener:
         self._passes: list[_Pass] = []
         self._last_partial_covers = 0
         self._cost = cost if cost is not None else PassCost()
+        self._speculated = True  # a speculative pass was started for the current pause
         self._tg: TaskGroup | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
@@ -146,18 +147,27 @@ class Listener:
                 self._speech_start_us = self._wall_us(event.start_sample)
                 self._last_partial_covers = event.start_sample
                 self._hooks.speech_started(self.participant_id)
-            elif isinstance(event, SpeechPaused) and self.config.speculative_final:
-                self._start_pass("speculative")
+            elif isinstance(event, SpeechPaused):
+                self._speculated = False
             elif isinstance(event, SpeechResumed):
                 self._drop_waiting_passes()  # they cannot cover the utterance's end now
             elif isinstance(event, UtteranceEnded):
                 self._finish(event)
         if self._endpointer.speaking:
+            self._maybe_speculate()
             self._maybe_partial()
 
     def _wall_us(self, sample: int) -> int:
         base_sample, base_us = self._anchor
         return base_us + (sample - base_sample) * 1_000_000 // self._rate
+
+    def _maybe_speculate(self) -> None:
+        if self._speculated or not self.config.speculative_final:
+            return
+        wait = self.config.speculative_after_ms * self._rate // 1000
+        if self._endpointer.silence_samples >= max(wait, 1):
+            self._speculated = True
+            self._start_pass("speculative")
 
     def _maybe_partial(self) -> None:
         interval = self.config.partial_interval_s
