@@ -13,8 +13,9 @@ service, and reports accuracy plus cold and warm decision latency:
 * ``raw``: the model's uncalibrated next-token scores only;
 * ``lexical``: lexical evidence only (no model call).
 
-"Cold" is the first decision of a variant on a fresh cache key (the option prefix and the
-content-free prior are evaluated); "warm" are the following ones, which reuse the prefix.
+"Cold" is the first decision on a freshly loaded model (the option prefix and the
+content-free prior are evaluated); "warm" are the eval-set decisions after the first,
+which reuse the cached prefix.
 "Prepared 1st" is the first decision after ``prepare()`` evaluated the prefix and prior.
 Prints tables and writes ``benchmarks/results/routing_decisions[_<set>].json`` and a PNG.
 ``--set benchmarks/routing_eval_holdout.jsonl`` runs the held-out set.
@@ -66,7 +67,24 @@ def load_set(path: Path) -> list[dict]:
     return rows
 
 
-async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
+async def cold_decision(args: argparse.Namespace, options: dict, query: str) -> tuple[float, float]:
+    """The first decision on a freshly loaded model: wall and CPU seconds."""
+    from edge.llm import LlamaCppLLM
+
+    llm = LlamaCppLLM(args.model, n_threads=args.threads)
+    await llm.load()
+    try:
+        service = LocalDecisionService(llm, cache_key="bench-cold", **options)
+        start, cpu = time.perf_counter(), time.process_time()
+        await service.decide(ChoiceQuestion(query, criteria()))
+        return time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        await llm.close()
+
+
+async def run_variant(
+    name: str, llm: object, rows: list[dict], args: argparse.Namespace
+) -> dict:
     options = dict(VARIANTS[name])
     lexical_only = options.pop("lexical_only", False)
     service = LocalDecisionService(
@@ -74,7 +92,9 @@ async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
     )
     crits = criteria()
     prepared_first_s = None
+    cold = (0.0, 0.0)
     if not lexical_only:
+        cold = await cold_decision(args, options, rows[0]["query"])
         # A second service on its own key, prepared ahead (as `edge serve` does at start):
         # its first decision finds the option prefix and the prior ready.
         prepared = LocalDecisionService(llm, cache_key=f"bench-{name}-prepared", **options)
@@ -115,11 +135,11 @@ async def run_variant(name: str, llm: object, rows: list[dict]) -> dict:
         "variant": name,
         "accuracy": sum(correct) / len(correct),
         "per_route_accuracy": per_route,
-        "cold_s": latencies[0],
+        "cold_s": cold[0],
         "prepared_first_s": prepared_first_s,
         "warm_median_s": statistics.median(warm) if warm else None,
         "warm_p90_s": sorted(warm)[int(0.9 * (len(warm) - 1))] if warm else None,
-        "cold_cpu_s": cpu_s[0],
+        "cold_cpu_s": cold[1],
         "warm_cpu_median_s": statistics.median(cpu_s[1:]) if len(cpu_s) > 1 else None,
         "warm_reused_tokens_median": statistics.median(reused[1:]) if len(reused) > 1 else None,
         "errors": [o for o, c in zip(outcomes, correct, strict=True) if not c],
@@ -145,7 +165,7 @@ async def main(args: argparse.Namespace) -> None:
     results = []
     try:
         for name in names:
-            results.append(await run_variant(name, llm, rows))
+            results.append(await run_variant(name, llm, rows, args))
     finally:
         if llm is not None:
             await llm.close()
