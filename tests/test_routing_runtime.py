@@ -110,9 +110,9 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
         )
         await _until(lambda: len(statuses) >= 2)
     frames = [f for f, _ in sink.frames]
-    assert [f.text for f in frames] == ["Okay.", ""]
+    assert [f.text for f in frames] == ["Okay."]
     assert all(f.request_id == meta.message_id and f.source == "router" for f in frames)
-    assert [f.sequence for f in frames] == [0, 1] and [f.final for f in frames] == [False, True]
+    assert frames[0].sequence == 0 and frames[0].final
     assert all(f.timestamp_us == 42 for f in frames)
     assert {pid for _, pid in sink.frames} == {"p1"}
     assert statuses == [("processing", "p1"), ("idle", "p1")]
@@ -179,8 +179,8 @@ async def test_runtime_failure_before_start_publishes_one_failure_frame() -> Non
     runtime.register("sink", sink)
     async with runtime, router:
         await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
-        await _until(lambda: any(f.final for f, _ in sink.frames))
-    texts = [f.text for f, _ in sink.frames if f.text]
+        await _until(lambda: sink.frames)
+    texts = [f.text for f, _ in sink.frames]
     assert len(texts) == 1 and "wrong" in texts[0]
 
 
@@ -362,3 +362,23 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
     await router.handle(turn("q3"))
     assert len(rec.outputs()) == 4  # acknowledged at once
     assert anyio.current_time() - start < 0.2
+
+
+async def test_each_control_message_is_a_complete_frame_with_its_own_sequence() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    dests["notes"].admissions = [Admission("release", text="Closing the note.")]
+    dests["conversation"].admissions = [Admission("accept", preamble="Sure.")]
+    router = AgentRouter(dests, ScriptedDecisions(["notes", "conversation"]), **TOPICS)
+    runtime = AgentRuntime()
+    sink = Sink()
+    runtime.register("router", router.runtime_subscriber())
+    runtime.register("sink", sink)
+    async with runtime, router:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hm"), participant_id="p1")
+        await _until(lambda: rec.of("say"))
+    frames = [f for f, _ in sink.frames]
+    assert [(f.text, f.sequence, f.final) for f in frames] == [
+        ("Closing the note.", 0, True),
+        ("Sure.", 1, True),
+    ]

@@ -14,14 +14,10 @@ OutputCallback = Callable[[AgentTurn, str, str], Awaitable[None]]
 
 
 class ControlOutput:
-    """Control text of one turn. ``send`` delivers one finite message; ``finish`` marks
-    the end of the router's output for the turn (before the destination's starts)."""
+    """Control text of one turn: ``send`` delivers one finite message."""
 
     async def send(self, route: str, text: str) -> None:
         raise NotImplementedError
-
-    async def finish(self) -> None:
-        """Nothing by default."""
 
 
 class CallbackOutput(ControlOutput):
@@ -34,9 +30,12 @@ class CallbackOutput(ControlOutput):
 
 
 class TopicOutput(ControlOutput):
-    """Frames of one ``(turn_id, "router")`` reply stream: each message is a frame with
-    the next sequence number; ``finish`` closes the stream with an empty final frame (only
-    when a frame was sent)."""
+    """Control messages of one turn as ``ResponseOutput`` frames on the output topic.
+
+    Each message is complete in itself (``final=True``), so output layers speak it at once
+    (an acknowledgment must not wait for text that may never follow); the frames of one turn
+    carry increasing ``sequence`` numbers, ``request_id`` the turn id and source "router".
+    """
 
     def __init__(self, runtime: Any, topic: Any, turn: AgentTurn) -> None:
         from edge.interaction import ResponseOutput
@@ -46,15 +45,14 @@ class TopicOutput(ControlOutput):
         self._turn = turn
         self._message = ResponseOutput
         self._sequence = 0
-        self._finished = False
 
-    async def _publish(self, text: str, final: bool) -> None:
+    async def send(self, route: str, text: str) -> None:
         frame = self._message(
             text=text,
             request_id=self._turn.turn_id,
             source=ROUTER_SOURCE,
             sequence=self._sequence,
-            final=final,
+            final=True,
             timestamp_us=self._turn.timestamp_us,
         )
         self._sequence += 1
@@ -65,15 +63,3 @@ class TopicOutput(ControlOutput):
             source=ROUTER_SOURCE,
             correlation_id=self._turn.turn_id,
         )
-
-    async def send(self, route: str, text: str) -> None:
-        if self._finished:
-            raise RuntimeError("the router's output for this turn is already finished")
-        await self._publish(text, final=False)
-
-    async def finish(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        if self._sequence:
-            await self._publish("", final=True)

@@ -95,13 +95,11 @@ class _StartSignal:
         router: AgentRouter,
         run: _Run,
         route: str,
-        out: ControlOutput,
         ack: Acknowledgment | None,
     ) -> None:
         self._router = router
         self._run = run
         self._route = route
-        self._out = out
         self._ack = ack
         self._t0 = time.monotonic()
         self._fired = False
@@ -119,8 +117,6 @@ class _StartSignal:
                 self._ack.suppress()
         if self._ack is not None:
             await self._ack.settle()
-        if not self.closed:
-            await self._out.finish()
 
 
 class AgentRouter:
@@ -376,11 +372,9 @@ class AgentRouter:
             if not run.started:
                 try:
                     await out.send(ROUTER_SOURCE, FAILURE_TEXT)
-                    await out.finish()
                 except Exception:
                     log.exception("could not deliver the failure message of %s", run.turn.turn_id)
             raise
-        await out.finish()
         return result
 
     # ------------------------------------------------------------------ routing
@@ -569,7 +563,7 @@ class AgentRouter:
             ack = Acknowledgment(
                 self._acknowledger, turn, route, aid, lambda text: out.send(route, text)
             )
-        signal = _StartSignal(self, run, route, out, ack)
+        signal = _StartSignal(self, run, route, ack)
         error: Exception | None = None
         result: object = None
         async with anyio.create_task_group() as tg:
