@@ -94,3 +94,13 @@ def test_chunk_pcm() -> None:
     pcm = float_to_pcm16(tone(0.25))
     chunks = chunk_pcm(pcm, 16_000, 100)
     assert [len(c) for c in chunks] == [3200, 3200, 1600]
+
+
+def test_audio_messages_serialize_pcm_as_base64() -> None:
+    from edge.voice import AudioInput, AudioOutput
+
+    chunk = AudioOutput(pcm=b"\x00\xff\x10\x80", sample_rate=22_050, request_id="r", final=True)
+    text = chunk.model_dump_json()
+    assert '"pcm":"AP8QgA=="' in text
+    assert AudioOutput.model_validate_json(text) == chunk
+    assert AudioInput.model_validate_json('{"pcm": "AAA=", "sample_rate": 48000}').pcm == b"\0\0"
