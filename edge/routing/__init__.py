@@ -1,7 +1,8 @@
 """Participant-scoped routing among agents: admission before speech, explicit focus,
 bounded rerouting, a default fallback and clarification."""
 
-from ._router import _DEFAULT_CONTEXT_BUDGET_BYTES, AgentRouter, TurnCancelled
+from ._router import _DEFAULT_CONTEXT_BUDGET_BYTES, AgentRouter
+from ._state import TurnCancelled
 from ._types import (
     Admission,
     AgentExchange,

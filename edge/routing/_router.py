@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
 
-from edge.decisions import (
-    ChoiceAnswer,
-    ChoiceQuestion,
-    Criterion,
-    DecisionError,
-    DecisionService,
-    validate_answer,
-)
+from edge.decisions import DecisionError, DecisionService, validate_answer
 
 from ._acknowledge import Acknowledger, Acknowledgment, validate_acknowledgment_config
+from ._choice import CLARIFY_TEXT, best_scored, clarification, routing_question
+from ._cleanup import drain, release_participant
 from ._config import validate_runtime_topics
-from ._history import Exchange, as_lines, newest_within
+from ._history import Exchange, newest_within
 from ._output import ROUTER_SOURCE, CallbackOutput, ControlOutput, OutputCallback, TopicOutput
 from ._owned import OwnedOperation
+from ._started import StartSignal
+from ._state import Participant, Run, TurnCancelled
 from ._types import (
     _TURN_CONTEXT,
     Admission,
@@ -52,71 +46,9 @@ MAX_SELECTED_ATTEMPTS = 2
 """Routing choices per turn: the first choice and one reroute after a decline."""
 
 FAILURE_TEXT = "Sorry, something went wrong while handling that. Please try again."
-UNAVAILABLE_TEXT = "Sorry, I can't help with that right now."
-CLARIFY_TEXT = "Sorry, I'm not sure what you'd like me to do."
 
 StatusCallback = Callable[[Literal["processing", "idle"], str], Awaitable[None]]
 ParticipantCallback = Callable[[str], Awaitable[None]]
-
-
-class TurnCancelled(RuntimeError):
-    """The turn was cancelled before it completed: by :meth:`AgentRouter.interrupt`, a
-    newer turn of the same participant, the participant's departure, or shutdown."""
-
-
-@dataclass(eq=False)
-class _Run:
-    """One turn from arrival until it has drained."""
-
-    turn: AgentTurn
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    started: bool = False
-
-
-@dataclass(eq=False)
-class _Participant:
-    participant_id: str
-    history: list[Exchange] = field(default_factory=list)
-    focus: str | None = None
-    used: set[str] = field(default_factory=set)
-    initialized: bool = False
-    cleaned: bool = False
-    completed: int = 0  # exchanges completed here; caller history never seeds after one
-    runs: list[_Run] = field(default_factory=list)
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-
-
-class _StartSignal:
-    """The ``started()`` callable handed to one ``answer()`` call."""
-
-    def __init__(
-        self,
-        router: AgentRouter,
-        run: _Run,
-        route: str,
-        ack: Acknowledgment | None,
-    ) -> None:
-        self._router = router
-        self._run = run
-        self._route = route
-        self._ack = ack
-        self._t0 = time.monotonic()
-        self._fired = False
-        self.closed = False
-
-    async def __call__(self) -> None:
-        if self.closed:
-            return
-        if not self._fired:
-            self._fired = True
-            self._run.started = True
-            if self._router._acknowledger is not None:
-                self._router._acknowledger.times.record(self._route, time.monotonic() - self._t0)
-            if self._ack is not None:
-                self._ack.suppress()
-        if self._ack is not None:
-            await self._ack.settle()
 
 
 class AgentRouter:
@@ -196,7 +128,7 @@ class AgentRouter:
         self._initialize = initialize_participant
         self._cleanup = cleanup_participant
         self._set_status = set_status
-        self._participants: dict[str, _Participant] = {}
+        self._participants: dict[str, Participant] = {}
         self._departures: dict[str, OwnedOperation] = {}
         self._closed: set[str] = set()  # departed, awaiting a participant-joined event
         self._shutdown: OwnedOperation | None = None
@@ -249,7 +181,7 @@ class AgentRouter:
         aids = self._aids(participant_id)
         eligible = sorted(name for name, aid in aids.items() if aid.eligible)
         if callable(prepare) and len(eligible) > 1:
-            await prepare(self._question("", eligible, aids, []))
+            await prepare(routing_question("", eligible, aids, []))
 
     async def handle(self, turn: AgentTurn) -> DestinationResult:
         """Route one turn while emitting only router-owned control text.
@@ -330,7 +262,7 @@ class AgentRouter:
                 f"participant {participant_id!r} left; a participant-joined event readmits them"
             )
 
-    def _arrive(self, turn: AgentTurn) -> _Run:
+    def _arrive(self, turn: AgentTurn) -> Run:
         """Register a turn (synchronously, so arrival order is kept) and cancel the
         participant's earlier turns; the new one runs once they have drained."""
         if not isinstance(turn, AgentTurn):
@@ -342,14 +274,14 @@ class AgentRouter:
         self._check_open(turn.participant_id)
         state = self._participants.get(turn.participant_id)
         if state is None:
-            state = self._participants[turn.participant_id] = _Participant(turn.participant_id)
+            state = self._participants[turn.participant_id] = Participant(turn.participant_id)
         for earlier in state.runs:
             earlier.scope.cancel()
-        run = _Run(turn)
+        run = Run(turn)
         state.runs.append(run)
         return run
 
-    async def _execute(self, run: _Run, out: ControlOutput) -> DestinationResult:
+    async def _execute(self, run: Run, out: ControlOutput) -> DestinationResult:
         state = self._participants[run.turn.participant_id]
         try:
             with run.scope:
@@ -362,7 +294,7 @@ class AgentRouter:
             run.done.set()
 
     async def _guarded(
-        self, state: _Participant, run: _Run, out: ControlOutput
+        self, state: Participant, run: Run, out: ControlOutput
     ) -> DestinationResult:
         """Run the turn; a failure before the destination started gets one failure
         message, then propagates."""
@@ -379,7 +311,7 @@ class AgentRouter:
 
     # ------------------------------------------------------------------ routing
 
-    async def _route(self, state: _Participant, run: _Run, out: ControlOutput) -> DestinationResult:
+    async def _route(self, state: Participant, run: Run, out: ControlOutput) -> DestinationResult:
         turn = run.turn
         pid = turn.participant_id
         if self._initialize is not None and not state.initialized:
@@ -416,8 +348,8 @@ class AgentRouter:
 
     async def _select_and_answer(
         self,
-        state: _Participant,
-        run: _Run,
+        state: Participant,
+        run: Run,
         turn: AgentTurn,
         history: list[Exchange],
         out: ControlOutput,
@@ -450,7 +382,7 @@ class AgentRouter:
                 break
             route = await self._choose(turn, candidates, aids, history)
             if route is None:
-                return None, await self._clarify(out, None, self._clarification(aids, declined))
+                return None, await self._clarify(out, None, clarification(aids, declined))
             admission = await self._admit(state, route, turn, focused=state.focus == route)
             if admission.disposition == "accept":
                 return route, await self._answer(state, run, route, turn, out, admission)
@@ -470,7 +402,7 @@ class AgentRouter:
         default = self.default_destination
         if default in self._destinations and default not in declined and aids[default].eligible:
             return default, await self._answer(state, run, default, turn, out, None)
-        return None, await self._clarify(out, None, self._clarification(aids, declined))
+        return None, await self._clarify(out, None, clarification(aids, declined))
 
     def _aids(self, participant_id: str) -> dict[str, RoutingAid]:
         aids: dict[str, RoutingAid] = {}
@@ -493,7 +425,7 @@ class AgentRouter:
         when nothing can be chosen."""
         if len(candidates) == 1:
             return candidates[0]
-        question = self._question(turn.query, candidates, aids, history)
+        question = routing_question(turn.query, candidates, aids, history)
         answer = await self._decisions.decide(question)
         try:
             answer = validate_answer(question, answer)
@@ -502,42 +434,10 @@ class AgentRouter:
             return None
         if answer.label is not None:
             return answer.label
-        return self._best_scored(answer, candidates, aids)
-
-    @staticmethod
-    def _question(
-        text: str,
-        candidates: list[str],
-        aids: Mapping[str, RoutingAid],
-        history: list[Exchange],
-    ) -> ChoiceQuestion:
-        ordered = sorted(candidates)  # a stable option order keeps the decision prefix cached
-        return ChoiceQuestion(
-            text=text,
-            criteria=tuple(
-                Criterion(name, aids[name].description, tuple(aids[name].examples))
-                for name in ordered
-            ),
-            context=as_lines(history),
-        )
-
-    def _best_scored(
-        self, answer: ChoiceAnswer, candidates: list[str], aids: Mapping[str, RoutingAid]
-    ) -> str | None:
-        usable = {
-            name: p
-            for name, p in answer.probabilities.items()
-            if name in candidates and math.isfinite(p)
-        }
-        if not usable:
-            return None
-        return max(
-            usable,
-            key=lambda n: (usable[n], n == self.default_destination, aids[n].priority),
-        )
+        return best_scored(answer, candidates, aids, self.default_destination)
 
     async def _admit(
-        self, state: _Participant, route: str, turn: AgentTurn, *, focused: bool
+        self, state: Participant, route: str, turn: AgentTurn, *, focused: bool
     ) -> Admission:
         state.used.add(route)
         admission = await self._destinations[route].admit(turn, focused=focused)
@@ -547,8 +447,8 @@ class AgentRouter:
 
     async def _answer(
         self,
-        state: _Participant,
-        run: _Run,
+        state: Participant,
+        run: Run,
         route: str,
         turn: AgentTurn,
         out: ControlOutput,
@@ -563,7 +463,8 @@ class AgentRouter:
             ack = Acknowledgment(
                 self._acknowledger, turn, route, aid, lambda text: out.send(route, text)
             )
-        signal = _StartSignal(self, run, route, ack)
+        times = self._acknowledger.times if self._acknowledger is not None else None
+        signal = StartSignal(times, run, route, ack)
         error: Exception | None = None
         result: object = None
         async with anyio.create_task_group() as tg:
@@ -595,24 +496,12 @@ class AgentRouter:
         await out.send(route or ROUTER_SOURCE, text)
         return DestinationResult("clarify", text)
 
-    def _clarification(self, aids: Mapping[str, RoutingAid], declined: set[str]) -> str:
-        options = [
-            aid.description.strip().rstrip(".")
-            for name, aid in sorted(aids.items())
-            if aid.eligible and name not in declined and aid.description.strip()
-        ]
-        if not options:
-            return UNAVAILABLE_TEXT
-        if len(options) == 1:
-            return f"{CLARIFY_TEXT} I can help with this: {options[0]}."
-        return f"{CLARIFY_TEXT} I can help with these: {'; '.join(options)}."
-
-    async def _clear_focus(self, state: _Participant, route: str) -> None:
+    async def _clear_focus(self, state: Participant, route: str) -> None:
         if state.focus == route:
             state.focus = None
         await self._release(state, route)
 
-    async def _release(self, state: _Participant, route: str) -> None:
+    async def _release(self, state: Participant, route: str) -> None:
         await self._destinations[route].release(state.participant_id)
 
     @staticmethod
@@ -623,45 +512,10 @@ class AgentRouter:
 
     # ------------------------------------------------------------------ departure, stop
 
-    async def _drain(self, state: _Participant) -> None:
-        runs = list(state.runs)
-        for run in runs:
-            run.scope.cancel()
-        for run in runs:
-            await run.done.wait()
-
-    async def _release_participant(self, state: _Participant) -> None:
-        """Release every destination the participant used (hook or release()), then the
-        application cleanup. Failures stay tracked for a retry."""
-        pid = state.participant_id
-        await self._drain(state)
-        errors: list[Exception] = []
-        for route in sorted(state.used):
-            destination = self._destinations[route]
-            hook = getattr(destination, "participant_left", None)
-            try:
-                if callable(hook):
-                    await hook(pid)
-                else:
-                    await destination.release(pid)
-            except Exception as exc:
-                log.warning("releasing %s for %s failed: %r", route, pid, exc)
-                errors.append(exc)
-            else:
-                state.used.discard(route)
-                if state.focus == route:
-                    state.focus = None
-        if self._cleanup is not None and not state.cleaned:
-            try:
-                await self._cleanup(pid)
-                state.cleaned = True
-            except Exception as exc:
-                log.warning("cleanup of participant %s failed: %r", pid, exc)
-                errors.append(exc)
-        if errors:
-            raise ExceptionGroup(f"releasing participant {pid!r}: {len(errors)} failed", errors)
-        if self._participants.get(pid) is state:
-            del self._participants[pid]
+    async def _release_participant(self, state: Participant) -> None:
+        await release_participant(state, self._destinations, self._cleanup)
+        if self._participants.get(state.participant_id) is state:
+            del self._participants[state.participant_id]
 
     async def _depart(self, participant_id: str) -> None:
         state = self._participants.get(participant_id)
@@ -679,7 +533,7 @@ class AgentRouter:
                     pass  # reported to that departure's callers; retried below
         errors: list[Exception] = []
         for state in list(self._participants.values()):
-            await self._drain(state)
+            await drain(state)
         for state in list(self._participants.values()):
             try:
                 await self._release_participant(state)
@@ -713,7 +567,7 @@ class AgentRouter:
             )
         return self._runtime_turn(run, out)
 
-    async def _runtime_turn(self, run: _Run, out: ControlOutput) -> None:
+    async def _runtime_turn(self, run: Run, out: ControlOutput) -> None:
         pid = run.turn.participant_id
         await self._status("processing", pid)
         try:

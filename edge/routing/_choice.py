@@ -1,0 +1,65 @@
+"""Turning routing aids into a decision question, and an uncertain answer or nothing
+into a route or a clarification."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from edge.decisions import ChoiceAnswer, ChoiceQuestion, Criterion
+
+from ._history import Exchange, as_lines
+from ._types import RoutingAid
+
+UNAVAILABLE_TEXT = "Sorry, I can't help with that right now."
+CLARIFY_TEXT = "Sorry, I'm not sure what you'd like me to do."
+
+
+def routing_question(
+    text: str,
+    candidates: list[str],
+    aids: Mapping[str, RoutingAid],
+    history: list[Exchange],
+) -> ChoiceQuestion:
+    """The decision question for ``candidates``, options sorted by route name so the same
+    destinations always give the same (cacheable) option prefix."""
+    return ChoiceQuestion(
+        text=text,
+        criteria=tuple(
+            Criterion(name, aids[name].description, tuple(aids[name].examples))
+            for name in sorted(candidates)
+        ),
+        context=as_lines(history),
+    )
+
+
+def best_scored(
+    answer: ChoiceAnswer,
+    candidates: list[str],
+    aids: Mapping[str, RoutingAid],
+    default: str,
+) -> str | None:
+    """The highest-probability candidate (ties: the default route, then the aid's
+    priority); None without usable scores."""
+    usable = {
+        name: p
+        for name, p in answer.probabilities.items()
+        if name in candidates and math.isfinite(p)
+    }
+    if not usable:
+        return None
+    return max(usable, key=lambda n: (usable[n], n == default, aids[n].priority))
+
+
+def clarification(aids: Mapping[str, RoutingAid], declined: set[str]) -> str:
+    """A clarification question naming what the eligible destinations can do."""
+    options = [
+        aid.description.strip().rstrip(".")
+        for name, aid in sorted(aids.items())
+        if aid.eligible and name not in declined and aid.description.strip()
+    ]
+    if not options:
+        return UNAVAILABLE_TEXT
+    if len(options) == 1:
+        return f"{CLARIFY_TEXT} I can help with this: {options[0]}."
+    return f"{CLARIFY_TEXT} I can help with these: {'; '.join(options)}."
