@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 from routing_helpers import HookedAgent, Recorder, ScriptedAgent, turn
 
@@ -345,3 +346,35 @@ async def test_async_with_stops_on_exit() -> None:
     async with router:
         await router.handle(turn("hi"))
     assert ("release", "conversation", "p1") in rec.events
+
+
+async def test_rapid_turns_cancel_every_earlier_one_and_only_the_last_answers() -> None:
+    router, conv, _, rec = make()
+    conv.answer_fn = slow_answer(rec, "conversation")
+    outcomes: dict[str, object] = {}
+
+    async def run(q: str) -> None:
+        try:
+            outcomes[q] = await router.handle(turn(q))
+        except TurnCancelled as exc:
+            outcomes[q] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "one")
+        await anyio.sleep(0.03)
+        tg.start_soon(run, "two")  # waits for "one" to drain
+        await anyio.lowlevel.checkpoint()
+        conv.answer_fn = None
+        tg.start_soon(run, "three")  # cancels "two" while it still waits
+    assert isinstance(outcomes["one"], TurnCancelled)
+    assert isinstance(outcomes["two"], TurnCancelled)
+    assert outcomes["three"] == DestinationResult("answer", "conversation reply")
+    assert [e[2] for e in rec.of("answer")] == ["one", "three"]
+
+
+async def test_bad_turns_are_rejected_with_clear_errors() -> None:
+    router, _, _, _ = make()
+    with pytest.raises(TypeError, match="AgentTurn"):
+        await router.handle("hello")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="participant_id"):
+        await router.handle(turn("x", pid=""))

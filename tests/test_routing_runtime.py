@@ -382,3 +382,14 @@ async def test_each_control_message_is_a_complete_frame_with_its_own_sequence() 
         ("Closing the note.", 0, True),
         ("Sure.", 1, True),
     ]
+
+
+async def test_query_without_participant_is_dropped() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with runtime, router:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="who am I?"))
+    assert not rec.events
