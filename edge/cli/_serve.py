@@ -124,11 +124,14 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from edge.catalogue import ModelMissingError
     from edge.device import ProfileError
+    from edge.llm import LLMError
+    from edge.voice import SpeechToTextError, TextToSpeechError
 
     console = Console(stderr=True)
     try:
         return anyio.run(_serve, args, console)
-    except (ProfileError, ModelMissingError, ValidationError, OSError) as exc:
+    except (ProfileError, ModelMissingError, ValidationError, OSError, LLMError,
+            SpeechToTextError, TextToSpeechError) as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2
 

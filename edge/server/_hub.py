@@ -109,10 +109,13 @@ class OutputHub(Agent):
             speak = sink is not None and sink.wants_audio
         if speak:
             meta = ctx.metadata
-            await ctx.runtime.publish(
-                self._speak_topic, frame, participant_id=pid, source=meta.source,
-                correlation_id=meta.correlation_id, timestamp_us=meta.timestamp_us,
-            )
+            try:  # speech failing must not fail the reply itself (the text went out)
+                await ctx.runtime.publish(
+                    self._speak_topic, frame, participant_id=pid, source=meta.source,
+                    correlation_id=meta.correlation_id, timestamp_us=meta.timestamp_us,
+                )
+            except Exception:
+                log.exception("speaking a reply frame for %s failed", pid)
 
     async def _on_text_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
         self._send(ctx.metadata.participant_id, _reply(frame))

@@ -29,19 +29,25 @@ def _instance(name: str) -> str:
 
 def advertised_addresses(host: str, interfaces: Sequence[str] | None) -> list[str]:
     """IPv4 addresses to put in the records: the bound host when it is specific, else the
-    given interfaces' addresses, else this machine's addresses."""
+    given interfaces' addresses, else this machine's non-loopback addresses."""
     if host not in ("", "0.0.0.0", "::"):
         return [host]
     if interfaces:
         return [i for i in interfaces if _is_ipv4(i)]
     found: set[str] = set()
+    try:  # UDP "connect" sends nothing; it only asks the kernel for the outgoing address
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))
+            found.add(probe.getsockname()[0])
+    except OSError:
+        pass
     try:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
             found.add(str(info[4][0]))
     except OSError:
         pass
-    found.discard("127.0.1.1")
-    return sorted(found) or ["127.0.0.1"]
+    usable = sorted(a for a in found if not ipaddress.ip_address(a).is_loopback)
+    return usable or ["127.0.0.1"]
 
 
 def _is_ipv4(value: str) -> bool:

@@ -136,6 +136,9 @@ class WebSocketSession:
                 return False
         except ClientError as exc:
             self._error(str(exc), message.type)
+        except Exception as exc:  # a bug or a failing subscriber: report it, keep the session
+            log.exception("handling %s from %s failed", message.type, self.participant_id)
+            self._error(f"internal error handling {message.type!r}: {exc}", message.type)
         return True
 
     async def _hello(self, hello: Hello) -> None:

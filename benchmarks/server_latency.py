@@ -1,0 +1,265 @@
+"""Latency through the network service, as a client sees it over WebSocket.
+
+    python benchmarks/server_latency.py                 # default models, detected profile
+    python benchmarks/server_latency.py --profile ci-2core-24gb --repeat 3
+
+Scenarios (each on a fresh participant unless said otherwise):
+
+* ``protocol``: a scripted instant model: send a text turn → first reply frame and →
+  ``status: idle``; what the server layer itself costs (JSON, runtime, router, hub).
+* ``text``: the real service (device budgets, local decisions, local LLM): a cold first
+  turn, then warm follow-ups of the same participant (prefix reuse).
+* ``concurrent``: N participants send a turn at the same moment (one local model: they
+  queue in the scheduler); time to first reply frame per participant.
+* ``spoken``: Piper speaks a question, streamed in real time in 100 ms PCM frames plus
+  silence; end of speech → final transcript, → first reply text, → first reply audio.
+
+Prints a table, writes ``benchmarks/results/server_latency.json`` and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import EdgeClient, EdgeService, ServiceSettings
+from edge.server._protocol import AudioFormat, AudioMessage, Reply, TranscriptMessage
+from edge.voice import PiperTTS, chunk_pcm, float_to_pcm16
+
+OUT = Path(__file__).parent / "results"
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name a primary color.",
+    "What do bees make?",
+    "How many legs does a spider have?",
+]
+
+
+def base_settings(**kw: Any) -> ServiceSettings:
+    return ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, **kw)
+
+
+async def timed_turn(client: EdgeClient, text: str,
+                     service: EdgeService | None = None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    first: list[float] = []
+
+    def seen(message: Any) -> None:
+        if isinstance(message, Reply) and message.text and not first:
+            first.append(time.perf_counter() - t0)
+
+    turn = await client.ask(text, limit_s=300, on_message=seen)
+    row: dict[str, Any] = {"first_reply_s": first[0] if first else float("nan"),
+                           "done_s": time.perf_counter() - t0, "chars": len(turn.text)}
+    metrics = service.conversation.last_metrics(client.participant_id) if service else None
+    if metrics is not None:  # the answer request alone (routing came before it)
+        row.update(queue_wait_s=metrics.queue_wait_s, prompt_tokens=metrics.prompt_tokens,
+                   reused_tokens=metrics.reused_tokens, prompt_eval_s=metrics.prompt_eval_s,
+                   answer_ttft_s=metrics.ttft_s, preemptions=metrics.preemptions)
+    return row
+
+
+async def bench_protocol(repeat: int) -> list[dict[str, float]]:
+    service = EdgeService(base_settings(voice=False), llm=ScriptedLLM(default="Fine, thanks."),
+                          decisions=ScriptedDecisions(default="conversation"))
+    rows = []
+    async with service, EdgeClient(service.websocket_url) as client:
+        await timed_turn(client, "warm up")
+        for i in range(repeat * 10):
+            rows.append(await timed_turn(client, f"question {i}"))
+    return rows
+
+
+async def bench_real(service: EdgeService, repeat: int, concurrency: list[int],
+                     console: Console) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": [], "concurrent": {}}
+    for r in range(repeat):
+        async with EdgeClient(service.websocket_url, participant_id=f"text-{r}") as client:
+            for i, question in enumerate(QUESTIONS):
+                row = await timed_turn(client, question, service)
+                row["turn"] = i
+                out["text"].append(row)
+                console.print(f"[dim]text run {r} turn {i}: {row}[/]")
+    for n in concurrency:
+        results: list[dict[str, float]] = []
+        for r in range(repeat):
+            results.extend(await concurrent_once(service, n, r))
+        out["concurrent"][n] = results
+        firsts = ", ".join(f"{x['first_reply_s']:.2f}" for x in results)
+        console.print(f"[dim]{n} at once: first replies {firsts} s[/]")
+    return out
+
+
+async def concurrent_once(service: EdgeService, n: int, r: int) -> list[dict[str, float]]:
+    results: list[dict[str, float]] = []
+    clients = [EdgeClient(service.websocket_url, participant_id=f"c{n}-{r}-{k}")
+               for k in range(n)]
+    for c in clients:
+        await c.__aenter__()
+
+    async def one(c: EdgeClient, k: int) -> None:
+        results.append(await timed_turn(c, QUESTIONS[k % len(QUESTIONS)], service))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for k, c in enumerate(clients):
+                tg.start_soon(one, c, k)
+    finally:
+        for c in clients:
+            await c.__aexit__(None, None, None)
+    return results
+
+
+async def bench_spoken(service: EdgeService, repeat: int, console: Console) -> list[dict]:
+    tts = PiperTTS()
+    speech = tts.synthesize(QUESTIONS[0])
+    rate = speech.sample_rate
+    pcm = float_to_pcm16(speech.audio)
+    quiet = float_to_pcm16(np.zeros(int(rate * 1.5), dtype=np.float32))
+    rows = []
+    for r in range(repeat):
+        row = await spoken_once(service, pcm, quiet, rate, r)
+        rows.append(row)
+        console.print(f"[dim]spoken run {r}: {row}[/]")
+    return rows
+
+
+async def spoken_once(service: EdgeService, pcm: bytes, quiet: bytes, rate: int,
+                      r: int) -> dict[str, Any]:
+    marks: dict[str, float] = {}
+
+    def seen(message: Any) -> None:
+        now = time.perf_counter()
+        if isinstance(message, TranscriptMessage) and message.final:
+            marks.setdefault("transcript", now)
+        elif isinstance(message, Reply) and message.text:
+            marks.setdefault("reply", now)
+        elif isinstance(message, AudioMessage) and message.bytes:
+            marks.setdefault("audio", now)
+
+    async with EdgeClient(service.websocket_url, participant_id=f"voice-{r}",
+                          audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
+
+        async def speak() -> None:
+            start = time.perf_counter()
+            for i, piece in enumerate(chunk_pcm(pcm, rate, 100)):
+                await client.send_audio(piece)
+                await anyio.sleep(max(0.0, start + (i + 1) * 0.1 - time.perf_counter()))
+            marks["speech_end"] = time.perf_counter()
+            for piece in chunk_pcm(quiet, rate, 100):
+                await client.send_audio(piece)
+                await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(speak)
+            turn = await client.collect_turn(limit_s=300, on_message=seen)
+    end = marks["speech_end"]
+    row: dict[str, Any] = {k: marks[k] - end for k in ("transcript", "reply", "audio")
+                           if k in marks}
+    row["heard"] = turn.query
+    return row
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+async def main(args: argparse.Namespace) -> None:
+    console = Console()
+    protocol = await bench_protocol(args.repeat)
+    settings = base_settings(profile=args.profile) if args.profile else base_settings()
+    service = EdgeService(settings)
+    t0 = time.perf_counter()
+    async with service:
+        started_s = time.perf_counter() - t0
+        info = service.describe()
+        real = await bench_real(service, args.repeat, args.concurrency, console)
+        spoken = await bench_spoken(service, args.repeat, console)
+
+    table = Table(title="edge serve latency over WebSocket (seconds, median)")
+    table.add_column("scenario")
+    table.add_column("first reply text", justify="right")
+    table.add_column("turn done", justify="right")
+    table.add_column("n", justify="right")
+    table.add_row("protocol only (scripted model)",
+                  f"{med([r['first_reply_s'] for r in protocol]) * 1000:.1f} ms",
+                  f"{med([r['done_s'] for r in protocol]) * 1000:.1f} ms", str(len(protocol)))
+    cold = [r for r in real["text"] if r["turn"] == 0]
+    warm = [r for r in real["text"] if r["turn"] > 0]
+    for name, rows in (("text, cold first turn", cold), ("text, warm follow-up", warm)):
+        table.add_row(name, f"{med([r['first_reply_s'] for r in rows]):.2f}",
+                      f"{med([r['done_s'] for r in rows]):.2f}", str(len(rows)))
+    for n, rows in real["concurrent"].items():
+        firsts = [r["first_reply_s"] for r in rows]
+        table.add_row(f"{n} participants at once (max)",
+                      f"{med(firsts):.2f} ({max(firsts):.2f})",
+                      f"{med([r['done_s'] for r in rows]):.2f}", str(len(rows)))
+    for key, label in (("transcript", "spoken: end of speech → final transcript"),
+                       ("reply", "spoken: end of speech → first reply text"),
+                       ("audio", "spoken: end of speech → first reply audio")):
+        table.add_row(label, f"{med([r[key] for r in spoken if key in r]):.2f}", "",
+                      str(len(spoken)))
+    console.print(table)
+    console.print(f"profile {info['profile']}, models {info['models']}, "
+                  f"service start {started_s:.1f} s, load average {os.getloadavg()[0]:.1f}")
+
+    OUT.mkdir(exist_ok=True)
+    result = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_average_1m": os.getloadavg()[0]},
+        "service": info, "start_s": started_s, "protocol": protocol, "text": real["text"],
+        "concurrent": {str(k): v for k, v in real["concurrent"].items()}, "spoken": spoken,
+    }
+    (OUT / "server_latency.json").write_text(json.dumps(result, indent=2, default=str))
+    plot(result, OUT / "server_latency.png")
+    console.print(f"wrote {OUT / 'server_latency.json'} and {OUT / 'server_latency.png'}")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, values = [], []
+    cold = [r for r in result["text"] if r["turn"] == 0]
+    warm = [r for r in result["text"] if r["turn"] > 0]
+    for name, rows in (("text cold", cold), ("text warm", warm)):
+        labels.append(name)
+        values.append(med([r["first_reply_s"] for r in rows]))
+    for n, rows in result["concurrent"].items():
+        labels.append(f"{n} at once")
+        values.append(med([r["first_reply_s"] for r in rows]))
+    for key in ("transcript", "reply", "audio"):
+        labels.append(f"spoken → {key}")
+        values.append(med([r[key] for r in result["spoken"] if key in r]))
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.barh(labels, values, color="#4a7ab0")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (median): to first reply text, or from end of speech")
+    ax.set_title("edge serve latency over WebSocket")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", help="device profile (default: detected)")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[2, 4])
+    anyio.run(main, parser.parse_args())
