@@ -74,9 +74,11 @@ async def test_two_participants_one_sends_garbage() -> None:
             for raw in problems:
                 await bad.send(raw)
             await bad.send_audio(b"\x00\x01")  # no audio format in hello, and no voice here
+            await bad.send_audio(b"\x00\x01")  # the same problem is reported once
+            await bad.send(json.dumps({"type": "interrupt", "request_id": 5}))
             errors: list[ErrorMessage] = []
             with anyio.fail_after(5):
-                while len(errors) < len(problems) + 1:
+                while len(errors) < len(problems) + 2:
                     message, _ = await bad.receive()
                     assert isinstance(message, ErrorMessage), message
                     errors.append(message)
@@ -88,7 +90,8 @@ async def test_two_participants_one_sends_garbage() -> None:
             assert "needs some text" in texts[4]
             assert "unknown context topic 'weather'" in texts[5] and "scene" in texts[5]
             assert "already joined as 'bad'" in texts[6]
-            assert "audio format" in texts[7]
+            assert "audio format" in texts[7] and errors[7].in_reply_to == "audio"
+            assert "request_id: Input should be a valid string" in texts[8]
             # both sessions go on: the good one is unaffected, the bad one still answers
             async with anyio.create_task_group() as tg:
                 results: dict[str, str] = {}
@@ -227,3 +230,27 @@ async def test_only_clients_that_want_audio_get_speech() -> None:
             assert heard.audio and heard.audio[-1][0].final and len(heard.pcm) > 0
             typed = await speaker.ask("say it", limit_s=10)
             assert typed.audio and typed.text == "You said: say it. That is all."
+
+
+async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
+    from edge.interaction import VOICE_OUTPUT_TOPIC, ResponseOutput
+
+    service = make_service(outbox_size=16)
+    departures = Departures()
+    service.runtime.register("departures", departures)
+    async with service:
+        url = service.websocket_url
+        async with EdgeClient(url, participant_id="stuck"), \
+                EdgeClient(url, participant_id="fine") as fine:
+            big = "x" * 20_000
+            with anyio.fail_after(20):  # publishing never blocks on the stuck client
+                for i in range(2_000):
+                    await service.runtime.publish(
+                        VOICE_OUTPUT_TOPIC, ResponseOutput(text=big, request_id="r", sequence=i,
+                                                           final=False),
+                        participant_id="stuck")
+                    if departures.left:
+                        break
+            await wait_for(lambda: departures.left)
+            assert departures.left == [("stuck", "client too slow")]
+            assert (await fine.ask("are you there", limit_s=10)).text.startswith("You said")

@@ -16,7 +16,7 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
 from edge import __version__
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService
+from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, discover
 from tests.server_helpers import Departures, answer_for, settings, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -89,4 +89,6 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         assert ws.parsed_addresses() == ["127.0.0.1"]
         assert ws.properties[b"version"] == __version__.encode()
         assert b"model" in ws.properties and b"profile" in ws.properties
+        found = await discover(WYOMING_SERVICE, interfaces=["127.0.0.1"])
+        assert [(i.name, i.port) for i in found] == [(wy_name, service.wyoming.bound_port)]
     await anyio.lowlevel.checkpoint()

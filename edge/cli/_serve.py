@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Send text turns to `edge serve` and print the streamed replies. "
         "Without --text, reads one turn per line from standard input.",
     )
-    c.add_argument("--url", default=DEFAULT_URL, help=f"service address (default {DEFAULT_URL})")
+    c.add_argument("--url", help=f"service address (default {DEFAULT_URL})")
+    c.add_argument("--discover", action="store_true",
+                   help="find the service over mDNS instead of --url")
+    c.add_argument("--mdns-interface", action="append", dest="mdns_interfaces",
+                   metavar="ADDRESS", help="browse only on this interface (repeatable)")
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
     c.add_argument("--participant", help="participant id (default: assigned by the server)")
     c.add_argument("--name", default="", help="display name")
@@ -150,6 +154,17 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         elif isinstance(message, ErrorMessage):
             console.print(f"[red]server error:[/] {message.message}")
 
+    if args.discover:
+        from edge.server import discover
+
+        found = await discover(interfaces=args.mdns_interfaces)
+        if not found:
+            console.print("[red]error:[/] no edge service answered over mDNS")
+            return 2
+        info = found[0]
+        args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
+        console.print(f"[dim]found {info.name} at {args.url}[/]")
+    args.url = args.url or DEFAULT_URL
     async with EdgeClient(args.url, participant_id=args.participant,
                           display_name=args.name) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")

@@ -15,7 +15,7 @@ Example::
 from ._client import EdgeClient, TurnResult
 from ._gateway import ClientError, Gateway
 from ._hub import SPEAK_TOPIC, OutputHub
-from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser
+from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
 from ._protocol import PROTOCOL_VERSION, ProtocolError, parse_client_message
 from ._service import EdgeService
 from ._settings import ServiceSettings
@@ -38,5 +38,6 @@ __all__ = [
     "TurnResult",
     "WebSocketServer",
     "WyomingServer",
+    "discover",
     "parse_client_message",
 ]

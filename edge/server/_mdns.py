@@ -109,3 +109,36 @@ class MdnsAdvertiser:
             except Exception:
                 log.warning("unregistering mDNS services failed", exc_info=True)
             await zc.async_close()
+
+
+async def discover(service_type: str = WEBSOCKET_SERVICE, *,
+                   interfaces: Sequence[str] | None = None,
+                   wait_s: float = 3.0) -> list[ServiceInfo]:
+    """Browse for ``service_type`` for up to ``wait_s`` seconds (returning as soon as one
+    answers) and resolve what was found."""
+    from zeroconf.asyncio import AsyncServiceBrowser
+
+    zc = AsyncZeroconf(interfaces=list(interfaces) if interfaces else InterfaceChoice.All,
+                       ip_version=IPVersion.V4Only)
+    names: list[str] = []
+    found = anyio.Event()
+
+    def on_change(zeroconf: object, service_type: str, name: str, state_change: object) -> None:
+        if name not in names:
+            names.append(name)
+            found.set()
+
+    browser = AsyncServiceBrowser(zc.zeroconf, service_type, handlers=[on_change])
+    try:
+        with anyio.move_on_after(wait_s):
+            await found.wait()
+        infos = []
+        for name in names:
+            info = await zc.async_get_service_info(service_type, name, 3000)
+            if info is not None:
+                infos.append(info)
+        return infos
+    finally:
+        with anyio.CancelScope(shield=True):
+            await browser.async_cancel()
+            await zc.async_close()

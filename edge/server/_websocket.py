@@ -57,6 +57,7 @@ class WebSocketSession:
             tuple[ServerMessage, bytes | None]](outbox_size)
         self._scope: anyio.CancelScope | None = None
         self._leave_reason = "connection closed"
+        self._last_audio_error = ""
 
     @property
     def wants_audio(self) -> bool:
@@ -165,17 +166,23 @@ class WebSocketSession:
 
     async def _audio(self, pcm: bytes) -> None:
         if self.hello is None or self.participant_id is None:
-            self._error("send hello before audio frames", "audio")
+            self._audio_error("send hello before audio frames")
             return
         fmt = self.hello.audio
         if fmt is None:
-            self._error("binary audio frames need an audio format in hello", "audio")
+            self._audio_error("binary audio frames need an audio format in hello")
             return
         try:
             await self.gateway.audio(self.participant_id, pcm, fmt.sample_rate, fmt.channels,
                                      SOURCE)
         except ClientError as exc:
-            self._error(str(exc), "audio")
+            self._audio_error(str(exc))
+
+    def _audio_error(self, message: str) -> None:
+        """Audio arrives ten times a second: the same problem is reported once."""
+        if message != self._last_audio_error:
+            self._last_audio_error = message
+            self._error(message, "audio")
 
 
 class WebSocketServer:

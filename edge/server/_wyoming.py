@@ -54,6 +54,7 @@ from edge.voice import (
 from edge.voice._audio import STT_RATE, check_format
 
 from ._gateway import ClientError, Gateway
+from ._hub import ParticipantTaken
 from ._protocol import Reply, ServerMessage, Status
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,10 @@ class WyomingHandler(AsyncEventHandler):
         if not text.strip():
             raise ClientError("transcript has no text to handle")
         if not self._joined:
-            gateway.hub.attach(self.participant_id, self)
+            try:
+                gateway.hub.attach(self.participant_id, self)
+            except ParticipantTaken as exc:
+                raise ClientError(str(exc)) from None
             self._joined = True
             await gateway.join(self.participant_id, "Wyoming client", SOURCE)
         self._frames, self._idle = [], anyio.Event()
