@@ -240,8 +240,9 @@ async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
     service.runtime.register("departures", departures)
     async with service:
         url = service.websocket_url
-        async with EdgeClient(url, participant_id="stuck"), \
-                EdgeClient(url, participant_id="fine") as fine:
+        stuck = EdgeClient(url, participant_id="stuck")
+        await stuck.__aenter__()
+        async with EdgeClient(url, participant_id="fine") as fine:
             big = "x" * 20_000
             with anyio.fail_after(20):  # publishing never blocks on the stuck client
                 for i in range(2_000):
@@ -254,3 +255,5 @@ async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
             await wait_for(lambda: departures.left)
             assert departures.left == [("stuck", "client too slow")]
             assert (await fine.ask("are you there", limit_s=10)).text.startswith("You said")
+        assert stuck.ws is not None
+        stuck.ws.transport.abort()  # its unread backlog would hold a graceful close
