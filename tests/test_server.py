@@ -257,3 +257,24 @@ async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
             assert (await fine.ask("are you there", limit_s=10)).text.startswith("You said")
         assert stuck.ws is not None
         stuck.ws.transport.abort()  # its unread backlog would hold a graceful close
+
+
+async def test_router_only_turns_and_notes_reach_the_client_and_context() -> None:
+    def choose(question):  # type: ignore[no-untyped-def]
+        text = question.text.lower()
+        return "notes" if "note" in text or "done" in text else "clarify"
+
+    service = EdgeService(settings(notes=True), llm=ScriptedLLM(answer_for),
+                          decisions=ScriptedDecisions(choose))
+    async with service:
+        async with EdgeClient(service.websocket_url, participant_id="n") as client:
+            assert client.welcome is not None
+            assert client.welcome.context_topics == ["scene", "notes"]
+            unclear = await client.ask("hmm", limit_s=10)
+            assert unclear.replies and {r.source for r in unclear.replies} == {"router"}
+            assert unclear.text.startswith("Sorry")
+            started = await client.ask("Take a note: the rotor is worn", limit_s=10)
+            assert {r.source for r in started.replies} == {"notes"}
+            saved = await client.ask("done", limit_s=10)
+            assert saved.text == "Note saved."
+            await wait_for(lambda: "rotor is worn" in service.context.render("n"))

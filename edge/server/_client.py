@@ -24,6 +24,23 @@ from ._protocol import (
     parse_server_message,
 )
 
+ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
+
+
+def reply_text(replies: list[Reply]) -> str:
+    """One text from a turn's reply frames: the router's messages (each complete in
+    itself) first, then each destination's streamed deltas joined."""
+    ordered = sorted(replies, key=lambda r: (r.source != ROUTER_SOURCE, r.source, r.sequence))
+    parts: list[str] = []
+    stream = ""
+    for frame in ordered:
+        if frame.source == ROUTER_SOURCE:
+            parts.append(frame.text.strip())
+        else:
+            stream += frame.text
+    parts.append(stream.strip())
+    return " ".join(p for p in parts if p)
+
 
 @dataclass
 class TurnResult:
@@ -38,9 +55,8 @@ class TurnResult:
 
     @property
     def text(self) -> str:
-        """The reply text: the router's words first, then each destination's."""
-        ordered = sorted(self.replies, key=lambda r: (r.source != "router", r.source, r.sequence))
-        return "".join(r.text for r in ordered).strip()
+        """The reply text: the router's messages first, then each destination's stream."""
+        return reply_text(self.replies)
 
     @property
     def pcm(self) -> bytes:

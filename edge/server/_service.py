@@ -224,6 +224,9 @@ class EdgeService:
             await stack.enter_async_context(self.context)      # closed before runtime stop
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)       # router.stop() first
+            prepare = getattr(self.router, "prepare_decisions", None)
+            if preload and prepare is not None:
+                await prepare()  # the routing prompt's option prefix, evaluated once now
             await stack.enter_async_context(self.websocket)
             if self.wyoming is not None:
                 await stack.enter_async_context(self.wyoming)

@@ -53,6 +53,7 @@ from edge.voice import (
 )
 from edge.voice._audio import STT_RATE, check_format
 
+from ._client import reply_text
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._protocol import Reply, ServerMessage, Status
@@ -224,10 +225,7 @@ class WyomingHandler(AsyncEventHandler):
         turn_id = await gateway.query(self.participant_id, text, SOURCE)
         with anyio.move_on_after(self.backend.handle_timeout_s) as scope:
             await self._idle.wait()
-        frames = [f for f in self._frames if f.request_id == turn_id]
-        # the router's own words for a turn come before the destination's
-        frames.sort(key=lambda f: (f.source != "router", f.source, f.sequence))
-        answer = "".join(f.text for f in frames).strip()
+        answer = reply_text([f for f in self._frames if f.request_id == turn_id])
         if scope.cancelled_caught:
             await gateway.interrupt(self.participant_id, turn_id, SOURCE)
             await self.write_event(NotHandled(text=answer or "Sorry, that took too long.").event())
