@@ -342,7 +342,7 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
 
     async def slow(t, started):
         times.append(anyio.current_time())
-        await anyio.sleep(0.25)
+        await anyio.sleep(0.6)  # well past the 0.2 s delay, even on a loaded machine
         await started()
         return DestinationResult("answer", "a")
 
@@ -351,7 +351,6 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
         await router.handle(turn(f"q{i}"))
     before = len(rec.outputs())
     assert before == 3
-    start = anyio.current_time()
 
     async def quick(t, started):
         await anyio.sleep(0.08)  # faster than the 0.2 s delay, but predicted slow
@@ -360,8 +359,9 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
 
     router._destinations["conversation"].answer_fn = quick  # type: ignore[attr-defined]
     await router.handle(turn("q3"))
-    assert len(rec.outputs()) == 4  # acknowledged at once
-    assert anyio.current_time() - start < 0.2
+    # Acknowledged although the answer started (0.08 s) before the 0.2 s delay: the
+    # prediction started the acknowledgment at once.
+    assert len(rec.outputs()) == 4
 
 
 async def test_each_control_message_is_a_complete_frame_with_its_own_sequence() -> None:
