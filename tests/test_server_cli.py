@@ -47,12 +47,12 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
             if line.startswith("serving on "):
                 url = line.split()[-1]
         assert url.startswith("ws://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
-        client = subprocess.run(
-            [*EDGE, "client", "--url", url, "--participant", "cli", "--text", "hello there"],
-            capture_output=True, text=True, timeout=60,
+        client = subprocess.run(  # turns from standard input, one per line
+            [*EDGE, "client", "--url", url, "--participant", "cli"],
+            input="hello there\n\nand again\n", capture_output=True, text=True, timeout=60,
         )
         assert client.returncode == 0, client.stderr
-        assert "Sorry, something went wrong" in client.stdout
+        assert client.stdout.count("Sorry, something went wrong") == 2
         assert "connected as cli" in client.stderr
         serve.send_signal(signal.SIGINT)
         _, err = serve.communicate(timeout=30)

@@ -149,7 +149,8 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
 
     def show(message: Any) -> None:
         if isinstance(message, Reply) and message.text:
-            sys.stdout.write(message.text)
+            # the router's messages are whole sentences; a destination streams deltas
+            sys.stdout.write(message.text + ("\n" if message.source == "router" else ""))
             sys.stdout.flush()
         elif isinstance(message, ErrorMessage):
             console.print(f"[red]server error:[/] {message.message}")
@@ -170,9 +171,18 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
         for topic, text in args.context or ():
             await client.send({"type": "context", "topic": topic, "text": text})
-        turns = args.text or (line.strip() for line in sys.stdin)
+        pending = list(args.text or [])
         status = 0
-        for text in turns:
+        while True:
+            if args.text:
+                if not pending:
+                    break
+                text = pending.pop(0)
+            else:  # read in a thread, so the connection keeps answering pings meanwhile
+                line = await anyio.to_thread.run_sync(sys.stdin.readline)
+                if not line:
+                    break
+                text = line.strip()
             if not text:
                 continue
             try:
