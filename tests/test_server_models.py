@@ -27,7 +27,7 @@ from edge.voice import (
     pcm16_to_float,
     resample,
 )
-from tests.server_helpers import settings
+from tests.server_helpers import settings, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
@@ -70,10 +70,14 @@ async def test_spoken_question_gets_transcript_text_and_audio(models, question_p
         async with EdgeClient(service.websocket_url, participant_id="headset",
                               audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
             assert client.welcome is not None and client.welcome.audio_out_rate == 22050
+            await wait_for(lambda: "headset" in service.warmer.warmed, limit=30)
             for piece in chunk_pcm(pcm, rate, 100):
                 await client.send_audio(piece)
             turn = await client.collect_turn(limit_s=60)
+            metrics = service.conversation.last_metrics("headset")
     assert words(turn.query) == words(QUESTION)
+    # the system prompt was evaluated when the participant joined
+    assert metrics is not None and metrics.reused_tokens > 100
     finals = [t for t in turn.transcripts if t.final]
     assert finals and words(finals[-1].text) == words(QUESTION)
     assert turn.text  # the model answered

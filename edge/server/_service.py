@@ -17,11 +17,13 @@ Data flow (every arrow is a typed runtime topic unless named otherwise)::
                             ─► VoicePipeline: sentences ─► TTS ─► voice.audio.out
                                ─► OutputHub ─► client (audio frames)
 
+    participant.joined ─► PrefixWarmer ─► llm.warm(system prompt, that participant's key)
+
 Startup: the LLM and the voice models load, the voice pipeline and runtime start, the
 context manager and router open, then the servers listen and mDNS advertises them.
 Shutdown is the reverse: mDNS withdrawn, servers closed (each session publishes its
 departure), ``router.stop()``, ``conversation.close()``, ``context.close()``, runtime
-stop, voice pipeline stop, ``llm.close()``.
+stop, voice pipeline stop, pending warm-ups cancelled, ``llm.close()``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from ._gateway import Gateway
 from ._hub import SPEAK_TOPIC, OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
 from ._settings import ServiceSettings
+from ._warmup import PrefixWarmer
 from ._websocket import WebSocketServer
 from ._wyoming import WyomingBackend, WyomingServer
 
@@ -120,7 +123,9 @@ class EdgeService:
             **router_kwargs,
         )
         self.voice = self._make_voice(stt, tts, voice_config, vad_factory) if s.voice else None
+        self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
         self.runtime.register("hub", self.hub)
+        self.runtime.register("warmer", self.warmer)
         self.runtime.register("context", self.context.subscriber())
         self.runtime.register("router", self.router.runtime_subscriber())
         if self.voice is not None:
@@ -214,6 +219,7 @@ class EdgeService:
                 load = getattr(self.llm, "load", None)
                 if load is not None:
                     await load()
+            await stack.enter_async_context(self.warmer)       # cancelled before llm.close
             if self.voice is not None:
                 await stack.enter_async_context(self.voice)    # outlives the runtime
                 if preload:
