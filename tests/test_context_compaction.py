@@ -275,3 +275,13 @@ async def test_long_session_stays_within_every_budget() -> None:
         assert len(ctx.transcript("p")) < 20
     assert all(not is_compaction(r.messages) or r.priority is Priority.BACKGROUND
                for r in llm.requests)
+
+
+async def test_a_backlog_that_never_compacts_is_capped(caplog) -> None:
+    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=400, compaction_input_budget_bytes=456)
+    for i in range(100):
+        await ctx.record_exchange("p", f"question {i:03d}", f"answer {i:03d}")
+    stored = ctx.transcript("p")
+    assert stored[-1].user == "question 099" and len(stored) < 100
+    assert sum(len(f"[00:00] User: {t.user}\nAssistant: {t.assistant}") for t in stored) <= 3200
+    assert "backlog over 8 x its budget" in caplog.text

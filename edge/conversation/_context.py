@@ -35,6 +35,10 @@ SectionKind = Literal["dialogue", "incremental", "summary"]
 MIN_CLIP_BYTES = 64
 """The least a clipped block keeps, even when a section's budget is smaller."""
 
+BACKLOG_FACTOR = 8
+"""Uncompacted entries beyond this many section budgets are dropped, oldest first, so a
+model that keeps failing to compact cannot grow a device's memory without bound."""
+
 
 @dataclass(eq=False)
 class Entry:
@@ -94,6 +98,14 @@ class Section:
         keys = [e.key for e in self.entries]
         self.entries.insert(bisect.bisect(keys, entry.key), entry)
         self.stalled = False
+        dropped = 0
+        while len(self.entries) > 1 and self.pending_bytes > BACKLOG_FACTOR * self.budget:
+            self.entries.pop(0)
+            dropped += 1
+        if dropped:
+            log.warning("section %r: compaction backlog over %d x its budget; %d oldest "
+                        "entr%s dropped", self.name, BACKLOG_FACTOR, dropped,
+                        "y" if dropped == 1 else "ies")
 
     def eligible(self) -> list[Entry]:
         """Entries compaction may take: all but the newest dialogue exchange."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from edge.llm import ChatMessage, LLMService, Priority
+from edge.llm import ChatMessage, LLMError, LLMService, Priority
 from edge.runtime import Agent, now_us
 
 from . import _persist
@@ -575,7 +575,10 @@ class ContextManager:
             ChatMessage(role="user", content=context),
         ]
         with self._jobs.track(part.participant_id):
-            await warm(messages, cache_key=part.participant_id, priority=Priority.BACKGROUND)
+            try:
+                await warm(messages, cache_key=part.participant_id, priority=Priority.BACKGROUND)
+            except LLMError as exc:
+                log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
 
     # ----------------------------------------------------------------- persistence
 

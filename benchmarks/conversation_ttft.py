@@ -1,0 +1,148 @@
+"""Time to first token of a conversation answer with and without a compaction backlog.
+
+Scenarios (same participant context, real default model):
+
+* ``warm``: a follow-up whose prompt prefix is cached, nothing in the background;
+* ``backlog``: the same while another participant's compaction backlog runs at background
+  priority (the scheduler preempts it at the next step);
+* ``compacted+rewarm``: the first answer after the participant's own summary changed, with
+  the manager's re-warm of the prompt prefix done while idle;
+* ``compacted-cold``: the same with ``rewarm=False`` (the whole context is evaluated).
+
+Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--json out.json] [--png out.png]``
+Timings on a shared machine are noisy; run it on an idle device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC
+from functools import partial
+from pathlib import Path
+
+import anyio
+
+from edge.conversation import ContextManager, Conversation
+from edge.llm import LlamaCppLLM
+from edge.routing import AgentTurn
+
+PAIRS = (
+    ("Where did I leave sample {i}?", "Sample {i} is in rack {r}."),
+    ("Start timer {i} for {r} minutes.", "Timer {i} set for {r} minutes."),
+    ("Who booked microscope {r}?", "Alex booked microscope {r} for run {i}."),
+    ("Is centrifuge {r} free?", "Yes, centrifuge {r} is free until run {i}."),
+)
+BUDGETS = {"dialogue_budget_bytes": 3_000, "compaction_input_budget_bytes": 2_000}
+
+
+async def nothing() -> None:
+    return None
+
+
+async def fill(ctx: ContextManager, pid: str, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        user, assistant = PAIRS[i % len(PAIRS)]
+        await ctx.record_exchange(pid, user.format(i=i, r=i % 7), assistant.format(i=i, r=i % 7))
+
+
+async def idle(ctx: ContextManager) -> None:
+    while ctx.pending() or ctx._jobs._running:  # noqa: ASYNC110
+        await anyio.sleep(0.05)
+
+
+async def ask(conv: Conversation, pid: str, question: str) -> dict:
+    started = time.perf_counter()
+    await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
+    m = conv.last_metrics(pid)
+    assert m is not None
+    return {"ttft_s": m.ttft_s, "queue_wait_s": m.queue_wait_s, "prompt_tokens": m.prompt_tokens,
+            "reused_tokens": m.reused_tokens, "total_s": time.perf_counter() - started}
+
+
+async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
+    out = {}
+    ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, **BUDGETS)
+    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    await fill(ctx, "p", 20)
+    async with ctx:
+        await ask(conv, "p", "Where is sample 3?")  # cold: fills p's cache
+        out["warm"] = await ask(conv, "p", "Where is sample 5?")
+        await fill(ctx, "other", 60)  # a backlog for someone else
+        while not ctx._jobs.running("other"):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+        await anyio.sleep(0.3)
+        out["backlog"] = await ask(conv, "p", "Where is sample 9?")
+        out["backlog"]["compaction_running"] = ctx._jobs.running("other")
+        await idle(ctx)
+    return out
+
+
+async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
+    ctx = ContextManager(llm, compaction_quiet_s=0, rewarm=rewarm, timezone=UTC, **BUDGETS)
+    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    await fill(ctx, "p", 20)
+    async with ctx:
+        await ask(conv, "p", "Where is sample 3?")
+        await fill(ctx, "p", 40, start=20)  # p's own section now compacts
+        await anyio.sleep(0.1)
+        await idle(ctx)
+        warm_pending = ctx._participants["p"].warm_pending
+        while rewarm and warm_pending:  # wait for the re-warm too
+            await anyio.sleep(0.05)
+            warm_pending = ctx._participants["p"].warm_pending or ctx._jobs.running("p")
+        await anyio.sleep(0.2)
+        result = await ask(conv, "p", "Where is sample 57?")
+        result["summary_bytes"] = len(ctx.summary("p").encode())
+        result["compacted"] = bool(ctx.summary("p"))
+    return result
+
+
+async def main(args: argparse.Namespace) -> dict:
+    llm = LlamaCppLLM(n_ctx=4096, temperature=0.0, n_threads=args.threads)
+    await llm.load()
+    try:
+        results = await scenario_warm_and_backlog(llm)
+        results["compacted+rewarm"] = await scenario_after_compaction(llm, True)
+        results["compacted-cold"] = await scenario_after_compaction(llm, False)
+    finally:
+        await llm.close()
+    return results
+
+
+def report(results: dict, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Conversation TTFT (SmolLM2-135M, CPU)")
+    for col in ("scenario", "TTFT ms", "queue wait ms", "prompt tokens", "reused"):
+        table.add_column(col)
+    for name, r in results.items():
+        table.add_row(name, f"{(r['ttft_s'] or 0) * 1000:.0f}",
+                      f"{(r['queue_wait_s'] or 0) * 1000:.0f}", str(r["prompt_tokens"]),
+                      str(r["reused_tokens"]))
+    Console().print(table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.bar(list(results), [(r["ttft_s"] or 0) * 1000 for r in results.values()])
+        ax.set_ylabel("TTFT (ms)")
+        ax.set_title("Conversation TTFT with and without a compaction backlog")
+        fig.tight_layout()
+        fig.savefig(args.png)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path)
+    ns = parser.parse_args()
+    report(anyio.run(partial(main, ns)), ns)
