@@ -278,3 +278,51 @@ async def test_router_only_turns_and_notes_reach_the_client_and_context() -> Non
             saved = await client.ask("done", limit_s=10)
             assert saved.text == "Note saved."
             await wait_for(lambda: "rotor is worn" in service.context.render("n"))
+
+
+async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn() -> None:
+    import numpy as np
+
+    from edge.server._protocol import AudioMessage, InterruptedMessage
+    from edge.voice import VoiceConfig, float_to_pcm16
+    from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
+
+    long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
+    llm = ScriptedLLM([long_reply], default="Short answer.")
+    service = EdgeService(
+        settings(voice=True), llm=llm, decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(), tts=ToneTTS(), vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(playback_speed=1.0, partial_interval_s=0),  # real time
+    )
+    async with service, EdgeClient(service.websocket_url, participant_id="p",
+                                   audio=AudioFormat(sample_rate=16000),
+                                   want_audio=True) as client:
+        await client.send({"type": "text", "text": "tell me a long story"})
+        audio_chunks = 0
+        first_id = None
+        with anyio.fail_after(10):
+            while audio_chunks < 3:  # the reply is being spoken
+                message, _ = await client.receive()
+                audio_chunks += isinstance(message, AudioMessage)
+                if isinstance(message, QueryEcho):
+                    first_id = message.request_id
+        pcm = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(1.0)]))
+        for piece in chunk_pcm(pcm, 16000, 100):
+            await client.send_audio(piece)
+        interrupted = None
+        with anyio.fail_after(10):
+            while interrupted is None:
+                message, _ = await client.receive()
+                if isinstance(message, InterruptedMessage):
+                    interrupted = message
+        assert interrupted.reason == "barge-in"
+        late: list[AudioMessage] = []
+
+        def old_audio(message: object) -> None:
+            if isinstance(message, AudioMessage) and message.request_id == first_id:
+                late.append(message)
+
+        # the barge-in became the next turn, and the old reply went silent
+        turn = await client.collect_turn(limit_s=10, on_message=old_audio)
+        assert turn.query == "tone 440" and turn.text == "Short answer."
+        assert len(late) <= 1  # at most the chunk being published when it stopped
