@@ -121,6 +121,8 @@ async def loop_once(
         "heard": stats.text,
         "final_pass_reused": stats.reused_pass,
         "stt_passes": stats.passes,
+        "final_pass_s": stats.final_pass_s,
+        "final_pass_head_start_s": stats.head_start_s,
         "endpoint_to_transcript_s": stats.final_ready_at - stats.speech_end_at,
         "endpoint_to_first_audio_s": answer.first_audio_at - stats.speech_end_at,
         "speech_end_to_first_audio_s": answer.first_audio_at - stats.speech_end_at + silence,
@@ -156,6 +158,8 @@ async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool)
         if llm is not None:
             await llm.close()
         keys = (
+            "final_pass_s",
+            "final_pass_head_start_s",
             "endpoint_to_transcript_s",
             "endpoint_to_first_audio_s",
             "speech_end_to_first_audio_s",
@@ -199,7 +203,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--llm", action="store_true", help="also answer with the local LLM")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=150)
     stt, tts = WhisperSTT(), PiperTTS()
     t0 = time.perf_counter()
     stt.load()
@@ -241,6 +245,8 @@ def main() -> None:
         "endpoint→audio",
         "speech end→audio",
         "final reused",
+        "pass s",
+        "head start",
     ):
         table.add_column(col)
     for r in loop_rows:
@@ -250,6 +256,8 @@ def main() -> None:
             f"{r['endpoint_to_first_audio_s']:.3f}",
             f"{r['speech_end_to_first_audio_s']:.3f}",
             f"{r['reused']}/{len(r['runs'])}",
+            f"{r['final_pass_s']:.3f}",
+            f"{r['final_pass_head_start_s']:.3f}",
         )
     console.print(table)
 

@@ -73,6 +73,7 @@ class _Pass:
     result: Recognition | None = None
     stale: bool = False  # a partial overtaken before it reached the model: skipped
     started: bool = False  # reached the model
+    started_at: float = 0.0
 
 
 @dataclass
@@ -86,6 +87,13 @@ class UtteranceStats:
     final_ready_at: float  # perf_counter when the final text was known
     reused_pass: bool
     passes: int
+    final_pass_started_at: float = 0.0  # perf_counter when the final text's pass began
+    final_pass_s: float = 0.0  # model time of that pass
+
+    @property
+    def head_start_s(self) -> float:
+        """How long before the endpoint the final text's pass began (negative: after)."""
+        return self.speech_end_at - self.final_pass_started_at
 
 
 class Listener:
@@ -206,6 +214,7 @@ class Listener:
         if job.stale:
             return None
         job.started = True
+        job.started_at = time.perf_counter()
         result = self._stt.transcribe(audio)
         self._cost.record(result.elapsed_s)
         return result
@@ -269,6 +278,8 @@ class Listener:
                     time.perf_counter(),
                     job is reuse,
                     passes + (job is not reuse),
+                    job.started_at,
+                    job.result.elapsed_s if job.result else 0.0,
                 )
             )
             await self._hooks.transcript(
