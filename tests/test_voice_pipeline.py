@@ -402,3 +402,39 @@ async def test_a_short_pause_keeps_one_utterance() -> None:
         assert [q.text for q in rec.messages(USER_QUERY_TOPIC)] == ["tone 440"]
         listener, _ = voice.session("p1")
         assert listener.stats[0].audio_s > 1.0  # both halves in one utterance
+
+
+class FlakySTT(ToneSTT):
+    """Fails on the first utterance's audio (a 440 Hz tone), works on others."""
+
+    def transcribe(self, audio: np.ndarray):  # type: ignore[no-untyped-def]
+        result = super().transcribe(audio)
+        if result.text == "tone 440":
+            raise RuntimeError("model failure")
+        return result
+
+
+async def test_a_recognizer_failure_loses_only_that_utterance() -> None:
+    config = VoiceConfig(vad=FAST_VAD, partial_interval_s=0, playback_speed=0)
+    runtime, voice, rec, _ = make(config, stt=FlakySTT())
+    async with voice, runtime:
+        await feed(runtime, np.concatenate([utterance(440), utterance(880)]))
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        await wait_for(lambda: len([t for t in rec.messages(TRANSCRIPT_TOPIC) if t.final]) == 2)
+        assert [q.text for q in rec.messages(USER_QUERY_TOPIC)] == ["tone 880"]
+        assert [t.text for t in rec.messages(TRANSCRIPT_TOPIC) if t.final] == ["", "tone 880"]
+
+
+async def test_a_synthesis_failure_skips_only_that_sentence() -> None:
+    runtime, voice, rec, tts = make()
+
+    def synthesize(text: str):  # type: ignore[no-untyped-def]
+        if "broken" in text:
+            raise RuntimeError("voice failure")
+        return ToneTTS.synthesize(tts, text)
+
+    tts.synthesize = synthesize  # type: ignore[method-assign]
+    async with voice, runtime:
+        await reply(runtime, "First one. A broken one. Last one.", "r1")
+        await wait_for(lambda: any(c.final for c in audio_of(rec)))
+        assert [c.text for c in audio_of(rec) if c.text] == ["First one.", "Last one."]

@@ -273,7 +273,12 @@ class Speaker:
         audio = segment.audio if segment.audio is not None else np.zeros(0, np.float32)
         rate = self._out_rate or self._tts.sample_rate
         step = max(1, rate * self.config.chunk_ms // 1000)
-        pieces = [audio[i : i + step] for i in range(0, len(audio), step)] or [audio]
+        pieces = [audio[i : i + step] for i in range(0, len(audio), step)]
+        if not pieces:  # nothing audible (unspeakable text, or synthesis failed)
+            if not segment.final:
+                return
+            pieces = [audio]  # the stream still ends with an empty final chunk
+            segment.text = ""
         for i, piece in enumerate(pieces):
             if not await self._pace(generation) or generation != self._generation:
                 return
