@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
 
 async def short_measure(path: Path, threads: int, gpu_layers: int):
-    return await measure_llm(path, threads, gpu_layers, generate_tokens=16)
+    return await measure_llm(path, threads, gpu_layers, generate_tokens=16, repeats=1)
 
 
 async def test_real_calibration_is_plausible_and_reused(tmp_path: Path) -> None:

@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
                     f"{calibration.generation_tokens_per_s:.1f} tokens/s, "
                     f"{calibration.text_bytes_per_token:.2f} bytes/token, KV "
                     f"{calibration.kv_bytes_per_token:,} bytes/token, load "
-                    f"{calibration.load_s:.2f} s (load average {calibration.load_average or 0:.1f})"
+                    f"{calibration.load_s:.2f} s; best of {calibration.repeats} runs, slowest "
+                    f"{calibration.slowest_prompt_tokens_per_s or 0:.0f} / "
+                    f"{calibration.slowest_generation_tokens_per_s or 0:.1f} tokens/s "
+                    f"(load average {calibration.load_average or 0:.1f})"
                 )
             config = load_device_config(args.profile, calibration=calibration)
     except (ProfileError, CatalogueError, CalibrationError) as exc:
