@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from functools import partial
 from typing import Any
 
 import anyio
@@ -50,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--name", default="", help="display name")
     c.add_argument("--context", nargs=2, action="append", metavar=("TOPIC", "TEXT"),
                    help="send a context update first (repeatable)")
+    c.add_argument("--audio", metavar="WAV", help="speak this PCM16 WAV recording as a turn")
+    c.add_argument("--save-audio", metavar="WAV", help="write the spoken reply to this file")
+    c.add_argument("--fast", action="store_true", help="send --audio faster than real time")
     c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a reply")
     c.set_defaults(func=run_client)
 
@@ -145,7 +149,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 async def _client(args: argparse.Namespace, console: Console) -> int:
     from edge.server import EdgeClient
-    from edge.server._protocol import ErrorMessage, Reply
+    from edge.server._protocol import AudioFormat, ErrorMessage, Reply
 
     def show(message: Any) -> None:
         if isinstance(message, Reply) and message.text:
@@ -166,11 +170,24 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
     args.url = args.url or DEFAULT_URL
-    async with EdgeClient(args.url, participant_id=args.participant,
-                          display_name=args.name) as client:
+    recording = None
+    if args.audio:
+        from edge.voice import AudioFormatError, float_to_pcm16, read_wav
+
+        try:
+            recording = read_wav(args.audio)
+        except AudioFormatError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
+    fmt = AudioFormat(sample_rate=recording.sample_rate) if recording is not None else None
+    async with EdgeClient(args.url, participant_id=args.participant, display_name=args.name,
+                          audio=fmt, want_audio=bool(args.save_audio)) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
         for topic, text in args.context or ():
             await client.send({"type": "context", "topic": topic, "text": text})
+        if recording is not None:
+            return await _spoken_turn(args, console, client, float_to_pcm16(recording.audio),
+                                      show)
         pending = list(args.text or [])
         status = 0
         while True:
@@ -195,6 +212,32 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
                 status = 1
         await client.send({"type": "bye"})
     return status
+
+
+async def _spoken_turn(args: argparse.Namespace, console: Console, client: Any, pcm: bytes,
+                       show: Any) -> int:
+    from edge.voice import pcm16_to_float, write_wav
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(client.speak, pcm, realtime=not args.fast))
+        try:
+            turn = await client.collect_turn(limit_s=args.timeout, on_message=show)
+        except TimeoutError:
+            console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
+            tg.cancel_scope.cancel()
+            return 1
+    sys.stdout.write("\n")
+    console.print(f"[dim]heard: {turn.query}[/]")
+    if args.save_audio:
+        rate = client.welcome.audio_out_rate if client.welcome else None
+        if not rate or not turn.pcm:
+            console.print("[red]error:[/] the server sent no audio (does it run with voice?)")
+            return 1
+        write_wav(args.save_audio, pcm16_to_float(turn.pcm), rate)
+        console.print(f"[dim]{len(turn.pcm) / 2 / rate:.1f} s of reply audio → "
+                      f"{args.save_audio}[/]")
+    await client.send({"type": "bye"})
+    return 0 if turn.text else 1
 
 
 def run_client(args: argparse.Namespace) -> int:

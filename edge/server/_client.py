@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,6 +114,31 @@ class EdgeClient:
     async def send_audio(self, pcm: bytes) -> None:
         assert self.ws is not None, "not connected"
         await self.ws.send(pcm)
+
+    async def speak(self, pcm: bytes, *, realtime: bool = True, chunk_ms: int = 100,
+                    trailing_silence_s: float = 1.5) -> float:
+        """Send a recording (PCM16 in the hello's audio format) as microphone frames, at
+        real-time pace unless ``realtime`` is False, then silence so the utterance ends.
+        Returns the ``perf_counter`` time the last speech frame was sent."""
+        fmt = self.hello.audio
+        if fmt is None:
+            raise ValueError("speak() needs an audio format in hello (audio=AudioFormat(...))")
+        frame_bytes = 2 * fmt.channels
+        step = max(1, fmt.sample_rate * chunk_ms // 1000) * frame_bytes
+        silence = bytes(int(fmt.sample_rate * trailing_silence_s) * frame_bytes)
+        start = time.perf_counter()
+        spoken_until = start
+        for n, offset in enumerate(range(0, len(pcm) + len(silence), step)):
+            if offset < len(pcm):
+                await self.send_audio(pcm[offset:offset + step])
+                spoken_until = time.perf_counter()
+            else:
+                piece = silence[offset - len(pcm):offset - len(pcm) + step]
+                await self.send_audio(piece)
+            if realtime:
+                await anyio.sleep(max(0.0, start + (n + 1) * chunk_ms / 1000
+                                      - time.perf_counter()))
+        return spoken_until
 
     async def receive(self) -> tuple[ServerMessage, bytes | None]:
         assert self.ws is not None, "not connected"
