@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -37,7 +36,7 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeClient, EdgeService, ServiceSettings
 from edge.server._protocol import AudioFormat, AudioMessage, Reply, TranscriptMessage
-from edge.voice import PiperTTS, chunk_pcm, float_to_pcm16
+from edge.voice import PiperTTS, float_to_pcm16
 
 OUT = Path(__file__).parent / "results"
 QUESTIONS = [
@@ -128,17 +127,15 @@ async def bench_spoken(service: EdgeService, repeat: int, console: Console) -> l
     speech = tts.synthesize(QUESTIONS[0])
     rate = speech.sample_rate
     pcm = float_to_pcm16(speech.audio)
-    quiet = float_to_pcm16(np.zeros(int(rate * 1.5), dtype=np.float32))
     rows = []
     for r in range(repeat):
-        row = await spoken_once(service, pcm, quiet, rate, r)
+        row = await spoken_once(service, pcm, rate, r)
         rows.append(row)
         console.print(f"[dim]spoken run {r}: {row}[/]")
     return rows
 
 
-async def spoken_once(service: EdgeService, pcm: bytes, quiet: bytes, rate: int,
-                      r: int) -> dict[str, Any]:
+async def spoken_once(service: EdgeService, pcm: bytes, rate: int, r: int) -> dict[str, Any]:
     marks: dict[str, float] = {}
 
     def seen(message: Any) -> None:
@@ -154,14 +151,7 @@ async def spoken_once(service: EdgeService, pcm: bytes, quiet: bytes, rate: int,
                           audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
 
         async def speak() -> None:
-            start = time.perf_counter()
-            for i, piece in enumerate(chunk_pcm(pcm, rate, 100)):
-                await client.send_audio(piece)
-                await anyio.sleep(max(0.0, start + (i + 1) * 0.1 - time.perf_counter()))
-            marks["speech_end"] = time.perf_counter()
-            for piece in chunk_pcm(quiet, rate, 100):
-                await client.send_audio(piece)
-                await anyio.sleep(0.1)
+            marks["speech_end"] = await client.speak(pcm)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(speak)

@@ -68,8 +68,10 @@ class WebSocketSession:
         try:
             self._send.send_nowait((message, payload))
         except anyio.WouldBlock:
-            log.warning("participant %s reads too slowly; disconnecting", self.participant_id)
-            self._leave_reason = "client too slow"
+            if self._leave_reason != "client too slow":
+                log.warning("participant %s reads too slowly; disconnecting",
+                            self.participant_id)
+                self._leave_reason = "client too slow"
             if self._scope is not None:
                 self._scope.cancel()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
