@@ -326,3 +326,17 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
         turn = await client.collect_turn(limit_s=10, on_message=old_audio)
         assert turn.query == "tone 440" and turn.text == "Short answer."
         assert len(late) <= 1  # at most the chunk being published when it stopped
+
+
+async def test_health_over_plain_http() -> None:
+    import httpx
+
+    async with make_service() as service, EdgeClient(service.websocket_url,
+                                                     participant_id="h"):
+        url = service.websocket_url.replace("ws://", "http://") + "/health"
+        async with httpx.AsyncClient() as http:
+            response = await http.get(url)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert body["status"] == "ok" and body["participants"] == 1 and body["voice"] is False

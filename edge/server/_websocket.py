@@ -10,12 +10,15 @@ a dropped connection is a departure (``ParticipantLeft``).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+from http import HTTPStatus
 from typing import Any
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
@@ -211,6 +214,7 @@ class WebSocketServer:
         self._server = await serve(
             self._connection, self.host, self.port, max_size=MAX_FRAME_BYTES,
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
+            process_request=self._http,
         )
         return self
 
@@ -220,6 +224,22 @@ class WebSocketServer:
             server.close()  # closes every session (code 1001); each publishes its departure
             with anyio.CancelScope(shield=True):
                 await server.wait_closed()
+
+    def health(self) -> dict[str, Any]:
+        g = self.gateway
+        return {"status": "ok", "server": g.server, "profile": g.profile, "models": g.models,
+                "voice": g.voice, "sessions": len(self.sessions),
+                "participants": len(g.hub.connected())}
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Plain HTTP ``GET /health`` answers a JSON status (for monitoring); any other
+        path goes on to the WebSocket handshake."""
+        if request.path.split("?")[0] != "/health":
+            return None
+        response = connection.respond(HTTPStatus.OK, json.dumps(self.health()) + "\n")
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = "application/json"
+        return response
 
     async def _connection(self, ws: ServerConnection) -> None:
         if len(self.sessions) >= self.max_sessions:
