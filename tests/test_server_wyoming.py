@@ -92,3 +92,38 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         found = await discover(WYOMING_SERVICE, interfaces=["127.0.0.1"])
         assert [(i.name, i.port) for i in found] == [(wy_name, service.wyoming.bound_port)]
     await anyio.lowlevel.checkpoint()
+
+
+async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None:
+    service = EdgeService(settings(wyoming_port=0), llm=ScriptedLLM(answer_for),
+                          decisions=ScriptedDecisions(default="conversation"))
+    departures = Departures()
+    service.runtime.register("departures", departures)
+    async with service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        context = {"conversation_id": "01HA conv"}
+        for question in ("where is the lab", "and the cafeteria"):
+            async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
+                await client.write_event(Transcript(text=question, context=context).event())
+                event = await client.read_event()
+                assert event is not None and Handled.is_type(event.type), event
+                handled = Handled.from_event(event)
+                assert handled.text == f"You said: {question}. That is all."
+                assert handled.context == context
+        pid = "wyoming-conv-01HA_conv"
+        rendered = service.context.render(pid)
+        assert "where is the lab" in rendered and "and the cafeteria" in rendered
+        assert departures.left == []  # closing a connection does not end the conversation
+        conversations = service.wyoming.backend.conversations
+        assert await conversations.expire() == []  # not idle long enough
+        conversations.idle_s = 0
+        assert await conversations.expire() == [pid]
+        await wait_for(lambda: departures.left)
+        assert departures.left == [(pid, "conversation idle")]
+        assert pid not in service.context.participants()
+        async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
+            await client.write_event(
+                Transcript(text="hi", context={"conversation_id": "second"}).event())
+            assert await client.read_event() is not None
+    assert departures.left[-1] == ("wyoming-conv-second", "server stopping")

@@ -5,7 +5,10 @@
   → ``transcript`` (the whole recording through the service's speech-to-text model).
 * ``tts``: ``synthesize`` → ``audio-start``, ``audio-chunk``..., ``audio-stop``.
 * ``handle``: ``transcript`` → ``handled`` (the answer of router + conversation, as for
-  any participant) or ``not-handled``. Each connection is one participant
+  any participant) or ``not-handled``, echoing the transcript's context. A transcript
+  whose context names a ``conversation_id`` (Home Assistant's) is a turn of that
+  conversation's participant, kept across connections until idle (see
+  :mod:`._conversations`); without one, the connection is the participant
   (``wyoming-N``): joined at its first turn, gone when the connection closes.
 
 Bad input gets a Wyoming ``error`` event naming the problem and the connection stays open.
@@ -17,11 +20,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
 import numpy as np
+from anyio.abc import TaskGroup
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -54,6 +58,7 @@ from edge.voice import (
 from edge.voice._audio import STT_RATE, check_format
 
 from ._client import reply_text
+from ._conversations import Conversations
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._protocol import Reply, ServerMessage, Status
@@ -76,6 +81,10 @@ class WyomingBackend:
     models: dict[str, str]
     version: str
     handle_timeout_s: float = 60.0
+    conversations: Conversations = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.conversations = Conversations(self.gateway)
 
     def info(self) -> Info:
         def program(cls, name: str, description: str, **kw):  # type: ignore[no-untyped-def]
@@ -148,7 +157,8 @@ class WyomingHandler(AsyncEventHandler):
         elif Synthesize.is_type(event.type):
             await self._synthesize(Synthesize.from_event(event).text)
         elif Transcript.is_type(event.type):
-            await self._handle(Transcript.from_event(event).text)
+            transcript = Transcript.from_event(event)
+            await self._handle(transcript.text, transcript.context)
         else:
             raise ClientError(f"unsupported event {event.type!r}: this server offers "
                               "describe, asr, tts and handle")
@@ -210,29 +220,51 @@ class WyomingHandler(AsyncEventHandler):
             await self.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
         await self.write_event(AudioStop().event())
 
-    async def _handle(self, text: str) -> None:
+    async def _handle(self, text: str, context: dict | None) -> None:
         gateway = self.backend.gateway
         if not text.strip():
             raise ClientError("transcript has no text to handle")
-        if not self._joined:
+        cid = (context or {}).get("conversation_id")
+        if cid is None:  # this connection is the participant
+            if not self._joined:
+                self._attach(self.participant_id)
+                self._joined = True
+                await gateway.join(self.participant_id, "Wyoming client", SOURCE)
+            await self._answer(self.participant_id, text, context)
+            return
+        conversations = self.backend.conversations
+        pid = await conversations.begin(str(cid))
+        try:
+            self._attach(pid)
             try:
-                gateway.hub.attach(self.participant_id, self)
-            except ParticipantTaken as exc:
-                raise ClientError(str(exc)) from None
-            self._joined = True
-            await gateway.join(self.participant_id, "Wyoming client", SOURCE)
+                await self._answer(pid, text, context)
+            finally:
+                gateway.hub.detach(pid, self)
+        finally:
+            conversations.end(pid)
+
+    def _attach(self, participant_id: str) -> None:
+        try:
+            self.backend.gateway.hub.attach(participant_id, self)
+        except ParticipantTaken as exc:
+            raise ClientError(str(exc)) from None
+
+    async def _answer(self, participant_id: str, text: str, context: dict | None) -> None:
+        gateway = self.backend.gateway
         self._frames, self._idle = [], anyio.Event()
-        turn_id = await gateway.query(self.participant_id, text, SOURCE)
+        turn_id = await gateway.query(participant_id, text, SOURCE)
         with anyio.move_on_after(self.backend.handle_timeout_s) as scope:
             await self._idle.wait()
         answer = reply_text([f for f in self._frames if f.request_id == turn_id])
         if scope.cancelled_caught:
-            await gateway.interrupt(self.participant_id, turn_id, SOURCE)
-            await self.write_event(NotHandled(text=answer or "Sorry, that took too long.").event())
+            await gateway.interrupt(participant_id, turn_id, SOURCE)
+            await self.write_event(NotHandled(text=answer or "Sorry, that took too long.",
+                                              context=context).event())
         elif answer:
-            await self.write_event(Handled(text=answer).event())
+            await self.write_event(Handled(text=answer, context=context).event())
         else:
-            await self.write_event(NotHandled(text="I have no answer to that.").event())
+            await self.write_event(NotHandled(text="I have no answer to that.",
+                                              context=context).event())
 
     async def disconnect(self) -> None:
         if self._joined:
@@ -248,6 +280,7 @@ class WyomingServer:
         self.host = host
         self.port = port
         self._server: AsyncTcpServer | None = None
+        self._tg: TaskGroup | None = None
         self._ids = itertools.count(1)
 
     @property
@@ -262,9 +295,18 @@ class WyomingServer:
         return WyomingHandler(self.backend, f"wyoming-{next(self._ids)}", reader, writer)
 
     async def __aenter__(self) -> WyomingServer:
-        server = AsyncTcpServer(self.host, self.port)
-        await server.start(partial(WyomingServer._factory, self))
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            server = AsyncTcpServer(self.host, self.port)
+            await server.start(partial(WyomingServer._factory, self))
+        except BaseException:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            raise
         self._server = server
+        tg.start_soon(self.backend.conversations.run)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -280,3 +322,9 @@ class WyomingServer:
             if inner is not None:
                 with contextlib.suppress(Exception):
                     await inner.wait_closed()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()  # the idle reaper
+            await tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            await self.backend.conversations.close()

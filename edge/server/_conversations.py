@@ -1,0 +1,82 @@
+"""Wyoming conversations that outlive a connection.
+
+Home Assistant opens a connection per request and names the dialogue with a
+``conversation_id`` in the transcript's context. :class:`Conversations` maps each id to
+one participant (``wyoming-conv-<id>``), joined at its first request and kept, with its
+context and history, until it has been idle for ``idle_s``; then (or at shutdown) it
+leaves like any participant. Only one request of a conversation runs at a time.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ._gateway import ClientError, Gateway
+
+SOURCE = "wyoming"
+
+
+class Conversations:
+    def __init__(self, gateway: Gateway, *, idle_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.gateway = gateway
+        self.idle_s = idle_s
+        self._clock = clock
+        self._last_used: dict[str, float] = {}  # participant → last request end
+        self._busy: set[str] = set()
+
+    @staticmethod
+    def participant(conversation_id: str) -> str:
+        clean = re.sub(r"[^A-Za-z0-9_.:-]", "_", conversation_id)[:96]
+        if not clean:
+            raise ClientError("conversation_id must not be empty")
+        return f"wyoming-conv-{clean}"
+
+    def active(self) -> list[str]:
+        return list(self._last_used)
+
+    async def begin(self, conversation_id: str) -> str:
+        """The conversation's participant, joined if new; marks it busy."""
+        pid = self.participant(conversation_id)
+        if pid in self._busy:
+            raise ClientError(f"conversation {conversation_id!r} is busy with another request")
+        self._busy.add(pid)
+        if pid not in self._last_used:
+            try:
+                await self.gateway.join(pid, "Home Assistant conversation", SOURCE)
+            except BaseException:
+                self._busy.discard(pid)
+                raise
+        self._last_used[pid] = self._clock()
+        return pid
+
+    def end(self, participant_id: str) -> None:
+        self._busy.discard(participant_id)
+        if participant_id in self._last_used:
+            self._last_used[participant_id] = self._clock()
+
+    async def expire(self) -> list[str]:
+        """Let conversations idle for ``idle_s`` leave; returns who left."""
+        now = self._clock()
+        gone = [pid for pid, used in self._last_used.items()
+                if pid not in self._busy and now - used >= self.idle_s]
+        for pid in gone:
+            del self._last_used[pid]
+            await self.gateway.leave(pid, "conversation idle", SOURCE)
+        return gone
+
+    async def run(self) -> None:
+        """Expire idle conversations until cancelled."""
+        while True:
+            await anyio.sleep(max(1.0, min(30.0, self.idle_s / 4)))
+            await self.expire()
+
+    async def close(self) -> None:
+        """Every remaining conversation leaves (shutdown)."""
+        for pid in list(self._last_used):
+            del self._last_used[pid]
+            await self.gateway.leave(pid, "server stopping", SOURCE)
