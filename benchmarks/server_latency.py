@@ -51,8 +51,9 @@ def base_settings(**kw: Any) -> ServiceSettings:
     return ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, **kw)
 
 
-async def timed_turn(client: EdgeClient, text: str,
-                     service: EdgeService | None = None) -> dict[str, Any]:
+async def timed_turn(
+    client: EdgeClient, text: str, service: EdgeService | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     first: list[float] = []
 
@@ -61,19 +62,30 @@ async def timed_turn(client: EdgeClient, text: str,
             first.append(time.perf_counter() - t0)
 
     turn = await client.ask(text, limit_s=300, on_message=seen)
-    row: dict[str, Any] = {"first_reply_s": first[0] if first else float("nan"),
-                           "done_s": time.perf_counter() - t0, "chars": len(turn.text)}
+    row: dict[str, Any] = {
+        "first_reply_s": first[0] if first else float("nan"),
+        "done_s": time.perf_counter() - t0,
+        "chars": len(turn.text),
+    }
     metrics = service.conversation.last_metrics(client.participant_id) if service else None
     if metrics is not None:  # the answer request alone (routing came before it)
-        row.update(queue_wait_s=metrics.queue_wait_s, prompt_tokens=metrics.prompt_tokens,
-                   reused_tokens=metrics.reused_tokens, prompt_eval_s=metrics.prompt_eval_s,
-                   answer_ttft_s=metrics.ttft_s, preemptions=metrics.preemptions)
+        row.update(
+            queue_wait_s=metrics.queue_wait_s,
+            prompt_tokens=metrics.prompt_tokens,
+            reused_tokens=metrics.reused_tokens,
+            prompt_eval_s=metrics.prompt_eval_s,
+            answer_ttft_s=metrics.ttft_s,
+            preemptions=metrics.preemptions,
+        )
     return row
 
 
 async def bench_protocol(repeat: int) -> list[dict[str, float]]:
-    service = EdgeService(base_settings(voice=False), llm=ScriptedLLM(default="Fine, thanks."),
-                          decisions=ScriptedDecisions(default="conversation"))
+    service = EdgeService(
+        base_settings(voice=False),
+        llm=ScriptedLLM(default="Fine, thanks."),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
     rows = []
     async with service, EdgeClient(service.websocket_url) as client:
         await timed_turn(client, "warm up")
@@ -82,8 +94,9 @@ async def bench_protocol(repeat: int) -> list[dict[str, float]]:
     return rows
 
 
-async def bench_real(service: EdgeService, repeat: int, concurrency: list[int],
-                     console: Console) -> dict[str, Any]:
+async def bench_real(
+    service: EdgeService, repeat: int, concurrency: list[int], console: Console
+) -> dict[str, Any]:
     out: dict[str, Any] = {"text": [], "concurrent": {}}
     for r in range(repeat):
         async with EdgeClient(service.websocket_url, participant_id=f"text-{r}") as client:
@@ -104,8 +117,7 @@ async def bench_real(service: EdgeService, repeat: int, concurrency: list[int],
 
 async def concurrent_once(service: EdgeService, n: int, r: int) -> list[dict[str, float]]:
     results: list[dict[str, float]] = []
-    clients = [EdgeClient(service.websocket_url, participant_id=f"c{n}-{r}-{k}")
-               for k in range(n)]
+    clients = [EdgeClient(service.websocket_url, participant_id=f"c{n}-{r}-{k}") for k in range(n)]
     for c in clients:
         await c.__aenter__()
 
@@ -147,8 +159,12 @@ async def spoken_once(service: EdgeService, pcm: bytes, rate: int, r: int) -> di
         elif isinstance(message, AudioMessage) and message.bytes:
             marks.setdefault("audio", now)
 
-    async with EdgeClient(service.websocket_url, participant_id=f"voice-{r}",
-                          audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
+    async with EdgeClient(
+        service.websocket_url,
+        participant_id=f"voice-{r}",
+        audio=AudioFormat(sample_rate=rate),
+        want_audio=True,
+    ) as client:
 
         async def speak() -> None:
             marks["speech_end"] = await client.speak(pcm)
@@ -157,8 +173,9 @@ async def spoken_once(service: EdgeService, pcm: bytes, rate: int, r: int) -> di
             tg.start_soon(speak)
             turn = await client.collect_turn(limit_s=300, on_message=seen)
     end = marks["speech_end"]
-    row: dict[str, Any] = {k: marks[k] - end for k in ("transcript", "reply", "audio")
-                           if k in marks}
+    row: dict[str, Any] = {
+        k: marks[k] - end for k in ("transcript", "reply", "audio") if k in marks
+    }
     row["heard"] = turn.query
     return row
 
@@ -186,36 +203,58 @@ async def main(args: argparse.Namespace) -> None:
     table.add_column("best", justify="right")
     table.add_column("turn done", justify="right")
     table.add_column("n", justify="right")
-    table.add_row("protocol only (scripted model)",
-                  f"{med([r['first_reply_s'] for r in protocol]) * 1000:.1f} ms",
-                  f"{min(r['first_reply_s'] for r in protocol) * 1000:.1f} ms",
-                  f"{med([r['done_s'] for r in protocol]) * 1000:.1f} ms", str(len(protocol)))
+    table.add_row(
+        "protocol only (scripted model)",
+        f"{med([r['first_reply_s'] for r in protocol]) * 1000:.1f} ms",
+        f"{min(r['first_reply_s'] for r in protocol) * 1000:.1f} ms",
+        f"{med([r['done_s'] for r in protocol]) * 1000:.1f} ms",
+        str(len(protocol)),
+    )
     cold = [r for r in real["text"] if r["turn"] == 0]
     warm = [r for r in real["text"] if r["turn"] > 0]
     for name, rows in (("text, cold first turn", cold), ("text, warm follow-up", warm)):
-        table.add_row(name, f"{med([r['first_reply_s'] for r in rows]):.2f}",
-                      f"{min(r['first_reply_s'] for r in rows):.2f}",
-                      f"{med([r['done_s'] for r in rows]):.2f}", str(len(rows)))
+        table.add_row(
+            name,
+            f"{med([r['first_reply_s'] for r in rows]):.2f}",
+            f"{min(r['first_reply_s'] for r in rows):.2f}",
+            f"{med([r['done_s'] for r in rows]):.2f}",
+            str(len(rows)),
+        )
     for n, rows in real["concurrent"].items():
         firsts = [r["first_reply_s"] for r in rows]
-        table.add_row(f"{n} participants at once (max)",
-                      f"{med(firsts):.2f} ({max(firsts):.2f})", f"{min(firsts):.2f}",
-                      f"{med([r['done_s'] for r in rows]):.2f}", str(len(rows)))
-    for key, label in (("transcript", "spoken: end of speech → final transcript"),
-                       ("reply", "spoken: end of speech → first reply text"),
-                       ("audio", "spoken: end of speech → first audio")):
+        table.add_row(
+            f"{n} participants at once (max)",
+            f"{med(firsts):.2f} ({max(firsts):.2f})",
+            f"{min(firsts):.2f}",
+            f"{med([r['done_s'] for r in rows]):.2f}",
+            str(len(rows)),
+        )
+    for key, label in (
+        ("transcript", "spoken: end of speech → final transcript"),
+        ("reply", "spoken: end of speech → first reply text"),
+        ("audio", "spoken: end of speech → first audio"),
+    ):
         values = [r[key] for r in spoken if key in r]
         table.add_row(label, f"{med(values):.2f}", f"{min(values):.2f}", "", str(len(spoken)))
     console.print(table)
-    console.print(f"profile {info['profile']}, models {info['models']}, "
-                  f"service start {started_s:.1f} s, load average {os.getloadavg()[0]:.1f}")
+    console.print(
+        f"profile {info['profile']}, models {info['models']}, "
+        f"service start {started_s:.1f} s, load average {os.getloadavg()[0]:.1f}"
+    )
 
     OUT.mkdir(exist_ok=True)
     result = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average_1m": os.getloadavg()[0]},
-        "service": info, "start_s": started_s, "protocol": protocol, "text": real["text"],
-        "concurrent": {str(k): v for k, v in real["concurrent"].items()}, "spoken": spoken,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1m": os.getloadavg()[0],
+        },
+        "service": info,
+        "start_s": started_s,
+        "protocol": protocol,
+        "text": real["text"],
+        "concurrent": {str(k): v for k, v in real["concurrent"].items()},
+        "spoken": spoken,
     }
     (OUT / "server_latency.json").write_text(json.dumps(result, indent=2, default=str))
     plot(result, OUT / "server_latency.png")

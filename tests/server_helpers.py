@@ -33,7 +33,11 @@ class Departures(Agent):
 
 def settings(**kw: object) -> ServiceSettings:
     base: dict[str, object] = {
-        "host": "127.0.0.1", "port": 0, "wyoming_port": None, "mdns": False, "voice": False,
+        "host": "127.0.0.1",
+        "port": 0,
+        "wyoming_port": None,
+        "mdns": False,
+        "voice": False,
         "notes": False,
     }
     base.update(kw)

@@ -30,8 +30,11 @@ pytestmark = pytest.mark.anyio
 
 
 def make_service(**kw: object) -> EdgeService:
-    return EdgeService(settings(**kw), llm=ScriptedLLM(answer_for),
-                       decisions=ScriptedDecisions(default="conversation"))
+    return EdgeService(
+        settings(**kw),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
 
 
 async def test_text_turn_streams_reply_frames_in_order() -> None:
@@ -60,8 +63,10 @@ async def test_text_turn_streams_reply_frames_in_order() -> None:
 async def test_two_participants_one_sends_garbage() -> None:
     async with make_service() as service:
         url = service.websocket_url
-        async with EdgeClient(url, participant_id="good") as good, \
-                EdgeClient(url, participant_id="bad") as bad:
+        async with (
+            EdgeClient(url, participant_id="good") as good,
+            EdgeClient(url, participant_id="bad") as bad,
+        ):
             problems = [
                 "{not json",
                 json.dumps([1, 2]),
@@ -101,8 +106,10 @@ async def test_two_participants_one_sends_garbage() -> None:
 
                 tg.start_soon(ask, "good", good, "first question")
                 tg.start_soon(ask, "bad", bad, "second question")
-            assert results == {"good": "You said: first question. That is all.",
-                               "bad": "You said: second question. That is all."}
+            assert results == {
+                "good": "You said: first question. That is all.",
+                "bad": "You said: second question. That is all.",
+            }
         # a second connection cannot take a connected participant id
         async with EdgeClient(url, participant_id="taken") as first:
             with pytest.raises(ConnectionError, match="already connected"):
@@ -132,8 +139,9 @@ async def test_dropped_connection_leaves_and_clears_only_that_context() -> None:
             assert "red valve" in service.context.render("stays")
             assert "stays" in service.hub.connected() and "drops" not in service.hub.connected()
             # the remaining participant carries on, and bye ends a session cleanly
-            assert (await stays.ask("and now?", limit_s=10)).text == \
-                "You said: and now?. That is all."
+            assert (
+                await stays.ask("and now?", limit_s=10)
+            ).text == "You said: and now?. That is all."
             await stays.send({"type": "bye"})
             with anyio.fail_after(5):
                 message, _ = await stays.receive()
@@ -145,8 +153,9 @@ async def test_dropped_connection_leaves_and_clears_only_that_context() -> None:
 
 async def test_interrupt_cancels_the_running_turn() -> None:
     slow = ScriptedLLM(lambda m: ScriptedReply("one two three four five six", delay_s=0.3))
-    async with EdgeService(settings(), llm=slow,
-                           decisions=ScriptedDecisions(default="conversation")) as service:
+    async with EdgeService(
+        settings(), llm=slow, decisions=ScriptedDecisions(default="conversation")
+    ) as service:
         async with EdgeClient(service.websocket_url, participant_id="p") as client:
             await client.send({"type": "text", "text": "talk slowly"})
             echo = None
@@ -166,7 +175,7 @@ async def test_interrupt_cancels_the_running_turn() -> None:
                     if isinstance(message, Status) and message.state == "idle":
                         break
         assert frames[-1].final  # the stream is closed with a final frame
-        assert len(frames) < 6   # and it stopped early
+        assert len(frames) < 6  # and it stopped early
     assert slow.requests[0].cancelled
 
 
@@ -186,7 +195,8 @@ async def test_shutdown_closes_sessions_and_publishes_departures() -> None:
 def test_protocol_parsing_names_the_problem() -> None:
     assert parse_client_message('{"type": "bye"}').type == "bye"
     hello = parse_client_message(
-        '{"type": "hello", "audio": {"sample_rate": 48000, "channels": 2}, "want_audio": true}')
+        '{"type": "hello", "audio": {"sample_rate": 48000, "channels": 2}, "want_audio": true}'
+    )
     assert hello.audio.sample_rate == 48000  # type: ignore[union-attr]
     with pytest.raises(ProtocolError, match="protocol 1, not 7"):
         parse_client_message('{"type": "hello", "protocol": 7}')
@@ -204,16 +214,22 @@ async def test_only_clients_that_want_audio_get_speech() -> None:
 
     tts = ToneTTS()
     service = EdgeService(
-        settings(voice=True), llm=ScriptedLLM(answer_for),
+        settings(voice=True),
+        llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(), tts=tts, vad_factory=EnergyVAD,
+        stt=ToneSTT(),
+        tts=tts,
+        vad_factory=EnergyVAD,
         voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
     )
     async with service:
         url = service.websocket_url
-        async with EdgeClient(url, participant_id="reader") as reader, \
-                EdgeClient(url, participant_id="speaker", audio=AudioFormat(sample_rate=16000),
-                           want_audio=True) as speaker:
+        async with (
+            EdgeClient(url, participant_id="reader") as reader,
+            EdgeClient(
+                url, participant_id="speaker", audio=AudioFormat(sample_rate=16000), want_audio=True
+            ) as speaker,
+        ):
             assert reader.welcome is not None and reader.welcome.audio_out_rate is None
             assert speaker.welcome is not None and speaker.welcome.audio_out_rate == 16000
             read = await reader.ask("just text please", limit_s=10)
@@ -247,9 +263,10 @@ async def test_a_client_that_stops_reading_is_dropped_not_waited_for() -> None:
             with anyio.fail_after(20):  # publishing never blocks on the stuck client
                 for i in range(2_000):
                     await service.runtime.publish(
-                        VOICE_OUTPUT_TOPIC, ResponseOutput(text=big, request_id="r", sequence=i,
-                                                           final=False),
-                        participant_id="stuck")
+                        VOICE_OUTPUT_TOPIC,
+                        ResponseOutput(text=big, request_id="r", sequence=i, final=False),
+                        participant_id="stuck",
+                    )
                     if departures.left:
                         break
             await wait_for(lambda: departures.left)
@@ -264,8 +281,9 @@ async def test_router_only_turns_and_notes_reach_the_client_and_context() -> Non
         text = question.text.lower()
         return "notes" if "note" in text or "done" in text else "clarify"
 
-    service = EdgeService(settings(notes=True), llm=ScriptedLLM(answer_for),
-                          decisions=ScriptedDecisions(choose))
+    service = EdgeService(
+        settings(notes=True), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions(choose)
+    )
     async with service:
         async with EdgeClient(service.websocket_url, participant_id="n") as client:
             assert client.welcome is not None
@@ -290,13 +308,23 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
     long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
     llm = ScriptedLLM([long_reply], default="Short answer.")
     service = EdgeService(
-        settings(voice=True), llm=llm, decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(), tts=ToneTTS(), vad_factory=EnergyVAD,
+        settings(voice=True),
+        llm=llm,
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(),
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
         voice_config=VoiceConfig(playback_speed=1.0, partial_interval_s=0),  # real time
     )
-    async with service, EdgeClient(service.websocket_url, participant_id="p",
-                                   audio=AudioFormat(sample_rate=16000),
-                                   want_audio=True) as client:
+    async with (
+        service,
+        EdgeClient(
+            service.websocket_url,
+            participant_id="p",
+            audio=AudioFormat(sample_rate=16000),
+            want_audio=True,
+        ) as client,
+    ):
         await client.send({"type": "text", "text": "tell me a long story"})
         audio_chunks = 0
         first_id = None
@@ -331,8 +359,7 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
 async def test_health_over_plain_http() -> None:
     import httpx
 
-    async with make_service() as service, EdgeClient(service.websocket_url,
-                                                     participant_id="h"):
+    async with make_service() as service, EdgeClient(service.websocket_url, participant_id="h"):
         url = service.websocket_url.replace("ws://", "http://") + "/health"
         async with httpx.AsyncClient() as http:
             response = await http.get(url)

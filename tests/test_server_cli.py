@@ -22,7 +22,12 @@ def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     args = build_parser().parse_args(["serve", "--host", "127.0.0.1", "--no-mdns", "--no-voice"])
     s = settings_from_args(args)
     assert (s.host, s.port, s.wyoming_port, s.mdns, s.voice) == (
-        "127.0.0.1", 9100, 9101, False, False)
+        "127.0.0.1",
+        9100,
+        9101,
+        False,
+        False,
+    )
     args = build_parser().parse_args(["serve", "--port", "0", "--no-wyoming"])
     s = settings_from_args(args)
     assert (s.port, s.wyoming_port, s.host) == (0, None, "0.0.0.0")
@@ -32,9 +37,24 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
     # An unreachable remote model: the service still starts, and the router answers with
     # its failure message, which is enough to see the whole path work.
     serve = subprocess.Popen(
-        [*EDGE, "serve", "--host", "127.0.0.1", "--port", "0", "--no-wyoming", "--no-mdns",
-         "--no-voice", "--profile", "ci-2core-24gb", "--llm-url", "http://127.0.0.1:9/v1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *EDGE,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-wyoming",
+            "--no-mdns",
+            "--no-voice",
+            "--profile",
+            "ci-2core-24gb",
+            "--llm-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert serve.stdout is not None
@@ -49,7 +69,10 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
         assert url.startswith("ws://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
         client = subprocess.run(  # turns from standard input, one per line
             [*EDGE, "client", "--url", url, "--participant", "cli"],
-            input="hello there\n\nand again\n", capture_output=True, text=True, timeout=60,
+            input="hello there\n\nand again\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert client.returncode == 0, client.stderr
         assert client.stdout.count("Sorry, something went wrong") == 2
@@ -65,7 +88,11 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
 
 
 def test_client_reports_an_unreachable_service() -> None:
-    result = subprocess.run([*EDGE, "client", "--url", "ws://127.0.0.1:9", "--text", "hi"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*EDGE, "client", "--url", "ws://127.0.0.1:9", "--text", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "cannot talk to ws://127.0.0.1:9" in result.stderr

@@ -60,15 +60,21 @@ def real_service(models: tuple[WhisperSTT, PiperTTS], **kw: object) -> EdgeServi
         settings(voice=True, **kw),
         llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40),
         decisions=ScriptedDecisions(default="conversation"),  # routing has its own tests
-        stt=stt, tts=tts, voice_config=VoiceConfig(playback_speed=0),
+        stt=stt,
+        tts=tts,
+        voice_config=VoiceConfig(playback_speed=0),
     )
 
 
 async def test_spoken_question_gets_transcript_text_and_audio(models, question_pcm) -> None:  # type: ignore[no-untyped-def]
     pcm, rate = question_pcm
     async with real_service(models) as service:
-        async with EdgeClient(service.websocket_url, participant_id="headset",
-                              audio=AudioFormat(sample_rate=rate), want_audio=True) as client:
+        async with EdgeClient(
+            service.websocket_url,
+            participant_id="headset",
+            audio=AudioFormat(sample_rate=rate),
+            want_audio=True,
+        ) as client:
             assert client.welcome is not None and client.welcome.audio_out_rate == 22050
             await wait_for(lambda: "headset" in service.warmer.warmed, limit=30)
             for piece in chunk_pcm(pcm, rate, 100):
@@ -92,8 +98,9 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
     pcm, rate = question_pcm
     async with real_service(models, wyoming_port=0) as service:
         assert service.wyoming is not None
-        async with AsyncTcpClient("127.0.0.1", service.wyoming.bound_port,
-                                  read_timeout=60) as client:
+        async with AsyncTcpClient(
+            "127.0.0.1", service.wyoming.bound_port, read_timeout=60
+        ) as client:
             await client.write_event(Describe().event())
             event = await client.read_event()
             assert event is not None
@@ -104,7 +111,8 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
             await client.write_event(AudioStart(rate=rate, width=2, channels=1).event())
             for piece in chunk_pcm(pcm, rate, 100):
                 await client.write_event(
-                    AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+                    AudioChunk(rate=rate, width=2, channels=1, audio=piece).event()
+                )
             await client.write_event(AudioStop().event())
             event = await client.read_event()
             assert event is not None and Transcript.is_type(event.type), event

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
-    service = EdgeService(settings(wyoming_port=0), llm=ScriptedLLM(answer_for),
-                          decisions=ScriptedDecisions(default="conversation"))
+    service = EdgeService(
+        settings(wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
     departures = Departures()
     service.runtime.register("departures", departures)
     async with service:
@@ -45,8 +48,10 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
 
             await client.write_event(Event(type="wake-word", data={}))
             event = await client.read_event()
-            assert event is not None and "unsupported event 'wake-word'" in \
-                Error.from_event(event).text
+            assert (
+                event is not None
+                and "unsupported event 'wake-word'" in Error.from_event(event).text
+            )
 
             for question in ("turn on the lights", "and the fan"):
                 await client.write_event(Transcript(text=question).event())
@@ -60,10 +65,10 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
 
 
 async def test_mdns_advertises_both_services_on_loopback() -> None:
-    s = settings(wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"],
-                 service_name="edge test")
-    service = EdgeService(s, llm=ScriptedLLM(answer_for),
-                          decisions=ScriptedDecisions(default="conversation"))
+    s = settings(wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"], service_name="edge test")
+    service = EdgeService(
+        s, llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions(default="conversation")
+    )
     async with service:
         assert service.wyoming is not None
         browser_zc = AsyncZeroconf(interfaces=["127.0.0.1"])
@@ -72,8 +77,9 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         def on_change(zeroconf, service_type, name, state_change):  # type: ignore[no-untyped-def]
             seen.add(name)
 
-        browser = AsyncServiceBrowser(browser_zc.zeroconf, [WEBSOCKET_SERVICE, WYOMING_SERVICE],
-                                      handlers=[on_change])
+        browser = AsyncServiceBrowser(
+            browser_zc.zeroconf, [WEBSOCKET_SERVICE, WYOMING_SERVICE], handlers=[on_change]
+        )
         try:
             ws_name = f"edge test.{WEBSOCKET_SERVICE}"
             wy_name = f"edge test.{WYOMING_SERVICE}"
@@ -95,8 +101,11 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
 
 
 async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None:
-    service = EdgeService(settings(wyoming_port=0), llm=ScriptedLLM(answer_for),
-                          decisions=ScriptedDecisions(default="conversation"))
+    service = EdgeService(
+        settings(wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
     departures = Departures()
     service.runtime.register("departures", departures)
     async with service:
@@ -124,6 +133,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
         assert pid not in service.context.participants()
         async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
             await client.write_event(
-                Transcript(text="hi", context={"conversation_id": "second"}).event())
+                Transcript(text="hi", context={"conversation_id": "second"}).event()
+            )
             assert await client.read_event() is not None
     assert departures.left[-1] == ("wyoming-conv-second", "server stopping")

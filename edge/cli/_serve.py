@@ -17,17 +17,24 @@ DEFAULT_URL = "ws://127.0.0.1:8765"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "serve", help="run the service: WebSocket sessions, Wyoming and mDNS",
+        "serve",
+        help="run the service: WebSocket sessions, Wyoming and mDNS",
         description="Run the voice-agent service. Flags override EDGE_* environment variables.",
     )
     p.add_argument("--host", help="address to listen on (default 0.0.0.0; EDGE_HOST)")
     p.add_argument("--port", type=int, help="WebSocket port (default 8765, 0 = any free port)")
-    p.add_argument("--wyoming-port", type=int,
-                   help="Wyoming port (default 10700, 0 = any free port)")
+    p.add_argument(
+        "--wyoming-port", type=int, help="Wyoming port (default 10700, 0 = any free port)"
+    )
     p.add_argument("--no-wyoming", action="store_true", help="do not run the Wyoming server")
     p.add_argument("--no-mdns", action="store_true", help="do not advertise over mDNS")
-    p.add_argument("--mdns-interface", action="append", dest="mdns_interfaces",
-                   metavar="ADDRESS", help="advertise only on this interface (repeatable)")
+    p.add_argument(
+        "--mdns-interface",
+        action="append",
+        dest="mdns_interfaces",
+        metavar="ADDRESS",
+        help="advertise only on this interface (repeatable)",
+    )
     p.add_argument("--profile", help="device profile name or TOML file (default: detected)")
     p.add_argument("--llm-url", help="use an OpenAI-compatible server, e.g. http://gpu:8080/v1")
     p.add_argument("--llm-model", help="model name on that server")
@@ -37,20 +44,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_serve)
 
     c = subparsers.add_parser(
-        "client", help="talk to a running service over WebSocket",
+        "client",
+        help="talk to a running service over WebSocket",
         description="Send text turns to `edge serve` and print the streamed replies. "
         "Without --text, reads one turn per line from standard input.",
     )
     c.add_argument("--url", help=f"service address (default {DEFAULT_URL})")
-    c.add_argument("--discover", action="store_true",
-                   help="find the service over mDNS instead of --url")
-    c.add_argument("--mdns-interface", action="append", dest="mdns_interfaces",
-                   metavar="ADDRESS", help="browse only on this interface (repeatable)")
+    c.add_argument(
+        "--discover", action="store_true", help="find the service over mDNS instead of --url"
+    )
+    c.add_argument(
+        "--mdns-interface",
+        action="append",
+        dest="mdns_interfaces",
+        metavar="ADDRESS",
+        help="browse only on this interface (repeatable)",
+    )
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
     c.add_argument("--participant", help="participant id (default: assigned by the server)")
     c.add_argument("--name", default="", help="display name")
-    c.add_argument("--context", nargs=2, action="append", metavar=("TOPIC", "TEXT"),
-                   help="send a context update first (repeatable)")
+    c.add_argument(
+        "--context",
+        nargs=2,
+        action="append",
+        metavar=("TOPIC", "TEXT"),
+        help="send a context update first (repeatable)",
+    )
     c.add_argument("--audio", metavar="WAV", help="speak this PCM16 WAV recording as a turn")
     c.add_argument("--save-audio", metavar="WAV", help="write the spoken reply to this file")
     c.add_argument("--fast", action="store_true", help="send --audio faster than real time")
@@ -65,8 +84,16 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from edge.server import ServiceSettings
 
     given: dict[str, Any] = {}
-    for name in ("host", "port", "wyoming_port", "profile", "llm_url", "llm_model",
-                 "mdns_interfaces", "service_name"):
+    for name in (
+        "host",
+        "port",
+        "wyoming_port",
+        "profile",
+        "llm_url",
+        "llm_model",
+        "mdns_interfaces",
+        "service_name",
+    ):
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value
@@ -85,8 +112,11 @@ def _show(console: Console, info: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("profile", f"{info['profile'] or '(none)'}"
-                  + (f"  [dim]{info['chosen_by']}[/]" if info["chosen_by"] else ""))
+    table.add_row(
+        "profile",
+        f"{info['profile'] or '(none)'}"
+        + (f"  [dim]{info['chosen_by']}[/]" if info["chosen_by"] else ""),
+    )
     for role, name in info["models"].items():
         table.add_row(role, name)
     table.add_row("llm backend", info["llm"])
@@ -138,8 +168,15 @@ def run_serve(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
         return anyio.run(_serve, args, console)
-    except (ProfileError, ModelMissingError, ValidationError, OSError, LLMError,
-            SpeechToTextError, TextToSpeechError) as exc:
+    except (
+        ProfileError,
+        ModelMissingError,
+        ValidationError,
+        OSError,
+        LLMError,
+        SpeechToTextError,
+        TextToSpeechError,
+    ) as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2
 
@@ -180,14 +217,18 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[red]error:[/] {exc}")
             return 2
     fmt = AudioFormat(sample_rate=recording.sample_rate) if recording is not None else None
-    async with EdgeClient(args.url, participant_id=args.participant, display_name=args.name,
-                          audio=fmt, want_audio=bool(args.save_audio)) as client:
+    async with EdgeClient(
+        args.url,
+        participant_id=args.participant,
+        display_name=args.name,
+        audio=fmt,
+        want_audio=bool(args.save_audio),
+    ) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
         for topic, text in args.context or ():
             await client.send({"type": "context", "topic": topic, "text": text})
         if recording is not None:
-            return await _spoken_turn(args, console, client, float_to_pcm16(recording.audio),
-                                      show)
+            return await _spoken_turn(args, console, client, float_to_pcm16(recording.audio), show)
         pending = list(args.text or [])
         status = 0
         while True:
@@ -214,8 +255,9 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
-async def _spoken_turn(args: argparse.Namespace, console: Console, client: Any, pcm: bytes,
-                       show: Any) -> int:
+async def _spoken_turn(
+    args: argparse.Namespace, console: Console, client: Any, pcm: bytes, show: Any
+) -> int:
     from edge.voice import pcm16_to_float, write_wav
 
     async with anyio.create_task_group() as tg:
@@ -234,8 +276,9 @@ async def _spoken_turn(args: argparse.Namespace, console: Console, client: Any, 
             console.print("[red]error:[/] the server sent no audio (does it run with voice?)")
             return 1
         write_wav(args.save_audio, pcm16_to_float(turn.pcm), rate)
-        console.print(f"[dim]{len(turn.pcm) / 2 / rate:.1f} s of reply audio → "
-                      f"{args.save_audio}[/]")
+        console.print(
+            f"[dim]{len(turn.pcm) / 2 / rate:.1f} s of reply audio → {args.save_audio}[/]"
+        )
     await client.send({"type": "bye"})
     return 0 if turn.text else 1
 

@@ -71,12 +71,24 @@ class EdgeClient:
     ``audio`` header); ``ask(text)`` sends a text turn and collects its reply.
     """
 
-    def __init__(self, url: str, *, participant_id: str | None = None, display_name: str = "",
-                 audio: AudioFormat | None = None, want_audio: bool = False,
-                 open_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        participant_id: str | None = None,
+        display_name: str = "",
+        audio: AudioFormat | None = None,
+        want_audio: bool = False,
+        open_timeout: float = 10.0,
+    ) -> None:
         self.url = url
-        self.hello = Hello(type="hello", participant_id=participant_id,
-                           display_name=display_name, audio=audio, want_audio=want_audio)
+        self.hello = Hello(
+            type="hello",
+            participant_id=participant_id,
+            display_name=display_name,
+            audio=audio,
+            want_audio=want_audio,
+        )
         self.open_timeout = open_timeout
         self.welcome: Welcome | None = None
         self.ws: ClientConnection | None = None
@@ -89,8 +101,9 @@ class EdgeClient:
         return self.welcome.participant_id
 
     async def __aenter__(self) -> EdgeClient:
-        self.ws = await connect(self.url, open_timeout=self.open_timeout, compression=None,
-                                max_size=1 << 22)
+        self.ws = await connect(
+            self.url, open_timeout=self.open_timeout, compression=None, max_size=1 << 22
+        )
         await self.send(self.hello.model_dump(exclude_none=True))
         with anyio.fail_after(self.open_timeout):
             while self.welcome is None:
@@ -115,8 +128,14 @@ class EdgeClient:
         assert self.ws is not None, "not connected"
         await self.ws.send(pcm)
 
-    async def speak(self, pcm: bytes, *, realtime: bool = True, chunk_ms: int = 100,
-                    trailing_silence_s: float = 1.5) -> float:
+    async def speak(
+        self,
+        pcm: bytes,
+        *,
+        realtime: bool = True,
+        chunk_ms: int = 100,
+        trailing_silence_s: float = 1.5,
+    ) -> float:
         """Send a recording (PCM16 in the hello's audio format) as microphone frames, at
         real-time pace unless ``realtime`` is False, then silence so the utterance ends.
         Returns the ``perf_counter`` time the last speech frame was sent."""
@@ -130,14 +149,13 @@ class EdgeClient:
         spoken_until = start
         for n, offset in enumerate(range(0, len(pcm) + len(silence), step)):
             if offset < len(pcm):
-                await self.send_audio(pcm[offset:offset + step])
+                await self.send_audio(pcm[offset : offset + step])
                 spoken_until = time.perf_counter()
             else:
-                piece = silence[offset - len(pcm):offset - len(pcm) + step]
+                piece = silence[offset - len(pcm) : offset - len(pcm) + step]
                 await self.send_audio(piece)
             if realtime:
-                await anyio.sleep(max(0.0, start + (n + 1) * chunk_ms / 1000
-                                      - time.perf_counter()))
+                await anyio.sleep(max(0.0, start + (n + 1) * chunk_ms / 1000 - time.perf_counter()))
         return spoken_until
 
     async def receive(self) -> tuple[ServerMessage, bytes | None]:
@@ -157,7 +175,10 @@ class EdgeClient:
         return message, payload
 
     async def collect_turn(
-        self, *, text: str | None = None, limit_s: float = 60.0,
+        self,
+        *,
+        text: str | None = None,
+        limit_s: float = 60.0,
         on_message: Callable[[ServerMessage], None] | None = None,
     ) -> TurnResult:
         """Receive until a turn of this participant completes: its ``query`` echo, then
@@ -185,8 +206,9 @@ class EdgeClient:
                     (result.transcripts if result is not None else transcripts).append(message)
                 elif isinstance(message, QueryEcho):
                     if result is None and (text is None or message.text == text):
-                        result = TurnResult(message.request_id, message.text,
-                                            transcripts=transcripts)
+                        result = TurnResult(
+                            message.request_id, message.text, transcripts=transcripts
+                        )
                 elif result is None:
                     continue
                 elif isinstance(message, Reply) and message.request_id == result.request_id:
@@ -202,7 +224,12 @@ class EdgeClient:
         assert result is not None
         return result
 
-    async def ask(self, text: str, *, limit_s: float = 60.0,
-                  on_message: Callable[[ServerMessage], None] | None = None) -> TurnResult:
+    async def ask(
+        self,
+        text: str,
+        *,
+        limit_s: float = 60.0,
+        on_message: Callable[[ServerMessage], None] | None = None,
+    ) -> TurnResult:
         await self.send({"type": "text", "text": text})
         return await self.collect_turn(text=text, limit_s=limit_s, on_message=on_message)

@@ -21,8 +21,13 @@ SOURCE = "wyoming"
 
 
 class Conversations:
-    def __init__(self, gateway: Gateway, *, idle_s: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        idle_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.gateway = gateway
         self.idle_s = idle_s
         self._clock = clock
@@ -62,8 +67,11 @@ class Conversations:
     async def expire(self) -> list[str]:
         """Let conversations idle for ``idle_s`` leave; returns who left."""
         now = self._clock()
-        gone = [pid for pid, used in self._last_used.items()
-                if pid not in self._busy and now - used >= self.idle_s]
+        gone = [
+            pid
+            for pid, used in self._last_used.items()
+            if pid not in self._busy and now - used >= self.idle_s
+        ]
         for pid in gone:
             del self._last_used[pid]
             await self.gateway.leave(pid, "conversation idle", SOURCE)

@@ -57,8 +57,9 @@ class Gateway:
     models: dict[str, str] = field(default_factory=dict)
     audio_out_rate: int | None = None
 
-    async def _publish(self, topic: Topic[Any], message: Any, participant_id: str,
-                       source: str) -> MessageMetadata:
+    async def _publish(
+        self, topic: Topic[Any], message: Any, participant_id: str, source: str
+    ) -> MessageMetadata:
         if not self.runtime.running:
             raise ClientError("the service is shutting down")
         try:
@@ -69,8 +70,12 @@ class Gateway:
             raise ClientError(_reason(exc)) from exc
 
     async def join(self, participant_id: str, display_name: str, source: str) -> None:
-        await self._publish(PARTICIPANT_JOINED_TOPIC, ParticipantJoined(display_name=display_name),
-                            participant_id, source)
+        await self._publish(
+            PARTICIPANT_JOINED_TOPIC,
+            ParticipantJoined(display_name=display_name),
+            participant_id,
+            source,
+        )
 
     async def leave(self, participant_id: str, reason: str, source: str) -> None:
         """Publish the departure even while the caller is being cancelled; never raises."""
@@ -78,8 +83,10 @@ class Gateway:
             try:
                 if self.runtime.running:
                     await self.runtime.publish(
-                        PARTICIPANT_LEFT_TOPIC, ParticipantLeft(reason=reason),
-                        participant_id=participant_id, source=source,
+                        PARTICIPANT_LEFT_TOPIC,
+                        ParticipantLeft(reason=reason),
+                        participant_id=participant_id,
+                        source=source,
                     )
             except Exception:
                 log.exception("publishing the departure of %s failed", participant_id)
@@ -95,20 +102,29 @@ class Gateway:
         meta = await self._publish(USER_QUERY_TOPIC, query, participant_id, source)
         return meta.message_id
 
-    async def audio(self, participant_id: str, pcm: bytes, sample_rate: int, channels: int,
-                    source: str) -> None:
+    async def audio(
+        self, participant_id: str, pcm: bytes, sample_rate: int, channels: int, source: str
+    ) -> None:
         if not self.voice:
             raise ClientError("this server runs without voice: send text turns")
         chunk = AudioInput(pcm=pcm, sample_rate=sample_rate, channels=channels)
         await self._publish(AUDIO_INPUT_TOPIC, chunk, participant_id, source)
 
     async def interrupt(self, participant_id: str, request_id: str | None, source: str) -> None:
-        await self._publish(INTERRUPTED_TOPIC, Interrupted(reason="client", request_id=request_id),
-                            participant_id, source)
+        await self._publish(
+            INTERRUPTED_TOPIC,
+            Interrupted(reason="client", request_id=request_id),
+            participant_id,
+            source,
+        )
 
     async def context(self, participant_id: str, topic: str, text: str, source: str) -> None:
         if topic not in self.context_topics:
             known = ", ".join(self.context_topics) or "none"
             raise ClientError(f"unknown context topic {topic!r}; this server takes: {known}")
-        await self._publish(Topic(topic, ConversationContextUpdate),
-                            ConversationContextUpdate(text=text), participant_id, source)
+        await self._publish(
+            Topic(topic, ConversationContextUpdate),
+            ConversationContextUpdate(text=text),
+            participant_id,
+            source,
+        )

@@ -87,8 +87,9 @@ class OutputHub(Agent):
         sink = self._sinks.get(participant_id)
         return [sink] if sink is not None else []
 
-    def _send(self, participant_id: str | None, message: ServerMessage,
-              payload: bytes | None = None) -> None:
+    def _send(
+        self, participant_id: str | None, message: ServerMessage, payload: bytes | None = None
+    ) -> None:
         for sink in self._targets(participant_id):
             try:
                 sink.deliver(message, payload)
@@ -111,8 +112,12 @@ class OutputHub(Agent):
             meta = ctx.metadata
             try:  # speech failing must not fail the reply itself (the text went out)
                 await ctx.runtime.publish(
-                    self._speak_topic, frame, participant_id=pid, source=meta.source,
-                    correlation_id=meta.correlation_id, timestamp_us=meta.timestamp_us,
+                    self._speak_topic,
+                    frame,
+                    participant_id=pid,
+                    source=meta.source,
+                    correlation_id=meta.correlation_id,
+                    timestamp_us=meta.timestamp_us,
                 )
             except Exception:
                 log.exception("speaking a reply frame for %s failed", pid)
@@ -123,25 +128,39 @@ class OutputHub(Agent):
     async def _on_query(self, query: UserQuery, ctx: HandlerContext) -> None:
         meta = ctx.metadata
         if meta.participant_id is not None:
-            self._send(meta.participant_id, QueryEcho(
-                request_id=meta.message_id, text=query.text, origin=meta.source))
+            self._send(
+                meta.participant_id,
+                QueryEcho(request_id=meta.message_id, text=query.text, origin=meta.source),
+            )
 
     async def _on_transcript(self, message: Transcript, ctx: HandlerContext) -> None:
-        self._send(ctx.metadata.participant_id, TranscriptMessage(
-            text=message.text, utterance=message.utterance, final=message.final,
-            truncated=message.truncated))
+        self._send(
+            ctx.metadata.participant_id,
+            TranscriptMessage(
+                text=message.text,
+                utterance=message.utterance,
+                final=message.final,
+                truncated=message.truncated,
+            ),
+        )
 
     async def _on_audio(self, chunk: AudioOutput, ctx: HandlerContext) -> None:
         header = AudioMessage(
-            request_id=chunk.request_id, source=chunk.source, sequence=chunk.sequence,
-            final=chunk.final, sample_rate=chunk.sample_rate, text=chunk.text,
+            request_id=chunk.request_id,
+            source=chunk.source,
+            sequence=chunk.sequence,
+            final=chunk.final,
+            sample_rate=chunk.sample_rate,
+            text=chunk.text,
             bytes=len(chunk.pcm),
         )
         self._send(ctx.metadata.participant_id, header, chunk.pcm or None)
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
-        self._send(ctx.metadata.participant_id,
-                   InterruptedMessage(reason=message.reason, request_id=message.request_id))
+        self._send(
+            ctx.metadata.participant_id,
+            InterruptedMessage(reason=message.reason, request_id=message.request_id),
+        )
 
     async def status(self, state: Literal["processing", "idle"], participant_id: str) -> None:
         """The router's ``set_status`` callback."""
@@ -149,5 +168,11 @@ class OutputHub(Agent):
 
 
 def _reply(frame: ResponseOutput) -> Reply:
-    return Reply(text=frame.text, request_id=frame.request_id, source=frame.source,
-                 sequence=frame.sequence, final=frame.final, timestamp_us=frame.timestamp_us)
+    return Reply(
+        text=frame.text,
+        request_id=frame.request_id,
+        source=frame.source,
+        sequence=frame.sequence,
+        final=frame.final,
+        timestamp_us=frame.timestamp_us,
+    )

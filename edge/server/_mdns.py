@@ -69,8 +69,9 @@ class MdnsAdvertiser:
         self.infos: list[ServiceInfo] = []
         self._zc: AsyncZeroconf | None = None
 
-    def add(self, service_type: str, port: int, addresses: Sequence[str],
-            properties: Mapping[str, str]) -> ServiceInfo:
+    def add(
+        self, service_type: str, port: int, addresses: Sequence[str], properties: Mapping[str, str]
+    ) -> ServiceInfo:
         if self._zc is not None:
             raise RuntimeError("add services before entering the advertiser")
         info = ServiceInfo(
@@ -85,8 +86,9 @@ class MdnsAdvertiser:
         return info
 
     async def __aenter__(self) -> MdnsAdvertiser:
-        zc = AsyncZeroconf(interfaces=self.interfaces or InterfaceChoice.All,
-                           ip_version=IPVersion.V4Only)
+        zc = AsyncZeroconf(
+            interfaces=self.interfaces or InterfaceChoice.All, ip_version=IPVersion.V4Only
+        )
         self._zc = zc
         try:
             for info in self.infos:
@@ -111,15 +113,20 @@ class MdnsAdvertiser:
             await zc.async_close()
 
 
-async def discover(service_type: str = WEBSOCKET_SERVICE, *,
-                   interfaces: Sequence[str] | None = None,
-                   wait_s: float = 3.0) -> list[ServiceInfo]:
+async def discover(
+    service_type: str = WEBSOCKET_SERVICE,
+    *,
+    interfaces: Sequence[str] | None = None,
+    wait_s: float = 3.0,
+) -> list[ServiceInfo]:
     """Browse for ``service_type`` for up to ``wait_s`` seconds (returning as soon as one
     answers) and resolve what was found."""
     from zeroconf.asyncio import AsyncServiceBrowser
 
-    zc = AsyncZeroconf(interfaces=list(interfaces) if interfaces else InterfaceChoice.All,
-                       ip_version=IPVersion.V4Only)
+    zc = AsyncZeroconf(
+        interfaces=list(interfaces) if interfaces else InterfaceChoice.All,
+        ip_version=IPVersion.V4Only,
+    )
     names: list[str] = []
     found = anyio.Event()
 

@@ -213,12 +213,17 @@ class Goodbye(_Message):
 
 
 ServerMessage = (
-    Welcome | QueryEcho | Reply | TranscriptMessage | AudioMessage | InterruptedMessage
-    | Status | ErrorMessage | Goodbye
+    Welcome
+    | QueryEcho
+    | Reply
+    | TranscriptMessage
+    | AudioMessage
+    | InterruptedMessage
+    | Status
+    | ErrorMessage
+    | Goodbye
 )
-_SERVER = TypeAdapter(
-    Annotated[ServerMessage, Field(discriminator="type")]
-)
+_SERVER = TypeAdapter(Annotated[ServerMessage, Field(discriminator="type")])
 
 
 def parse_server_message(raw: str) -> ServerMessage:

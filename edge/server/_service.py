@@ -94,16 +94,24 @@ class EdgeService:
         # -- the runtime and its agents -------------------------------------------------
         self.runtime = AgentRuntime()
         self.hub = OutputHub(SPEAK_TOPIC if s.voice else None)
-        incremental = tuple(dict.fromkeys(
-            (*s.incremental_context_topics, *((NOTES_TOPIC.name,) if s.notes else ()))))
+        incremental = tuple(
+            dict.fromkeys(
+                (*s.incremental_context_topics, *((NOTES_TOPIC.name,) if s.notes else ()))
+            )
+        )
         context_kwargs = device.context_manager_kwargs() if device is not None else {}
         self.context = ContextManager(
-            self.llm, summary_context_topics=s.summary_context_topics,
-            incremental_context_topics=incremental, **context_kwargs,
+            self.llm,
+            summary_context_topics=s.summary_context_topics,
+            incremental_context_topics=incremental,
+            **context_kwargs,
         )
         self.conversation = Conversation(
-            self.llm, context=self.context, instructions=s.instructions,
-            runtime=self.runtime, output_topic=VOICE_OUTPUT_TOPIC,
+            self.llm,
+            context=self.context,
+            instructions=s.instructions,
+            runtime=self.runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
         )
         destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
         self.notes: NotesAgent | None = None
@@ -113,8 +121,11 @@ class EdgeService:
         self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
         router_kwargs = device.router_kwargs() if device is not None else {}
         self.router = AgentRouter(
-            destinations, self.decisions, default_destination="conversation",
-            query_topic=USER_QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+            destinations,
+            self.decisions,
+            default_destination="conversation",
+            query_topic=USER_QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
             participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
             participant_left_topic=PARTICIPANT_LEFT_TOPIC,
             interrupted_topic=INTERRUPTED_TOPIC,
@@ -132,20 +143,26 @@ class EdgeService:
             self.runtime.register("voice", self.voice)
 
         self.gateway = Gateway(
-            self.runtime, self.hub,
+            self.runtime,
+            self.hub,
             context_topics=(*s.summary_context_topics, *incremental),
-            voice=self.voice is not None, server=f"xr-edge {__version__}",
-            profile=self.profile_name, models=self.models,
+            voice=self.voice is not None,
+            server=f"xr-edge {__version__}",
+            profile=self.profile_name,
+            models=self.models,
         )
-        self.websocket = WebSocketServer(self.gateway, s.host, s.port,
-                                         max_sessions=s.max_sessions, outbox_size=s.outbox_size)
+        self.websocket = WebSocketServer(
+            self.gateway, s.host, s.port, max_sessions=s.max_sessions, outbox_size=s.outbox_size
+        )
         self.wyoming: WyomingServer | None = None
         if s.wyoming_port is not None:
             backend = WyomingBackend(
                 self.gateway,
                 stt=self.voice.stt if self.voice is not None else None,
                 tts=self.voice.tts if self.voice is not None else None,
-                models=self.models, version=__version__, handle_timeout_s=s.handle_timeout_s,
+                models=self.models,
+                version=__version__,
+                handle_timeout_s=s.handle_timeout_s,
             )
             self.wyoming = WyomingServer(backend, s.host, s.wyoming_port)
         self.mdns: MdnsAdvertiser | None = None
@@ -185,17 +202,25 @@ class EdgeService:
         paths = self.device.model_paths if self.device is not None else {}
         audio = self.device.profile.audio if self.device is not None else None
         if stt is None:
-            extra = ({"compute_type": audio.stt_compute_type, "beam_size": audio.stt_beam_size}
-                     if audio is not None else {})
+            extra = (
+                {"compute_type": audio.stt_compute_type, "beam_size": audio.stt_beam_size}
+                if audio is not None
+                else {}
+            )
             stt = WhisperSTT(paths.get("stt"), **extra)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
         if voice_config is None and audio is not None:
-            voice_config = VoiceConfig(vad=VadConfig(
-                threshold=audio.vad_threshold, end_silence_ms=audio.endpoint_silence_ms,
-                max_utterance_s=max(audio.max_utterance_s, 1.5)))
-        return VoicePipeline(stt=stt, tts=tts, config=voice_config, vad_factory=vad_factory,
-                             reply_topic=SPEAK_TOPIC)
+            voice_config = VoiceConfig(
+                vad=VadConfig(
+                    threshold=audio.vad_threshold,
+                    end_silence_ms=audio.endpoint_silence_ms,
+                    max_utterance_s=max(audio.max_utterance_s, 1.5),
+                )
+            )
+        return VoicePipeline(
+            stt=stt, tts=tts, config=voice_config, vad_factory=vad_factory, reply_topic=SPEAK_TOPIC
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -214,22 +239,23 @@ class EdgeService:
         await stack.__aenter__()
         self._stack = stack
         try:
-            stack.push_async_callback(self.llm.close)           # last out
+            stack.push_async_callback(self.llm.close)  # last out
             if preload:
                 load = getattr(self.llm, "load", None)
                 if load is not None:
                     await load()
-            await stack.enter_async_context(self.warmer)       # cancelled before llm.close
+            await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             if self.voice is not None:
-                await stack.enter_async_context(self.voice)    # outlives the runtime
+                await stack.enter_async_context(self.voice)  # outlives the runtime
                 if preload:
                     await self.voice.load()
-                self.gateway.audio_out_rate = (self.voice.config.output_rate
-                                               or self.voice.tts.sample_rate)
+                self.gateway.audio_out_rate = (
+                    self.voice.config.output_rate or self.voice.tts.sample_rate
+                )
             await stack.enter_async_context(self.runtime)
-            await stack.enter_async_context(self.context)      # closed before runtime stop
+            await stack.enter_async_context(self.context)  # closed before runtime stop
             stack.push_async_callback(self.conversation.close)
-            await stack.enter_async_context(self.router)       # router.stop() first
+            await stack.enter_async_context(self.router)  # router.stop() first
             prepare = getattr(self.router, "prepare_decisions", None)
             if preload and prepare is not None:
                 await prepare()  # the routing prompt's option prefix, evaluated once now
@@ -270,11 +296,17 @@ class EdgeService:
 
     def _advertiser(self) -> MdnsAdvertiser:
         s = self.settings
-        mdns = MdnsAdvertiser(s.service_name or f"edge on {socket.gethostname()}",
-                              interfaces=s.mdns_interfaces)
+        mdns = MdnsAdvertiser(
+            s.service_name or f"edge on {socket.gethostname()}", interfaces=s.mdns_interfaces
+        )
         addresses = advertised_addresses(s.host, s.mdns_interfaces)
-        txt = {"version": __version__, "profile": self.profile_name or "",
-               "model": self.models.get("llm", ""), "protocol": "1", "path": "/"}
+        txt = {
+            "version": __version__,
+            "profile": self.profile_name or "",
+            "model": self.models.get("llm", ""),
+            "protocol": "1",
+            "path": "/",
+        }
         mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
         if self.wyoming is not None:
             mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, txt)
@@ -290,10 +322,19 @@ class EdgeService:
             "llm": type(self.llm).__name__,
             "budgets": {
                 **(d.context_manager_kwargs() if d is not None else {}),
-                **({"router_context_budget_bytes": d.budgets.router_context_budget_bytes}
-                   if d is not None else {}),
-                **({"kv_cache_budget_bytes": d.budgets.kv_cache_budget_bytes,
-                    "warm_participants": d.budgets.warm_participants} if d is not None else {}),
+                **(
+                    {"router_context_budget_bytes": d.budgets.router_context_budget_bytes}
+                    if d is not None
+                    else {}
+                ),
+                **(
+                    {
+                        "kv_cache_budget_bytes": d.budgets.kv_cache_budget_bytes,
+                        "warm_participants": d.budgets.warm_participants,
+                    }
+                    if d is not None
+                    else {}
+                ),
             },
             "context_topics": list(self.gateway.context_topics),
             "voice": self.voice is not None,

@@ -53,7 +53,8 @@ class PrefixWarmer(Agent):
         try:
             await self.llm.warm(  # type: ignore[attr-defined]
                 [ChatMessage(role="system", content=self.system_prompt())],
-                cache_key=participant_id, priority=Priority.BACKGROUND,
+                cache_key=participant_id,
+                priority=Priority.BACKGROUND,
             )
             self.warmed.append(participant_id)
         except Exception as exc:

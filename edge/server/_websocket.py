@@ -49,15 +49,17 @@ class _Overflow(Exception):
 class WebSocketSession:
     """One connection; ``run`` returns when the client leaves or the connection drops."""
 
-    def __init__(self, ws: ServerConnection, gateway: Gateway, *, session_id: int,
-                 outbox_size: int) -> None:
+    def __init__(
+        self, ws: ServerConnection, gateway: Gateway, *, session_id: int, outbox_size: int
+    ) -> None:
         self.ws = ws
         self.gateway = gateway
         self.session_id = session_id
         self.participant_id: str | None = None
         self.hello: Hello | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
-            tuple[ServerMessage, bytes | None]](outbox_size)
+            tuple[ServerMessage, bytes | None]
+        ](outbox_size)
         self._scope: anyio.CancelScope | None = None
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
@@ -72,8 +74,7 @@ class WebSocketSession:
             self._send.send_nowait((message, payload))
         except anyio.WouldBlock:
             if self._leave_reason != "client too slow":
-                log.warning("participant %s reads too slowly; disconnecting",
-                            self.participant_id)
+                log.warning("participant %s reads too slowly; disconnecting", self.participant_id)
                 self._leave_reason = "client too slow"
             if self._scope is not None:
                 self._scope.cancel()
@@ -134,8 +135,7 @@ class WebSocketSession:
             elif isinstance(message, Interrupt):
                 await self.gateway.interrupt(self.participant_id, message.request_id, SOURCE)
             elif isinstance(message, ContextUpdate):
-                await self.gateway.context(self.participant_id, message.topic, message.text,
-                                           SOURCE)
+                await self.gateway.context(self.participant_id, message.topic, message.text, SOURCE)
             elif isinstance(message, Bye):
                 self._leave_reason = "bye"
                 self.deliver(Goodbye(reason="bye"))
@@ -157,11 +157,16 @@ class WebSocketSession:
             raise ClientError(str(exc)) from None
         self.participant_id, self.hello = pid, hello
         g = self.gateway
-        self.deliver(Welcome(
-            participant_id=pid, server=g.server, profile=g.profile, models=g.models,
-            context_topics=list(g.context_topics),
-            audio_out_rate=g.audio_out_rate if self.wants_audio else None,
-        ))
+        self.deliver(
+            Welcome(
+                participant_id=pid,
+                server=g.server,
+                profile=g.profile,
+                models=g.models,
+                context_topics=list(g.context_topics),
+                audio_out_rate=g.audio_out_rate if self.wants_audio else None,
+            )
+        )
         try:
             await g.join(pid, hello.display_name, SOURCE)
         except ClientError:
@@ -178,8 +183,9 @@ class WebSocketSession:
             self._audio_error("binary audio frames need an audio format in hello")
             return
         try:
-            await self.gateway.audio(self.participant_id, pcm, fmt.sample_rate, fmt.channels,
-                                     SOURCE)
+            await self.gateway.audio(
+                self.participant_id, pcm, fmt.sample_rate, fmt.channels, SOURCE
+            )
         except ClientError as exc:
             self._audio_error(str(exc))
 
@@ -193,8 +199,15 @@ class WebSocketSession:
 class WebSocketServer:
     """Accepts sessions on ``host:port`` (port 0 picks one); ``async with`` to run it."""
 
-    def __init__(self, gateway: Gateway, host: str, port: int, *, max_sessions: int = 32,
-                 outbox_size: int = 2048) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        host: str,
+        port: int,
+        *,
+        max_sessions: int = 32,
+        outbox_size: int = 2048,
+    ) -> None:
         self.gateway = gateway
         self.host = host
         self.port = port
@@ -212,7 +225,10 @@ class WebSocketServer:
 
     async def __aenter__(self) -> WebSocketServer:
         self._server = await serve(
-            self._connection, self.host, self.port, max_size=MAX_FRAME_BYTES,
+            self._connection,
+            self.host,
+            self.port,
+            max_size=MAX_FRAME_BYTES,
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             process_request=self._http,
         )
@@ -227,9 +243,15 @@ class WebSocketServer:
 
     def health(self) -> dict[str, Any]:
         g = self.gateway
-        return {"status": "ok", "server": g.server, "profile": g.profile, "models": g.models,
-                "voice": g.voice, "sessions": len(self.sessions),
-                "participants": len(g.hub.connected())}
+        return {
+            "status": "ok",
+            "server": g.server,
+            "profile": g.profile,
+            "models": g.models,
+            "voice": g.voice,
+            "sessions": len(self.sessions),
+            "participants": len(g.hub.connected()),
+        }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         """Plain HTTP ``GET /health`` answers a JSON status (for monitoring); any other
@@ -246,8 +268,7 @@ class WebSocketServer:
             await ws.close(1013, f"server full ({self.max_sessions} sessions)")
             return
         sid = next(self._ids)
-        session = WebSocketSession(ws, self.gateway, session_id=sid,
-                                   outbox_size=self.outbox_size)
+        session = WebSocketSession(ws, self.gateway, session_id=sid, outbox_size=self.outbox_size)
         self.sessions[sid] = session
         try:
             await session.run()

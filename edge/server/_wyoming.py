@@ -88,26 +88,75 @@ class WyomingBackend:
 
     def info(self) -> Info:
         def program(cls, name: str, description: str, **kw):  # type: ignore[no-untyped-def]
-            return cls(name=name, attribution=ATTRIBUTION, installed=True,
-                       description=description, version=self.version, **kw)
+            return cls(
+                name=name,
+                attribution=ATTRIBUTION,
+                installed=True,
+                description=description,
+                version=self.version,
+                **kw,
+            )
 
-        asr = [program(AsrProgram, "edge-asr", "faster-whisper speech to text", models=[
-            program(AsrModel, self.models.get("stt", "stt"), "speech to text",
-                    languages=["en"])])] if self.stt is not None else []
-        tts = [program(TtsProgram, "edge-tts", "Piper text to speech", voices=[
-            program(TtsVoice, self.models.get("tts", "tts"), "voice",
-                    languages=["en_US"])])] if self.tts is not None else []
-        handle = [program(HandleProgram, "edge-agent", "router + conversation on the local LLM",
-                          models=[program(HandleModel, self.models.get("llm", "llm"),
-                                          "conversation", languages=["en"])])]
+        asr = (
+            [
+                program(
+                    AsrProgram,
+                    "edge-asr",
+                    "faster-whisper speech to text",
+                    models=[
+                        program(
+                            AsrModel,
+                            self.models.get("stt", "stt"),
+                            "speech to text",
+                            languages=["en"],
+                        )
+                    ],
+                )
+            ]
+            if self.stt is not None
+            else []
+        )
+        tts = (
+            [
+                program(
+                    TtsProgram,
+                    "edge-tts",
+                    "Piper text to speech",
+                    voices=[
+                        program(
+                            TtsVoice, self.models.get("tts", "tts"), "voice", languages=["en_US"]
+                        )
+                    ],
+                )
+            ]
+            if self.tts is not None
+            else []
+        )
+        handle = [
+            program(
+                HandleProgram,
+                "edge-agent",
+                "router + conversation on the local LLM",
+                models=[
+                    program(
+                        HandleModel, self.models.get("llm", "llm"), "conversation", languages=["en"]
+                    )
+                ],
+            )
+        ]
         return Info(asr=asr, tts=tts, handle=handle)
 
 
 class WyomingHandler(AsyncEventHandler):
     """One Wyoming connection."""
 
-    def __init__(self, backend: WyomingBackend, participant_id: str,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        backend: WyomingBackend,
+        participant_id: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         super().__init__(reader, writer)
         self.backend = backend
         self.participant_id = participant_id
@@ -160,8 +209,10 @@ class WyomingHandler(AsyncEventHandler):
             transcript = Transcript.from_event(event)
             await self._handle(transcript.text, transcript.context)
         else:
-            raise ClientError(f"unsupported event {event.type!r}: this server offers "
-                              "describe, asr, tts and handle")
+            raise ClientError(
+                f"unsupported event {event.type!r}: this server offers "
+                "describe, asr, tts and handle"
+            )
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -258,13 +309,15 @@ class WyomingHandler(AsyncEventHandler):
         answer = reply_text([f for f in self._frames if f.request_id == turn_id])
         if scope.cancelled_caught:
             await gateway.interrupt(participant_id, turn_id, SOURCE)
-            await self.write_event(NotHandled(text=answer or "Sorry, that took too long.",
-                                              context=context).event())
+            await self.write_event(
+                NotHandled(text=answer or "Sorry, that took too long.", context=context).event()
+            )
         elif answer:
             await self.write_event(Handled(text=answer, context=context).event())
         else:
-            await self.write_event(NotHandled(text="I have no answer to that.",
-                                              context=context).event())
+            await self.write_event(
+                NotHandled(text="I have no answer to that.", context=context).event()
+            )
 
     async def disconnect(self) -> None:
         if self._joined:
@@ -290,8 +343,9 @@ class WyomingServer:
             raise RuntimeError("the Wyoming server is not running")
         return int(inner.sockets[0].getsockname()[1])
 
-    def _factory(self, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> WyomingHandler:
+    def _factory(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> WyomingHandler:
         return WyomingHandler(self.backend, f"wyoming-{next(self._ids)}", reader, writer)
 
     async def __aenter__(self) -> WyomingServer:
