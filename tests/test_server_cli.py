@@ -96,3 +96,18 @@ def test_client_reports_an_unreachable_service() -> None:
     )
     assert result.returncode == 2
     assert "cannot talk to ws://127.0.0.1:9" in result.stderr
+
+
+def test_a_profile_whose_model_is_missing_is_refused_by_name() -> None:
+    from edge.catalogue import Catalogue, ModelMissingError
+    from edge.server import EdgeService, ServiceSettings
+
+    entry = Catalogue.load().get("qwen2.5-1.5b-instruct-q4_k_m")
+    try:
+        entry.locate()
+        pytest.skip("the Jetson profile's model is installed here")
+    except ModelMissingError:
+        pass
+    settings = ServiceSettings(profile="jetson-orin-nano-8gb", mdns=False, wyoming_port=None)
+    with pytest.raises(ModelMissingError, match="qwen2.5-1.5b-instruct-q4_k_m"):
+        EdgeService(settings)  # rather than SmolLM2 on the Jetson's budgets

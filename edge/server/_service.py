@@ -88,6 +88,10 @@ class EdgeService:
 
             device = load_device_config(s.profile)
         self.device = device
+        if device is not None:
+            self._check_models(
+                llm is None and not s.llm_url, stt is None and s.voice, tts is None and s.voice
+            )
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
 
@@ -174,6 +178,13 @@ class EdgeService:
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
 
+    def _check_models(self, llm: bool, stt: bool, tts: bool) -> None:
+        """The profile's models must be installed: raise ``ModelMissingError`` (it names
+        the package or path) rather than run another model on this profile's budgets."""
+        for role, needed in (("llm", llm), ("stt", stt), ("tts", tts)):
+            if needed and self.device.model_paths.get(role) is None:
+                self.device.models[role].locate()
+
     def _make_llm(self) -> LLMService:
         s = self.settings
         if s.llm_url:
@@ -202,11 +213,14 @@ class EdgeService:
         paths = self.device.model_paths if self.device is not None else {}
         audio = self.device.profile.audio if self.device is not None else None
         if stt is None:
-            extra = (
-                {"compute_type": audio.stt_compute_type, "beam_size": audio.stt_beam_size}
-                if audio is not None
-                else {}
-            )
+            extra: dict[str, Any] = {}
+            if audio is not None:
+                compute = audio.stt_compute_type
+                hardware = self.device.hardware
+                if "float16" in compute and hardware is not None and not hardware.cuda:
+                    log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
+                    compute = "int8"
+                extra = {"compute_type": compute, "beam_size": audio.stt_beam_size}
             stt = WhisperSTT(paths.get("stt"), **extra)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
