@@ -139,3 +139,18 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
             event = await client.read_event()
             assert event is not None and Handled.is_type(event.type), event
             assert Handled.from_event(event).text
+
+
+async def test_product_path_routes_notes_and_questions_with_the_real_model() -> None:
+    # the real decision service (no injected decisions), as `edge serve` runs it
+    service = EdgeService(
+        settings(voice=False, notes=True), llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40)
+    )
+    async with service, EdgeClient(service.websocket_url, participant_id="lab") as client:
+        note = await client.ask("Take a note: the centrifuge needs a new rotor", limit_s=60)
+        assert {r.source for r in note.replies} == {"notes"}
+        saved = await client.ask("done", limit_s=60)
+        assert saved.text == "Note saved."
+        answer = await client.ask("What is the capital of France?", limit_s=60)
+        assert {r.source for r in answer.replies} == {"conversation"} and answer.text
+        await wait_for(lambda: "centrifuge needs a new rotor" in service.context.render("lab"))
