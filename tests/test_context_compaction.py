@@ -138,7 +138,7 @@ async def test_incremental_topic_compacts_all_its_entries() -> None:
             await ctx.update("p", "notes", f"note {i} " + "n" * 40)
         await eventually(lambda: idle(ctx) and ctx.summary("p", "notes"))
         assert [b.kind for b in ctx.blocks("p")] == ["summary"]
-    assert "New updates from notes" in compactions(llm)[0].prompt
+    assert "these updates from notes" in compactions(llm)[0].prompt
 
 
 async def test_summary_topics_never_compact() -> None:

@@ -127,8 +127,8 @@ def previous_text(section: Section, renderer: Renderer) -> str:
 
 def _format_rule(limit: int) -> str:
     return (
-        f"Write plain text only: no title, no headings, no lists, no markdown. "
-        f"Keep it under {limit} characters (about {max(limit // 6, 10)} words)."
+        f"Write plain text only, no headings, lists or markdown, "
+        f"under {limit} characters (about {max(limit // 6, 10)} words)."
     )
 
 
@@ -147,14 +147,13 @@ class Compactor:
 
     def messages(self, section: Section, previous: str, entries: list[str],
                  limit: int) -> list[ChatMessage]:
+        """System: the section's prompt plus the limit; user: the task, then the previous
+        summary and the entries inside one quoted block (small models echo less that way)."""
         dialogue = section.name == DIALOGUE
         instructions = self.prompts.dialogue if dialogue else self.prompts.topic
-        what = "New part of the conversation" if dialogue else f"New updates from {section.name}"
-        user = (
-            f"Previous summary:\n{previous or '(none yet)'}\n\n{what}:\n"
-            + "\n\n".join(entries)
-            + "\n\nWrite the updated summary."
-        )
+        what = "this conversation" if dialogue else f"these updates from {section.name}"
+        quoted = "\n\n".join([previous, *entries] if previous else entries)
+        user = f'Summarize {what} in two or three sentences.\n\n"""\n{quoted}\n"""'
         return [
             ChatMessage(role="system", content=f"{instructions}\n\n{_format_rule(limit)}"),
             ChatMessage(role="user", content=user),
@@ -170,7 +169,7 @@ class Compactor:
         except LLMError as exc:
             report.attempts.append(CompactionAttempt(kind, "error", error=str(exc)))
             return None, "error"
-        text = response.content.strip()
+        text = response.content.strip().strip('"').strip()
         metrics = response.metrics.as_dict() if response.metrics else None
         attempt = CompactionAttempt(kind, "ok", nbytes(text), metrics, response.error)
         report.attempts.append(attempt)
@@ -199,7 +198,7 @@ class Compactor:
             return text
         shorten = [
             ChatMessage(role="system", content=f"{self.prompts.shorten}\n\n{_format_rule(limit)}"),
-            ChatMessage(role="user", content=text),
+            ChatMessage(role="user", content=f'Shorten this summary.\n\n"""\n{text}\n"""'),
         ]
         short, outcome = await self._ask("shorten", shorten, limit, report)
         if short is not None and outcome == "ok":
