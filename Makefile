@@ -7,7 +7,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 QUESTION ?= In one sentence, what is an edge device?
 
-.PHONY: setup run test lint bench clean
+SERVE_ARGS ?=
+
+.PHONY: setup run ask test lint bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +22,9 @@ $(STAMP): pyproject.toml models/requirements.txt
 	@touch $(STAMP)
 
 run: setup
+	$(BIN)/edge serve $(SERVE_ARGS)
+
+ask: setup
 	$(BIN)/edge ask "$(QUESTION)"
 
 test: setup
@@ -28,7 +33,6 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks
-	$(BIN)/ruff format --check edge tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache
