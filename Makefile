@@ -34,5 +34,14 @@ test: setup
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks
 
+# Every benchmark once; each prints a table and writes JSON + PNG under benchmarks/results/.
+bench: setup
+	$(BIN)/python benchmarks/llm_latency.py
+	$(BIN)/python benchmarks/routing_decisions.py --variants combined
+	$(BIN)/python benchmarks/conversation_ttft.py
+	$(BIN)/python benchmarks/voice_latency.py
+	$(BIN)/python benchmarks/server_latency.py
+	$(BIN)/python benchmarks/device_budgets.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache
