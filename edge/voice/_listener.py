@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -129,7 +130,7 @@ class Listener:
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
         ](math.inf)
-        self.stats: list[UtteranceStats] = []
+        self.stats: deque[UtteranceStats] = deque(maxlen=100)  # the latest utterances
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
