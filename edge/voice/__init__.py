@@ -18,9 +18,11 @@ Example::
 """
 
 from ._audio import (
+    STT_RATE,
     AudioFormatError,
     StreamResampler,
     WavAudio,
+    check_format,
     chunk_pcm,
     float_to_pcm16,
     pcm16_to_float,
@@ -53,6 +55,7 @@ __all__ = [
     "AUDIO_INPUT_TOPIC",
     "AUDIO_OUTPUT_TOPIC",
     "ROUTER_SOURCE",
+    "STT_RATE",
     "TRANSCRIPT_TOPIC",
     "Answer",
     "AudioFormatError",
@@ -86,6 +89,7 @@ __all__ = [
     "VoicePipeline",
     "WavAudio",
     "WhisperSTT",
+    "check_format",
     "chunk_pcm",
     "default_vad_path",
     "float_to_pcm16",
