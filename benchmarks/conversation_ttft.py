@@ -34,7 +34,7 @@ PAIRS = (
     ("Who booked microscope {r}?", "Alex booked microscope {r} for run {i}."),
     ("Is centrifuge {r} free?", "Yes, centrifuge {r} is free until run {i}."),
 )
-BUDGETS = {"dialogue_budget_bytes": 3_000, "compaction_input_budget_bytes": 2_000}
+BUDGETS = {"dialogue_budget_bytes": 2_400, "compaction_input_budget_bytes": 1_500}
 
 
 async def nothing() -> None:
@@ -81,6 +81,11 @@ async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
 
 async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
     ctx = ContextManager(llm, compaction_quiet_s=0, rewarm=rewarm, timezone=UTC, **BUDGETS)
+    # The summary's content does not matter for latency, and the 135M model often fails to
+    # write one (echo, cut off): a hook supplies it so both runs compact the same way.
+    ctx.add_hook("pre_compact", lambda request: "The user asked where samples are, set timers, "
+                 "and asked about microscope and centrifuge bookings; most samples are in "
+                 "racks 0 to 6.")
     conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
     await fill(ctx, "p", 20)
     async with ctx:
@@ -96,6 +101,7 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
         result = await ask(conv, "p", "Where is sample 57?")
         result["summary_bytes"] = len(ctx.summary("p").encode())
         result["compacted"] = bool(ctx.summary("p"))
+        result["method"] = ctx.last_compaction("p").method if ctx.last_compaction("p") else None
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
@@ -241,3 +242,16 @@ async def test_save_and_load_round_trip(tmp_path) -> None:
     bad.write_text("{}")
     with pytest.raises(ValueError, match="not a saved context"):
         await plain.load(bad)
+
+
+async def test_over_budget_prefix_stays_stable_for_several_turns() -> None:
+    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=800, compaction_input_budget_bytes=656)
+    firsts = []
+    for i in range(40):
+        await ctx.record_exchange("p", f"question {i:02d}", f"answer {i:02d}")
+        blocks = ctx.blocks("p")
+        assert sum(len(b.text.encode()) for b in blocks) <= 800
+        firsts.append(blocks[0].text)
+    over = firsts[20:]
+    changes = sum(1 for a, b in itertools.pairwise(over) if a != b)
+    assert changes <= len(over) // 3  # not a new prefix on every turn

@@ -135,6 +135,23 @@ class Section:
         self.stalled = True
         self.draining = False
 
+    def _newest_within(self, room: int) -> list[tuple[Entry, str, bool]]:
+        """The newest entries that fit ``room``, dropped from the oldest in quanta."""
+        sizes = [e.size for e in self.entries]
+        total = sum(sizes)
+        drop = 0
+        while drop < len(sizes) - 1 and total > room:
+            total -= sizes[drop]
+            drop += 1
+        average = max(sum(sizes) // len(sizes), 1)
+        quantum = max(1, self.budget // DROP_QUANTUM_FRACTION // average)
+        drop = min(-(-drop // quantum) * quantum, len(sizes) - 1)
+        kept = self.entries[drop:]
+        if sum(e.size for e in kept) > room:
+            newest = kept[-1]
+            return [(newest, clip_middle(newest.rendered, max(room, MIN_CLIP_BYTES)), True)]
+        return [(e, e.rendered, False) for e in kept]
+
     def oldest_key(self) -> tuple[int, int]:
         return self.entries[0].key if self.entries else (2**63, 0)
 
@@ -150,30 +167,25 @@ class Section:
         if used + self.pending_bytes <= self.budget:
             kept = [(e, e.rendered, False) for e in self.entries]
         else:
-            kept = []
-            for e in reversed(self.entries):
-                if used + e.size > self.budget:
-                    break
-                kept.append((e, e.rendered, False))
-                used += e.size
-            if not kept and self.entries:
-                newest = self.entries[-1]
-                room = max(self.budget - used, MIN_CLIP_BYTES)
-                kept.append((newest, clip_middle(newest.rendered, room), True))
+            kept = self._newest_within(self.budget - used)
             left_out = len(self.entries) - len(kept)
-            if left_out:
-                log.warning(
-                    "participant %r: section %r is over its %d-byte budget while compaction "
-                    "is pending; %d older entr%s left out of the prompt",
-                    participant_id, self.name, self.budget, left_out,
-                    "y" if left_out == 1 else "ies",
-                )
-            kept.reverse()
+            log.warning(
+                "participant %r: section %r is over its %d-byte budget while compaction "
+                "is pending; %d older entr%s left out of the prompt",
+                participant_id, self.name, self.budget, left_out,
+                "y" if left_out == 1 else "ies",
+            )
         out.extend(
             ContextBlock(kind, self.name, text, e.timestamp_us, clipped=clipped)  # type: ignore[arg-type]
             for e, text, clipped in kept
         )
         return out
+
+
+DROP_QUANTUM_FRACTION = 4
+"""While over budget, the oldest entries are left out in steps of about a quarter of the
+budget, so the rendered prefix (and the model's KV cache of it) stays the same for several
+turns instead of shifting by one entry on every turn."""
 
 
 def identity(value: object) -> bytes:
