@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                     f"{calibration.load_s:.2f} s; best of {calibration.repeats} runs, slowest "
                     f"{calibration.slowest_prompt_tokens_per_s or 0:.0f} / "
                     f"{calibration.slowest_generation_tokens_per_s or 0:.1f} tokens/s "
-                    f"(load average {calibration.load_average or 0:.1f})"
+                    f"(CPU share {calibration.cpu_share or 0:.0%}, load average before "
+                    f"{calibration.load_average or 0:.1f})"
                 )
             config = load_device_config(args.profile, calibration=calibration)
     except (ProfileError, CatalogueError, CalibrationError) as exc:

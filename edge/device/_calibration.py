@@ -51,6 +51,11 @@ class Measurement(BaseModel):
         default=None, description="1-minute load average while measuring (busy = pessimistic)"
     )
     repeats: int = Field(default=1, ge=1, description="runs; the fastest counts")
+    cpu_share: float | None = Field(
+        default=None,
+        description="CPU time the measurement got / (wall time x threads); well under 1 "
+        "means other work competed for the cores",
+    )
     slowest_prompt_tokens_per_s: float | None = None
     slowest_generation_tokens_per_s: float | None = None
 
@@ -216,6 +221,7 @@ async def measure_llm(
     async with llm:
         load_s = time.perf_counter() - started
         tokens = llm.count_tokens(text)
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
         for run in range(repeats):
             messages = [{"role": "user", "content": f"Transcript {run + 1}:\n{text}"}]
             prompt = await llm.warm(
@@ -236,6 +242,9 @@ async def measure_llm(
                     "cannot measure its speed"
                 )
             gen_speeds.append(reply.metrics.tokens_per_s)
+        cpu_share = (time.process_time() - cpu_start) / (
+            max(1e-9, time.perf_counter() - wall_start) * threads
+        )
     kv_per_token, overhead = measure_state_sizes(path, threads, gpu_layers)
     return Measurement(
         prompt_tokens_per_s=max(prompt_speeds),
@@ -250,7 +259,8 @@ async def measure_llm(
         prompt_tokens=prompt.evaluated_tokens,
         generated_tokens=reply.metrics.generated_tokens,
         backend=f"edge.llm.LlamaCppLLM (llama-cpp-python {llama_cpp_version()})",
-        load_average=max(load_before, _load_average()),
+        load_average=load_before,
+        cpu_share=round(cpu_share, 3),
     )
 
 

@@ -26,6 +26,10 @@ from ._detect import HardwareInfo, detect_hardware
 from ._profile import GIB, DeviceProfile, ProfileError, find_profile, load_profiles
 from ._select import ProfileChoice, choose_profile
 
+# A calibration whose model got less CPU time than this share of its threads competed
+# with other work (llama.cpp's threads spin, so an uncontended run gets close to 100 %).
+BUSY_CPU_SHARE = 0.8
+
 
 class DeviceConfig(BaseModel):
     """Everything ``edge device`` shows and the service uses."""
@@ -271,12 +275,13 @@ def load_device_config(
                 note = (
                     "none stored: using the profile's expected figures; run edge device --calibrate"
                 )
-    if calibration is not None and hardware is not None and calibration.load_average:
-        if calibration.load_average > 0.75 * hardware.cpus:
+    if calibration is not None and calibration.cpu_share is not None and not gpu_layers:
+        if calibration.cpu_share < BUSY_CPU_SHARE:
             notes.append(
-                f"the machine was busy while calibrating (load {calibration.load_average:.1f} "
-                f"on {hardware.cpus} cores), so the measured speeds are pessimistic: run "
-                "edge device --calibrate --force when it is idle"
+                f"the machine was busy while calibrating (the model got "
+                f"{calibration.cpu_share:.0%} of its {threads} threads' CPU time; load average "
+                f"{calibration.load_average or 0:.1f} before), so the measured speeds are "
+                "pessimistic: run edge device --calibrate --force when it is idle"
             )
     inputs, input_notes = budget_inputs(prof, catalogue, hardware, calibration)
     try:
