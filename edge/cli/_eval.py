@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import asdict
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def run_conversation(args: argparse.Namespace) -> int:
     from edge.conversation._eval import CASES, CaseResult, run_eval
 
     console = Console()
+    if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
+        logging.getLogger("edge.conversation").setLevel(logging.ERROR)
     cases = [c for c in CASES if not args.case or c.name in args.case]
     if args.list or not cases:
         for c in CASES:
