@@ -3,7 +3,7 @@ largest profile the detected hardware can hold."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -14,7 +14,7 @@ ENV_PROFILE = "EDGE_PROFILE"
 
 
 class ProfileChoice(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True)
 
     profile: DeviceProfile
     how: str  # "argument", "environment", "board", "hardware", "fallback"
@@ -42,7 +42,7 @@ def choose_profile(
     requested: str | None = None,
     env: Mapping[str, str] | None = None,
     *,
-    load: object = None,
+    load: Callable[[str], DeviceProfile] | None = None,
 ) -> ProfileChoice:
     """Pick the profile and say why.
 
@@ -106,10 +106,14 @@ def choose_profile(
     )
 
 
-def _named(profiles: Mapping[str, DeviceProfile], name: str, load: object) -> DeviceProfile:
+def _named(
+    profiles: Mapping[str, DeviceProfile],
+    name: str,
+    load: Callable[[str], DeviceProfile] | None,
+) -> DeviceProfile:
     if name in profiles:
         return profiles[name]
-    if callable(load):
-        return load(name)  # a path to a profile file
+    if load is not None:
+        return load(name)  # a user's profile, or a path to a profile file
     known = ", ".join(sorted(profiles))
     raise ProfileError(f"no device profile named {name!r}; known profiles: {known}")
