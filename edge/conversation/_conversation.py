@@ -9,7 +9,7 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import ChatMessage, GenerationError, LLMService, Priority, RequestMetrics
+from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -218,18 +218,12 @@ class Conversation:
                 await self._publish(turn, delta, sequence, final=False)
                 sequence += 1
                 parts.append(delta)
-        except GenerationError:
-            await self._drain(stream)
-            if sequence:
-                await self._final(turn, sequence)
-            raise
-        except anyio.get_cancelled_exc_class():
-            await self._drain(stream)
-            if sequence:
-                await self._final(turn, sequence)
-            raise
         except BaseException:
+            # A model failure, cancellation or failed publication: drain the model (shielded),
+            # close an open stream with an empty final frame (best effort), propagate.
             await self._drain(stream)
+            if sequence:
+                await self._final(turn, sequence)
             raise
         await self._drain(stream)
         if sequence == 0:
