@@ -299,6 +299,13 @@ def test_cuda_and_board_detection(tmp_path: Path) -> None:
     assert smi.cuda and "nvidia-smi" in smi.cuda_source
 
 
+def test_detection_on_this_machine_is_sane() -> None:
+    hw = detect_hardware()
+    assert hw.memory_bytes > 0 and hw.cpus >= 1
+    assert hw.cpus <= (os.cpu_count() or hw.cpus)
+    assert hw.arch in {"x86_64", "aarch64"} or hw.arch
+
+
 # -- choosing the profile -----------------------------------------------------------------
 def test_this_class_of_machine_gets_the_ci_profile() -> None:
     choice = choose_profile(load_profiles(), ci_hardware())
