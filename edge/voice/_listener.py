@@ -4,7 +4,7 @@ Transcription is scheduled around the endpointer's events so the final transcrip
 usually ready when the utterance ends:
 
 * while the participant speaks, a partial transcript every ``partial_interval_s`` of
-  new speech (never two in flight for one participant);
+  new speech, only when the model is free (never queued behind other work);
 * once a pause has lasted ``speculative_after_ms`` a *speculative final* pass over the
   utterance so far, which runs during the rest of the end-of-utterance silence;
 * at the endpoint, the newest pass that covers the last speech window is reused (awaited
@@ -184,6 +184,8 @@ class Listener:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
+        if self._limiter.borrowed_tokens >= self._limiter.total_tokens:
+            return  # the model is busy (another participant): never queue a partial
         if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
             # A pass in flight when speech pauses delays the final one; partials are only
             # worth it while a pass is shorter than the end-of-utterance silence.
