@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,10 @@ def check_gguf(path: Path) -> None:
             f"model file {path} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
             "convert it with llama.cpp's convert scripts or pick a .gguf from the catalogue"
         )
+
+
+class EvalAborted(Exception):
+    """A background evaluation stopped mid-batch because interactive work arrived."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -72,6 +76,8 @@ class LlamaEngine:
         self._dirty = False
         self._logits_fresh = False
         self.llama: Any = None
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_cb: Any = None
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -103,6 +109,7 @@ class LlamaEngine:
             self._want_ctx = 8192
             self.load()
             return
+        self._install_abort_callback()
         model = self.llama._model
         template = self.llama.metadata.get("tokenizer.chat_template")
         if not template:
@@ -118,6 +125,33 @@ class LlamaEngine:
         self.n_ctx_train = int(self.llama.metadata.get(
             f"{self.llama.metadata.get('general.architecture', 'llama')}.context_length", 0
         ) or 0)
+
+    def _install_abort_callback(self) -> None:
+        """Let background evaluations stop between graph nodes (see :meth:`eval`)."""
+        import ctypes
+
+        from llama_cpp import llama_cpp as capi
+
+        lib = capi._lib
+        if not hasattr(lib, "llama_set_abort_callback"):
+            log.info("this llama.cpp build has no abort callback; background work yields "
+                     "between batches only")
+            return
+        lib.llama_set_abort_callback.argtypes = [
+            capi.llama_context_p_ctypes, capi.ggml_abort_callback, ctypes.c_void_p
+        ]
+        lib.llama_set_abort_callback.restype = None
+
+        def should_abort(_data: Any) -> bool:
+            check = self._abort_check
+            return bool(check is not None and check())
+
+        self._abort_cb = capi.ggml_abort_callback(should_abort)
+        lib.llama_set_abort_callback(self.llama._ctx.ctx, self._abort_cb, None)
+
+    @property
+    def can_abort(self) -> bool:
+        return self._abort_cb is not None
 
     def close(self) -> None:
         if self.llama is not None:
@@ -192,12 +226,27 @@ class LlamaEngine:
             self._logits_fresh = False
             self._dirty = True
 
-    def eval(self, tokens: Sequence[int]) -> None:
+    def eval(self, tokens: Sequence[int], abort_check: Callable[[], bool] | None = None) -> None:
+        """Evaluate ``tokens`` after the live context.
+
+        With ``abort_check``, llama.cpp asks it between graph nodes and stops when it
+        returns True: the batch in progress is dropped (llama.cpp removes its positions),
+        batches already done stay, and :class:`EvalAborted` is raised. The caller plans
+        again from the tokens actually held.
+        """
         if not tokens:
             return
         self._dirty = True
         self._logits_fresh = False
-        self.llama.eval(tokens)
+        self._abort_check = abort_check
+        try:
+            self.llama.eval(tokens)
+        except RuntimeError as exc:
+            if abort_check is not None and "returned 2" in str(exc):
+                raise EvalAborted from None
+            raise
+        finally:
+            self._abort_check = None
         self._logits_fresh = True
 
     def reset(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._engine import LlamaEngine
+from ._engine import EvalAborted, LlamaEngine
 from ._scheduler import ModelScheduler, Slot
 from ._types import (
     ChatResponse,
@@ -79,9 +79,10 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
 class LlamaCppLLM:
     """A local GGUF model through llama-cpp-python, implementing :class:`LLMService`.
 
-    * One :class:`ModelScheduler` serializes all model work: interactive requests first;
-      background requests evaluate their prompt in small chunks and yield between chunks and
-      tokens whenever interactive work waits, then resume where they were.
+    * One :class:`ModelScheduler` serializes all model work: interactive requests first.
+      Background requests yield whenever interactive work waits — between tokens, and in
+      the middle of a prompt batch through llama.cpp's abort callback, which is checked
+      between graph nodes — then resume from their saved state.
     * Prompt-prefix reuse: each ``cache_key`` (a participant) keeps its KV state. When
       another key used the model in between, the state is restored from a byte-bounded LRU
       store, so a follow-up evaluates only its new tokens.
@@ -106,7 +107,7 @@ class LlamaCppLLM:
         default_max_tokens: int = 256,
         temperature: float = 0.2,
         seed: int = 0,
-        background_chunk_tokens: int = 16,
+        background_chunk_tokens: int = 128,
     ) -> None:
         if n_ctx is not None and n_ctx < 64:
             raise ValueError("n_ctx must be at least 64 tokens")
@@ -218,13 +219,19 @@ class LlamaCppLLM:
     ) -> int:
         """Bring the live context to ``target`` for ``key``; returns the tokens reused.
 
-        Evaluates what is missing in chunks. Background work checks between chunks whether
-        interactive work waits; if so it yields and, once back, plans again (its own state
-        is restored from the store).
+        Background work stays preemptible while it evaluates: llama.cpp asks between graph
+        nodes whether interactive work waits and, if so, drops the batch in progress
+        (builds without that hook can only yield between ``background_chunk_tokens`` chunks).
+        The request then yields the slot and, once back, plans again from its saved state.
         """
         chunk = self._engine.n_batch
+        abort_check = None
         if slot.priority is Priority.BACKGROUND:
-            chunk = self.background_chunk_tokens
+            # Smaller batches bound the work an abort throws away (and, without the hook,
+            # how long an interactive request waits).
+            chunk = min(chunk, self.background_chunk_tokens)
+            if self._engine.can_abort:
+                abort_check = slot.should_yield
         first_reuse: int | None = None
         while True:
             await self._step(self._engine.switch_to, key)
@@ -236,7 +243,12 @@ class LlamaCppLLM:
                 if await slot.checkpoint():
                     preempted = True
                     break
-                await self._step(self._engine.eval, pending[start : start + chunk])
+                try:
+                    await self._step(self._engine.eval, pending[start : start + chunk], abort_check)
+                except EvalAborted:
+                    await slot.yield_()
+                    preempted = True
+                    break
             if not preempted:
                 return first_reuse
 

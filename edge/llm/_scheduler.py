@@ -74,10 +74,12 @@ class ModelScheduler:
         self._busy = False
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
+        self._interactive_waiting = 0  # an int, so worker threads can read it safely
 
     @property
     def interactive_waiting(self) -> bool:
-        return any(w.rank == 0 for w in self._waiters)
+        """Whether interactive work waits for the slot (safe to read from any thread)."""
+        return self._interactive_waiting > 0
 
     @property
     def queued(self) -> int:
@@ -106,6 +108,7 @@ class ModelScheduler:
             return
         waiter = _Waiter(rank, seq)
         heapq.heappush(self._waiters, waiter)
+        self._interactive_waiting += rank == 0
         try:
             await waiter.event.wait()
         except BaseException:
@@ -114,11 +117,13 @@ class ModelScheduler:
             else:
                 self._waiters.remove(waiter)
                 heapq.heapify(self._waiters)
+                self._interactive_waiting -= rank == 0
             raise
 
     def _release(self) -> None:
         if self._waiters:
             waiter = heapq.heappop(self._waiters)
+            self._interactive_waiting -= waiter.rank == 0
             waiter.granted = True
             waiter.event.set()  # the slot stays busy: ownership moves to the waiter
         else:
