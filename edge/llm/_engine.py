@@ -39,6 +39,39 @@ def check_gguf(path: Path) -> None:
         )
 
 
+_LLAMA_LOG = logging.getLogger("edge.llm.llama_cpp")
+_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_log_callback: Any = None
+
+
+def route_llama_logs() -> None:
+    """Send llama.cpp's own log lines to Python logging (``edge.llm.llama_cpp``).
+
+    The line llama.cpp prints when a background batch is aborted on purpose is logged at
+    debug level rather than as an error.
+    """
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import ctypes
+
+    from llama_cpp import llama_cpp as capi
+
+    last = [logging.DEBUG]
+
+    def on_log(level: int, text: bytes, _data: Any) -> None:
+        line = text.decode("utf-8", "replace").rstrip()
+        lvl = last[0] if level == 5 else _LEVELS.get(level, logging.DEBUG)
+        last[0] = lvl
+        if "removing memory module entries" in line:
+            lvl = logging.DEBUG
+        if line and _LLAMA_LOG.isEnabledFor(lvl):
+            _LLAMA_LOG.log(lvl, "%s", line)
+
+    _log_callback = capi.llama_log_callback(on_log)
+    capi.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
 class EvalAborted(Exception):
     """A background evaluation stopped mid-batch because interactive work arrived."""
 
@@ -109,6 +142,7 @@ class LlamaEngine:
             self._want_ctx = 8192
             self.load()
             return
+        route_llama_logs()
         self._install_abort_callback()
         model = self.llama._model
         template = self.llama.metadata.get("tokenizer.chat_template")
