@@ -16,7 +16,6 @@ import anyio
 from ._engine import EvalAborted, LlamaEngine
 from ._scheduler import ModelScheduler, Slot
 from ._types import (
-    ChatResponse,
     ContextOverflowError,
     GenerationError,
     LLMClosedError,
@@ -26,9 +25,9 @@ from ._types import (
     ModelLoadError,
     Priority,
     RequestMetrics,
+    StreamingLLM,
     TextStream,
     as_messages,
-    collect,
 )
 
 T = TypeVar("T")
@@ -76,7 +75,7 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
         raise ModelLoadError(str(exc)) from exc
 
 
-class LlamaCppLLM:
+class LlamaCppLLM(StreamingLLM):
     """A local GGUF model through llama-cpp-python, implementing :class:`LLMService`.
 
     * One :class:`ModelScheduler` serializes all model work: interactive requests first.
@@ -295,23 +294,6 @@ class LlamaCppLLM:
             metrics,
         )
         return stream
-
-    async def chat(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> ChatResponse:
-        return await collect(
-            self.stream(
-                messages, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                priority=priority, cache_key=cache_key,
-            )
-        )
 
     async def _generate(
         self,

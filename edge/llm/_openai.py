@@ -32,7 +32,6 @@ import httpx
 
 from ._activity import ActivityTracker
 from ._types import (
-    ChatResponse,
     ContextOverflowError,
     FinishReason,
     GenerationError,
@@ -42,9 +41,9 @@ from ._types import (
     Messages,
     Priority,
     RequestMetrics,
+    StreamingLLM,
     TextStream,
     as_messages,
-    collect,
 )
 
 _CONTEXT_TEXT = re.compile(
@@ -77,7 +76,7 @@ def _error_text(body: str) -> str:
     return body
 
 
-class OpenAICompatLLM:
+class OpenAICompatLLM(StreamingLLM):
     """The LLM service over an OpenAI-compatible HTTP server.
 
     ``base_url`` is the API root, e.g. ``http://gpu-box:8000/v1`` (llama.cpp, vLLM) or
@@ -263,28 +262,6 @@ class OpenAICompatLLM:
 
         stream = TextStream(deltas(), metrics)
         return stream
-
-    async def chat(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> ChatResponse:
-        """The whole answer; a failure mid-stream gives ``finish_reason="error"``."""
-        return await collect(
-            self.stream(
-                messages,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stop=stop,
-                priority=priority,
-                cache_key=cache_key,
-            )
-        )
 
     async def _run(
         self, body: dict[str, Any], metrics: RequestMetrics, stream: TextStream

@@ -13,7 +13,6 @@ import anyio
 from ._activity import ActivityTracker
 from ._types import (
     ChatMessage,
-    ChatResponse,
     FinishReason,
     GenerationError,
     LLMClosedError,
@@ -21,9 +20,9 @@ from ._types import (
     Messages,
     Priority,
     RequestMetrics,
+    StreamingLLM,
     TextStream,
     as_messages,
-    collect,
 )
 
 
@@ -65,7 +64,7 @@ Responder = Callable[[list[ChatMessage]], "str | ScriptedReply"]
 
 
 @dataclass
-class ScriptedLLM:
+class ScriptedLLM(StreamingLLM):
     """Replies from a script: a list consumed in order, then ``default``; or a function of
     the messages. Every request is recorded in ``requests``. Deltas are words (with their
     leading space), so streaming consumers see several chunks.
@@ -157,27 +156,6 @@ class ScriptedLLM:
         stream = TextStream(deltas(), metrics)
         holder.append(stream)
         return stream
-
-    async def chat(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> ChatResponse:
-        return await collect(
-            self.stream(
-                messages,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stop=stop,
-                priority=priority,
-                cache_key=cache_key,
-            )
-        )
 
     async def health(self) -> LLMHealth:
         return LLMHealth(ok=not self.closed, backend="scripted", model="scripted")

@@ -217,6 +217,40 @@ class LLMService(Protocol):
     async def close(self) -> None: ...
 
 
+class StreamingLLM:
+    """Base for backends: ``chat`` is ``stream`` collected (see :func:`collect`)."""
+
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> TextStream:
+        raise NotImplementedError
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> ChatResponse:
+        """The whole answer; a failure mid-stream gives ``finish_reason="error"``."""
+        return await collect(
+            self.stream(
+                messages, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                priority=priority, cache_key=cache_key,
+            )
+        )
+
+
 async def collect(stream: TextStream) -> ChatResponse:
     """Drain ``stream`` into a :class:`ChatResponse`, turning a mid-stream failure into
     ``finish_reason="error"``. Shared by backends to implement ``chat`` over ``stream``."""
