@@ -7,9 +7,11 @@ can check for preemption and cancellation between steps.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,19 @@ def route_llama_logs() -> None:
 
     _log_callback = capi.llama_log_callback(on_log)
     capi.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A context's KV state and the tokens it holds (without llama-cpp-python's copy of
+    the logits matrix, which is ~100 MB at this vocabulary and which sampling never reads)."""
+
+    data: bytes
+    tokens: tuple[int, ...]
+
+    @property
+    def llama_state_size(self) -> int:
+        return len(self.data)
 
 
 class EvalAborted(Exception):
@@ -226,13 +241,34 @@ class LlamaEngine:
         if self.owner == key:
             return
         if self.owner is not None and self._dirty and self.llama.n_tokens > 0:
-            self.store.put(self.owner, self.llama.save_state())
+            self.store.put(self.owner, self.save_state())
         self._dirty = False
         state = self.store.get(key)
         if state is not None:
-            self.llama.load_state(state)
-            self._logits_fresh = False
+            self.load_state(state)
         self.owner = key
+
+    def save_state(self) -> SavedState:
+        from llama_cpp import llama_cpp as capi
+
+        ctx = self.llama._ctx.ctx
+        size = capi.llama_state_get_size(ctx)
+        buf = (ctypes.c_uint8 * size)()
+        written = capi.llama_state_get_data(ctx, buf, size)
+        tokens = tuple(int(t) for t in self.llama.input_ids[: self.llama.n_tokens])
+        return SavedState(ctypes.string_at(buf, written), tokens)
+
+    def load_state(self, state: SavedState) -> None:
+        from llama_cpp import llama_cpp as capi
+
+        buf = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
+        if capi.llama_state_set_data(self.llama._ctx.ctx, buf, len(state.data)) != len(state.data):
+            raise RuntimeError("llama.cpp could not restore a saved state")
+        n = len(state.tokens)
+        self.llama.input_ids[:n] = state.tokens
+        self.llama.n_tokens = n
+        self.llama._requires_eval = True
+        self._logits_fresh = False
 
     def forget(self, key: str) -> None:
         """Drop a key's saved state (and its claim on the live context)."""
