@@ -16,6 +16,7 @@ EDGE = [sys.executable, "-m", "edge"]
 
 def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from edge.cli._serve import settings_from_args
+    from edge.server import ServiceSettings
 
     monkeypatch.setenv("EDGE_PORT", "9100")
     monkeypatch.setenv("EDGE_WYOMING_PORT", "9101")
@@ -30,7 +31,8 @@ def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     args = build_parser().parse_args(["serve", "--port", "0", "--no-wyoming"])
     s = settings_from_args(args)
-    assert (s.port, s.wyoming_port, s.host) == (0, None, "0.0.0.0")
+    # The service's own default host (all interfaces) is kept; nothing here binds to it.
+    assert (s.port, s.wyoming_port, s.host) == (0, None, ServiceSettings().host)
 
 
 def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
