@@ -3,8 +3,6 @@ Wyoming asr / tts / describe / handle through the ``wyoming`` client classes."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe, Transcript
@@ -28,22 +26,11 @@ from edge.voice import (
     resample,
 )
 from tests.server_helpers import settings, wait_for
+from tests.voice_helpers import words
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
 QUESTION = "What is the capital of France?"
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
-
-
-@pytest.fixture(scope="module")
-def models() -> tuple[WhisperSTT, PiperTTS]:
-    stt, tts = WhisperSTT(), PiperTTS()
-    stt.load()
-    tts.load()
-    return stt, tts
 
 
 @pytest.fixture(scope="module")

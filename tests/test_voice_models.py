@@ -6,7 +6,6 @@ chunks (published as fast as possible), and Whisper checks what Piper said.
 
 from __future__ import annotations
 
-import re
 import time
 
 import anyio
@@ -32,24 +31,12 @@ from edge.voice import (
     WhisperSTT,
     resample,
 )
-from tests.voice_helpers import Recorder, wait_for
+from tests.voice_helpers import Recorder, wait_for, words
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
 QUESTION = "What is the capital of France?"
 SECOND = "Stop. What time is it now?"
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
-
-
-@pytest.fixture(scope="module")
-def models() -> tuple[WhisperSTT, PiperTTS]:
-    stt, tts = WhisperSTT(), PiperTTS()
-    stt.load()
-    tts.load()
-    return stt, tts
 
 
 @pytest.fixture(scope="module")

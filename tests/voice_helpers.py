@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -102,3 +103,9 @@ class Recorder(Agent):
 
 
 __all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "silence", "tone", "wait_for"]
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words without punctuation, to compare transcripts."""
+    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
