@@ -48,13 +48,11 @@ VARIANTS = {
 
 def criteria() -> tuple[Criterion, ...]:
     """The routing aids of the destinations `edge serve` registers."""
-    try:
-        from edge.conversation._conversation import DEFAULT_DESCRIPTION
-    except ImportError:  # the conversation package is optional here
-        DEFAULT_DESCRIPTION = "General conversation: answers questions from general knowledge."
+    from edge.conversation._conversation import DEFAULT_DESCRIPTION, ROUTE_EXAMPLES
+
     notes = NotesAgent(runtime=None).routing_aid("bench")
     return (
-        Criterion("conversation", DEFAULT_DESCRIPTION),
+        Criterion("conversation", DEFAULT_DESCRIPTION, ROUTE_EXAMPLES),
         Criterion(notes.name, notes.description, notes.examples),
     )
 

@@ -31,6 +31,16 @@ DEFAULT_DESCRIPTION = (
     "General conversation: answers questions from general knowledge and follows up on "
     "earlier dialogue and background context."
 )
+ROUTE_EXAMPLES = (
+    "what is",
+    "tell me about",
+    "how do",
+    "why does",
+    "explain",
+    "summarize",
+    "translate",
+)
+"""Phrases typical of general requests, offered to routing as lexical evidence."""
 FINAL_FRAME_TIMEOUT_S = 5.0
 MAX_METRICS = 256
 
@@ -58,6 +68,7 @@ class Conversation:
         output_topic: Topic[ResponseOutput] | None = None,
         name: str = "conversation",
         description: str = DEFAULT_DESCRIPTION,
+        examples: tuple[str, ...] = ROUTE_EXAMPLES,
         max_tokens: int | None = None,
         temperature: float | None = None,
         clock: Callable[[], int] = now_us,
@@ -78,6 +89,7 @@ class Conversation:
         self.output_topic = output_topic
         self.name = name
         self.description = description
+        self.examples = tuple(examples)
         self.max_tokens = max_tokens
         self.temperature = temperature
         self._clock = clock
@@ -94,7 +106,8 @@ class Conversation:
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         return RoutingAid(self.name, self.description, eligible=not self._closed,
-                          eligibility="closed" if self._closed else "available")
+                          eligibility="closed" if self._closed else "available",
+                          examples=self.examples)
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
         return Admission("decline" if self._closed else "accept")
