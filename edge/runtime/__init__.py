@@ -17,11 +17,13 @@ Example::
 
 from ._agent import Agent, Handler, subscribe
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
+from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
 
 __all__ = [
     "Agent",
     "AgentRuntime",
+    "BackgroundTasks",
     "Handler",
     "HandlerContext",
     "MessageMetadata",

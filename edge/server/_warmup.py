@@ -12,12 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import anyio
-from anyio.abc import TaskGroup
-
 from edge.interaction import PARTICIPANT_JOINED_TOPIC, ParticipantJoined
 from edge.llm import ChatMessage, LLMService, Priority
-from edge.runtime import Agent, HandlerContext
+from edge.runtime import Agent, BackgroundTasks, HandlerContext
 
 log = logging.getLogger(__name__)
 
@@ -30,24 +27,20 @@ class PrefixWarmer(Agent):
         self.llm = llm
         self.system_prompt = system_prompt
         self.warmed: list[str] = []
-        self._tg: TaskGroup | None = None
+        self._tasks = BackgroundTasks("the prefix warmer")
         self.add_handler(PARTICIPANT_JOINED_TOPIC, self._on_joined)
 
     async def __aenter__(self) -> PrefixWarmer:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        await self._tasks.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+        await self._tasks.close()
 
     async def _on_joined(self, message: ParticipantJoined, ctx: HandlerContext) -> None:
         pid = ctx.metadata.participant_id
-        if pid is not None and self._tg is not None and hasattr(self.llm, "warm"):
-            self._tg.start_soon(self._warm, pid)
+        if pid is not None and self._tasks.running and hasattr(self.llm, "warm"):
+            self._tasks.start_soon(self._warm, pid)
 
     async def _warm(self, participant_id: str) -> None:
         try:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import anyio
 import numpy as np
-from anyio.abc import TaskGroup
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -39,7 +38,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.runtime import Agent, AgentRuntime, HandlerContext, Topic, now_us
+from edge.runtime import Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic, now_us
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
@@ -108,7 +107,7 @@ class VoicePipeline(Agent):
         self.stt_cost = PassCost()  # how long a transcription pass takes here
         self._tts_limiter = anyio.CapacityLimiter(1)
         self._sessions: dict[str, _Session] = {}
-        self._tg: TaskGroup | None = None
+        self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None
         self.add_handler(audio_input_topic, self._on_audio)
         self.add_handler(reply_topic, self._on_reply)
@@ -134,20 +133,13 @@ class VoicePipeline(Agent):
         self.stt_cost.record(warm.elapsed_s)
 
     async def __aenter__(self) -> VoicePipeline:
-        if self._tg is not None:
-            raise RuntimeError("the voice pipeline is already running")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        await self._tasks.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         """Stop every participant's listening and speaking (in-flight model calls finish)."""
-        tg, self._tg = self._tg, None
         self._sessions.clear()
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+        await self._tasks.close()
 
     def participants(self) -> list[str]:
         return list(self._sessions)
@@ -161,7 +153,7 @@ class VoicePipeline(Agent):
         found = self._sessions.get(participant_id)
         if found is not None:
             return found
-        if self._tg is None:
+        if not self._tasks.running:
             raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
         listener = Listener(
@@ -189,7 +181,7 @@ class VoicePipeline(Agent):
                     await tg.start(speaker.run)
                     task_status.started()
 
-        await self._tg.start(run)
+        await self._tasks.start(run)
         return session
 
     async def _close(self, participant_id: str) -> None:
@@ -261,8 +253,8 @@ class VoicePipeline(Agent):
         superseded = session.speaker.interrupt()
         request_id = superseded[-1] if superseded else None
         log.info("barge-in by %s stops request %s", participant_id, request_id)
-        if self._tg is not None:
-            self._tg.start_soon(
+        if self._tasks.running:
+            self._tasks.start_soon(
                 self._publish_quietly,
                 self._interrupted_topic,
                 Interrupted(reason="barge-in", request_id=request_id),

@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 
 import anyio
-from anyio.abc import TaskGroup
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -24,7 +23,7 @@ from edge.interaction import (
     UserQuery,
 )
 from edge.llm import LLMService
-from edge.runtime import Agent, HandlerContext, Topic
+from edge.runtime import Agent, BackgroundTasks, HandlerContext, Topic
 
 log = logging.getLogger(__name__)
 
@@ -52,30 +51,25 @@ class LLMResponder(Agent):
         self.max_tokens = max_tokens
         self._output_topic = output_topic
         self._answers: dict[str, anyio.CancelScope] = {}
-        self._tg: TaskGroup | None = None
+        self._tasks = BackgroundTasks("the responder")
         self.add_handler(query_topic, self._on_query)
         self.add_handler(interrupted_topic, self._on_interrupted)
 
     async def __aenter__(self) -> LLMResponder:
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        await self._tasks.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+        await self._tasks.close()
 
     async def _on_query(self, query: UserQuery, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id or ""
         self._cancel(participant)
-        if self._tg is None:
+        if not self._tasks.running:
             raise RuntimeError("the responder is not running: use `async with responder:`")
         scope = anyio.CancelScope()
         self._answers[participant] = scope
-        self._tg.start_soon(self._answer, query, ctx, scope)
+        self._tasks.start_soon(self._answer, query, ctx, scope)
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id
