@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -245,7 +246,7 @@ async def measure_llm(
         cpu_share = (time.process_time() - cpu_start) / (
             max(1e-9, time.perf_counter() - wall_start) * threads
         )
-    kv_per_token, overhead = measure_state_sizes(path, threads, gpu_layers)
+        kv_per_token, overhead = await measure_state_sizes(llm)
     return Measurement(
         prompt_tokens_per_s=max(prompt_speeds),
         generation_tokens_per_s=max(gen_speeds),
@@ -271,29 +272,11 @@ def _load_average() -> float:
         return 0.0
 
 
-def measure_state_sizes(path: Path, threads: int, gpu_layers: int) -> tuple[int, int]:
-    """Bytes per token of a saved llama.cpp state and its fixed part (logits, header):
-    the state is saved after 64 and after 128 tokens and the two sizes compared."""
-    from llama_cpp import Llama
-
-    llama = Llama(
-        model_path=str(path),
-        n_ctx=256,
-        n_threads=threads,
-        n_gpu_layers=gpu_layers,
-        logits_all=False,
-        verbose=False,
-    )
-    try:
-        tokens = llama.tokenize(calibration_text().encode("utf-8"), add_bos=False)[:128]
-        if len(tokens) < 128:
-            raise CalibrationError("calibration text is too short to measure state sizes")
-        llama.eval(tokens[:64])
-        first = int(llama.save_state().llama_state_size)
-        llama.eval(tokens[64:128])
-        second = int(llama.save_state().llama_state_size)
-    finally:
-        llama.close()
+async def measure_state_sizes(llm: Any) -> tuple[int, int]:
+    """Bytes per token of a saved KV state and its fixed part (logits, header): states
+    holding 64 and 128 tokens are saved and their sizes compared."""
+    first = await llm.state_bytes(64)
+    second = await llm.state_bytes(128)
     per_token = (second - first) // 64
     if per_token <= 0:
         raise CalibrationError(f"saved state did not grow with tokens ({first} -> {second} bytes)")

@@ -394,6 +394,26 @@ class LlamaCppLLM(StreamingLLM):
         self._finish(metrics, started)
         return metrics
 
+    async def state_bytes(self, n_tokens: int) -> int:
+        """Size of a saved KV state holding ``n_tokens`` tokens (for sizing caches).
+
+        Evaluates filler text under a temporary key, saves its state and forgets it.
+        """
+        if n_tokens < 1:
+            raise ValueError("n_tokens must be positive")
+        await self.load()
+        engine = self._engine
+        tokens = engine.tokenize_plain("the " * (n_tokens + 8))[:n_tokens]
+        self._check_fits(tokens, "the state-size probe")
+        key, _ = self._job_key(None)
+        metrics = RequestMetrics(cache_key=key)
+        async with self.scheduler.slot(Priority.INTERACTIVE, metrics) as slot:
+            try:
+                await self._ensure(slot, key, tokens, need_logits=False)
+                return (await self._step(engine.save_state)).llama_state_size
+            finally:
+                engine.forget(key)
+
     async def score(
         self,
         prompt: str,
