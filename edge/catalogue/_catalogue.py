@@ -164,12 +164,6 @@ class Catalogue:
                 return entry
         raise CatalogueError(f"the catalogue has no default {role} model")
 
-    def path(self, model_id_or_role: str) -> Path:
-        """Locate a model by id, or the default model of a role ("llm", "stt", "tts")."""
-        if model_id_or_role in ("llm", "stt", "tts", "vad"):
-            return self.default(model_id_or_role).locate()  # type: ignore[arg-type]
-        return self.get(model_id_or_role).locate()
-
 
 def read_catalogue(file: Path) -> list[ModelEntry]:
     try:

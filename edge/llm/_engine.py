@@ -232,10 +232,6 @@ class LlamaEngine:
         return bool(llama_cpp.llama_vocab_is_eog(self.llama._model.vocab, token))
 
     # -- KV state ------------------------------------------------------------------------
-    @property
-    def tokens(self) -> list[int]:
-        return list(self.llama.input_ids[: self.llama.n_tokens])
-
     def switch_to(self, key: str) -> None:
         """Make ``key`` the live context's owner, saving the previous owner's state."""
         if self.owner == key:
