@@ -57,8 +57,13 @@ async def ask(conv: Conversation, pid: str, question: str) -> dict:
     await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
     m = conv.last_metrics(pid)
     assert m is not None
-    return {"ttft_s": m.ttft_s, "queue_wait_s": m.queue_wait_s, "prompt_tokens": m.prompt_tokens,
-            "reused_tokens": m.reused_tokens, "total_s": time.perf_counter() - started}
+    return {
+        "ttft_s": m.ttft_s,
+        "queue_wait_s": m.queue_wait_s,
+        "prompt_tokens": m.prompt_tokens,
+        "reused_tokens": m.reused_tokens,
+        "total_s": time.perf_counter() - started,
+    }
 
 
 async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
@@ -83,9 +88,14 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
     ctx = ContextManager(llm, compaction_quiet_s=0, rewarm=rewarm, timezone=UTC, **BUDGETS)
     # The summary's content does not matter for latency, and the 135M model often fails to
     # write one (echo, cut off): a hook supplies it so both runs compact the same way.
-    ctx.add_hook("pre_compact", lambda request: "The user asked where samples are, set timers, "
-                 "and asked about microscope and centrifuge bookings; most samples are in "
-                 "racks 0 to 6.")
+    ctx.add_hook(
+        "pre_compact",
+        lambda request: (
+            "The user asked where samples are, set timers, "
+            "and asked about microscope and centrifuge bookings; most samples are in "
+            "racks 0 to 6."
+        ),
+    )
     conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
     await fill(ctx, "p", 20)
     async with ctx:
@@ -125,9 +135,13 @@ def report(results: dict, args: argparse.Namespace) -> None:
     for col in ("scenario", "TTFT ms", "queue wait ms", "prompt tokens", "reused"):
         table.add_column(col)
     for name, r in results.items():
-        table.add_row(name, f"{(r['ttft_s'] or 0) * 1000:.0f}",
-                      f"{(r['queue_wait_s'] or 0) * 1000:.0f}", str(r["prompt_tokens"]),
-                      str(r["reused_tokens"]))
+        table.add_row(
+            name,
+            f"{(r['ttft_s'] or 0) * 1000:.0f}",
+            f"{(r['queue_wait_s'] or 0) * 1000:.0f}",
+            str(r["prompt_tokens"]),
+            str(r["reused_tokens"]),
+        )
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -42,8 +42,10 @@ async def measure(llm: LlamaCppLLM, context_bytes: int, repeats: int) -> dict[st
         key = f"bench-{context_bytes}-{r}"
         msgs = [
             {"role": "system", "content": SYSTEM},
-            {"role": "user",
-             "content": context_of(context_bytes, r) + "\n\nWhich rack holds sample 7?"},
+            {
+                "role": "user",
+                "content": context_of(context_bytes, r) + "\n\nWhich rack holds sample 7?",
+            },
         ]
         first = await llm.chat(msgs, max_tokens=32, temperature=0.0, cache_key=key)
         cold.append(first.metrics.ttft_s or 0.0)
@@ -57,8 +59,10 @@ async def measure(llm: LlamaCppLLM, context_bytes: int, repeats: int) -> dict[st
             tps.append(second.metrics.tokens_per_s)
 
     async def background() -> None:
-        bg_msgs = [{"role": "system", "content": "Summarise."},
-                   {"role": "user", "content": context_of(context_bytes, 99)}]
+        bg_msgs = [
+            {"role": "system", "content": "Summarise."},
+            {"role": "user", "content": context_of(context_bytes, 99)},
+        ]
         await llm.chat(bg_msgs, max_tokens=64, priority=Priority.BACKGROUND)
 
     async with anyio.create_task_group() as tg:
@@ -88,8 +92,10 @@ async def main(args: argparse.Namespace) -> None:
         table.add_column(col, justify="right")
     for row in rows:
         table.add_row(
-            str(row["context_bytes"]), f"{row['cold_ttft_s'] * 1000:.0f} ms",
-            f"{row['warm_ttft_s'] * 1000:.0f} ms", f"{row['tokens_per_s']:.0f}",
+            str(row["context_bytes"]),
+            f"{row['cold_ttft_s'] * 1000:.0f} ms",
+            f"{row['warm_ttft_s'] * 1000:.0f} ms",
+            f"{row['tokens_per_s']:.0f}",
             f"{row['preempted_wait_s'] * 1000:.0f} ms",
         )
     Console().print(table)

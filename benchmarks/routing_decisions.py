@@ -80,9 +80,7 @@ async def cold_decision(args: argparse.Namespace, options: dict, query: str) -> 
         await llm.close()
 
 
-async def run_variant(
-    name: str, llm: object, rows: list[dict], args: argparse.Namespace
-) -> dict:
+async def run_variant(name: str, llm: object, rows: list[dict], args: argparse.Namespace) -> dict:
     options = dict(VARIANTS[name])
     lexical_only = options.pop("lexical_only", False)
     service = LocalDecisionService(
@@ -173,17 +171,30 @@ async def main(args: argparse.Namespace) -> None:
         f"threads {args.threads or 'default'})"
     )
     table = Table(title=title)
-    for col in ("variant", "accuracy", "notes", "conversation", "cold s", "prepared 1st s",
-                "warm median s", "warm p90 s", "warm cpu s", "reused tok"):
+    for col in (
+        "variant",
+        "accuracy",
+        "notes",
+        "conversation",
+        "cold s",
+        "prepared 1st s",
+        "warm median s",
+        "warm p90 s",
+        "warm cpu s",
+        "reused tok",
+    ):
         table.add_column(col)
     for r in results:
         table.add_row(
-            r["variant"], f"{r['accuracy']:.0%}",
+            r["variant"],
+            f"{r['accuracy']:.0%}",
             f"{r['per_route_accuracy'].get('notes', 0):.0%}",
             f"{r['per_route_accuracy'].get('conversation', 0):.0%}",
-            f"{r['cold_s']:.3f}", f"{r['prepared_first_s'] or 0:.3f}",
+            f"{r['cold_s']:.3f}",
+            f"{r['prepared_first_s'] or 0:.3f}",
             f"{r['warm_median_s'] or 0:.3f}",
-            f"{r['warm_p90_s'] or 0:.3f}", f"{r['warm_cpu_median_s'] or 0:.3f}",
+            f"{r['warm_p90_s'] or 0:.3f}",
+            f"{r['warm_cpu_median_s'] or 0:.3f}",
             str(r["warm_reused_tokens_median"]),
         )
     console.print(table)
@@ -196,8 +207,12 @@ async def main(args: argparse.Namespace) -> None:
     stem = "routing_decisions" + ("" if args.set == DEFAULT_SET else f"_{Path(args.set).stem}")
     (out / f"{stem}.json").write_text(
         json.dumps(
-            {"model_load_s": load_s, "threads": args.threads, "queries": len(rows),
-             "results": results},
+            {
+                "model_load_s": load_s,
+                "threads": args.threads,
+                "queries": len(rows),
+                "results": results,
+            },
             indent=2,
         )
     )

@@ -32,8 +32,10 @@ def is_compaction(messages: list[ChatMessage]) -> bool:
     return "Write plain text only" in messages[0].content
 
 
-def responder(summary: str | Callable[[list[ChatMessage]], str | ScriptedReply] = "S.",
-              answer: str = "The answer.") -> Callable[[list[ChatMessage]], str | ScriptedReply]:
+def responder(
+    summary: str | Callable[[list[ChatMessage]], str | ScriptedReply] = "S.",
+    answer: str = "The answer.",
+) -> Callable[[list[ChatMessage]], str | ScriptedReply]:
     """Replies ``summary`` to compaction requests and ``answer`` to everything else."""
 
     def reply(messages: list[ChatMessage]) -> str | ScriptedReply:

@@ -19,8 +19,14 @@ def test_default_models_are_installed_and_intact() -> None:
 
 
 def test_missing_package_error_names_the_package() -> None:
-    entry = ModelEntry(id="x", role="llm", format="gguf", package="no-such-model-pkg",
-                       version="1.0", file="x/model.gguf")
+    entry = ModelEntry(
+        id="x",
+        role="llm",
+        format="gguf",
+        package="no-such-model-pkg",
+        version="1.0",
+        file="x/model.gguf",
+    )
     with pytest.raises(ModelMissingError, match="pip install --no-deps no-such-model-pkg==1.0"):
         entry.locate()
     missing_path = ModelEntry(id="y", role="llm", format="gguf", path="/nonexistent/m.gguf")

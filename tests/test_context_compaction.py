@@ -132,8 +132,13 @@ async def test_large_backlog_compacts_oldest_first_in_several_requests() -> None
 
 async def test_incremental_topic_compacts_all_its_entries() -> None:
     llm = ScriptedLLM(responder("Notes so far."))
-    async with manager(llm, incremental_context_topics=("notes",), topic_budget_bytes=400,
-                       dialogue_budget_bytes=400, compaction_input_budget_bytes=456) as ctx:
+    async with manager(
+        llm,
+        incremental_context_topics=("notes",),
+        topic_budget_bytes=400,
+        dialogue_budget_bytes=400,
+        compaction_input_budget_bytes=456,
+    ) as ctx:
         for i in range(5):
             await ctx.update("p", "notes", f"note {i} " + "n" * 40)
         await eventually(lambda: idle(ctx) and ctx.summary("p", "notes"))
@@ -143,8 +148,13 @@ async def test_incremental_topic_compacts_all_its_entries() -> None:
 
 async def test_summary_topics_never_compact() -> None:
     llm = ScriptedLLM(responder("S."))
-    async with manager(llm, summary_context_topics=("w",), topic_budget_bytes=300,
-                       compaction_input_budget_bytes=900, dialogue_budget_bytes=1000) as ctx:
+    async with manager(
+        llm,
+        summary_context_topics=("w",),
+        topic_budget_bytes=300,
+        compaction_input_budget_bytes=900,
+        dialogue_budget_bytes=1000,
+    ) as ctx:
         for i in range(10):
             await ctx.update("p", "w", f"state {i} " + "s" * 200)
         await anyio.sleep(0.05)
@@ -260,9 +270,14 @@ async def test_compact_on_demand() -> None:
 
 async def test_long_session_stays_within_every_budget() -> None:
     llm = ScriptedLLM(responder(lambda m: "Summary " + "s" * 300))
-    async with manager(llm, incremental_context_topics=("notes",), topic_budget_bytes=1200,
-                       summary_context_topics=("w",), dialogue_budget_bytes=1000,
-                       compaction_input_budget_bytes=900) as ctx:
+    async with manager(
+        llm,
+        incremental_context_topics=("notes",),
+        topic_budget_bytes=1200,
+        summary_context_topics=("w",),
+        dialogue_budget_bytes=1000,
+        compaction_input_budget_bytes=900,
+    ) as ctx:
         for i in range(120):
             await ctx.record_exchange("p", f"q{i} " + "w" * (i % 7) * 20, f"a{i}")
             await ctx.update("p", "notes", f"note {i}")
@@ -273,8 +288,9 @@ async def test_long_session_stays_within_every_budget() -> None:
                 assert used <= budget
         await eventually(lambda: idle(ctx))
         assert len(ctx.transcript("p")) < 20
-    assert all(not is_compaction(r.messages) or r.priority is Priority.BACKGROUND
-               for r in llm.requests)
+    assert all(
+        not is_compaction(r.messages) or r.priority is Priority.BACKGROUND for r in llm.requests
+    )
 
 
 async def test_a_backlog_that_never_compacts_is_capped(caplog) -> None:

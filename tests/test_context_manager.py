@@ -46,8 +46,12 @@ def test_bad_configuration_is_named(kwargs: dict, match: str) -> None:
 def test_input_budget_rule_uses_the_largest_compacted_section() -> None:
     ContextManager(ScriptedLLM(), dialogue_budget_bytes=8000, compaction_input_budget_bytes=4256)
     with pytest.raises(ValueError, match="5256"):
-        ContextManager(ScriptedLLM(), incremental_context_topics=("n",),
-                       topic_budget_bytes={"n": 10_000}, compaction_input_budget_bytes=5000)
+        ContextManager(
+            ScriptedLLM(),
+            incremental_context_topics=("n",),
+            topic_budget_bytes={"n": 10_000},
+            compaction_input_budget_bytes=5000,
+        )
 
 
 def test_a_single_topic_name_string_is_refused() -> None:
@@ -57,8 +61,12 @@ def test_a_single_topic_name_string_is_refused() -> None:
 
 async def test_layout_summaries_first_entries_in_time_order_time_last() -> None:
     clock = Clock()
-    ctx = manager(ScriptedLLM(), clock, summary_context_topics=("window",),
-                  incremental_context_topics=("notes",))
+    ctx = manager(
+        ScriptedLLM(),
+        clock,
+        summary_context_topics=("window",),
+        incremental_context_topics=("notes",),
+    )
     await ctx.record_exchange("p", "Hi", "Hello", timestamp_us=T0 + 10 * SECOND)
     await ctx.update("p", "notes", "rotor ordered", timestamp_us=T0 + 5 * SECOND)
     await ctx.update("p", "window", "centrifuge open", timestamp_us=T0 + 20 * SECOND)
@@ -91,8 +99,11 @@ async def test_messages_are_three_with_a_stable_system_prompt() -> None:
 
 
 async def test_summary_topic_replaces_and_leaves_other_topics() -> None:
-    ctx = manager(ScriptedLLM(), summary_context_topics=("window", "door"),
-                  incremental_context_topics=("notes",))
+    ctx = manager(
+        ScriptedLLM(),
+        summary_context_topics=("window", "door"),
+        incremental_context_topics=("notes",),
+    )
     await ctx.update("p", "notes", "n1")
     await ctx.update("p", "door", "closed")
     await ctx.update("p", "window", "w1")
@@ -141,8 +152,13 @@ async def test_one_huge_exchange_keeps_its_start_and_end() -> None:
 
 
 async def test_other_sections_unaffected_by_an_over_budget_one() -> None:
-    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=300, compaction_input_budget_bytes=406,
-                  incremental_context_topics=("notes",), topic_budget_bytes=300)
+    ctx = manager(
+        ScriptedLLM(),
+        dialogue_budget_bytes=300,
+        compaction_input_budget_bytes=406,
+        incremental_context_topics=("notes",),
+        topic_budget_bytes=300,
+    )
     await ctx.update("p", "notes", "keep me")
     for i in range(10):
         await ctx.record_exchange("p", f"q{i} " + "y" * 60, "a")
@@ -179,8 +195,9 @@ async def test_reconcile_without_ids_matches_content() -> None:
 
 
 async def test_subscriber_applies_participant_and_global_updates() -> None:
-    ctx = manager(ScriptedLLM(), summary_context_topics=("window",),
-                  incremental_context_topics=("notes",))
+    ctx = manager(
+        ScriptedLLM(), summary_context_topics=("window",), incremental_context_topics=("notes",)
+    )
     runtime = AgentRuntime()
     sub = ctx.subscriber()
     assert isinstance(sub, Agent)
@@ -188,8 +205,12 @@ async def test_subscriber_applies_participant_and_global_updates() -> None:
     notes = Topic("notes", ConversationContextUpdate)
     window = Topic("window", ConversationContextUpdate)
     async with runtime:
-        await runtime.publish(notes, ConversationContextUpdate(text="n1"), participant_id="p1",
-                              timestamp_us=T0 + SECOND)
+        await runtime.publish(
+            notes,
+            ConversationContextUpdate(text="n1"),
+            participant_id="p1",
+            timestamp_us=T0 + SECOND,
+        )
         await ctx.record_exchange("p2", "hi", "hello")
         await runtime.publish(window, {"text": "everyone"})
     assert [b.timestamp_us for b in ctx.blocks("p1") if b.section == "notes"] == [T0 + SECOND]
@@ -219,8 +240,7 @@ async def test_close_drops_later_writes() -> None:
 
 async def test_save_and_load_round_trip(tmp_path) -> None:
     clock = Clock()
-    ctx = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",),
-                  keep_transcript=True)
+    ctx = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",), keep_transcript=True)
     await ctx.record_exchange("p", "u", "a", exchange_id="turn-1")
     await ctx.update("p", "notes", "n")
     ctx._participants["p"].sections["dialogue"].summary = "Earlier."
@@ -228,8 +248,9 @@ async def test_save_and_load_round_trip(tmp_path) -> None:
     ctx.messages("p", system="SYS", request="q")
     path = tmp_path / "ctx.json"
     ctx.save(path)
-    other = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",),
-                    keep_transcript=True)
+    other = manager(
+        ScriptedLLM(), clock, incremental_context_topics=("notes",), keep_transcript=True
+    )
     assert await other.load(path) == ["p"]
     assert other.render("p") == ctx.render("p")
     assert len(other.transcript("p")) == 2

@@ -51,13 +51,21 @@ def setup(llm, **kwargs):
     runtime = AgentRuntime()
     sink = Sink(kwargs.pop("fail", False))
     runtime.register("sink", sink)
-    conv = Conversation(llm, context=ctx, runtime=runtime, output_topic=TEXT_OUTPUT_TOPIC,
-                        name="chat", clock=clock, **kwargs)
+    conv = Conversation(
+        llm,
+        context=ctx,
+        runtime=runtime,
+        output_topic=TEXT_OUTPUT_TOPIC,
+        name="chat",
+        clock=clock,
+        **kwargs,
+    )
     return conv, ctx, runtime, sink
 
 
-def turn(query: str = "When is the meeting?", history=(), pid: str = "p1",
-         turn_id: str = "t1") -> AgentTurn:
+def turn(
+    query: str = "When is the meeting?", history=(), pid: str = "p1", turn_id: str = "t1"
+) -> AgentTurn:
     return AgentTurn(pid, turn_id, query, tuple(history), timestamp_us=T0)
 
 
@@ -77,8 +85,9 @@ async def test_streams_a_reply_to_the_turn_and_records_it() -> None:
     assert result.disposition == "answer" and result.text == "It is at three o'clock."
     assert started.calls == 1 and started.frames_before == [0]
     assert [f.sequence for f in sink.frames] == list(range(len(sink.frames)))
-    assert all(f.request_id == "t1" and f.source == "chat" and f.timestamp_us == T0
-               for f in sink.frames)
+    assert all(
+        f.request_id == "t1" and f.source == "chat" and f.timestamp_us == T0 for f in sink.frames
+    )
     assert [f.final for f in sink.frames] == [False] * (len(sink.frames) - 1) + [True]
     assert "".join(f.text for f in sink.frames) == result.text
     assert all(m.participant_id == "p1" for m in sink.meta)
@@ -188,8 +197,7 @@ async def test_router_history_is_reconciled_once() -> None:
             await conv.answer(turn("And?", history), started=Started())
         finally:
             _TURN_CONTEXT.reset(token)
-        token = _TURN_CONTEXT.set(RoutingTurnContext(
-            "x3", ("x1", "x2"), (T0 - 10, T0)))
+        token = _TURN_CONTEXT.set(RoutingTurnContext("x3", ("x1", "x2"), (T0 - 10, T0)))
         try:
             await conv.answer(
                 turn("More?", (*history, AgentExchange("And?", "OK.")), turn_id="t3"),
@@ -233,8 +241,9 @@ async def test_compaction_waits_while_an_answer_streams() -> None:
     llm = ScriptedLLM(responder("S.", answer=ScriptedReply("a b c d e", delay_s=0.05)))
     llm.activity = ActivityTracker()  # a remote model: only the manager knows it is busy
     llm.activity.interactive = nullcontext  # type: ignore[method-assign]
-    ctx = manager(llm, dialogue_budget_bytes=600, compaction_input_budget_bytes=600,
-                  compaction_quiet_s=0.05)
+    ctx = manager(
+        llm, dialogue_budget_bytes=600, compaction_input_budget_bytes=600, compaction_quiet_s=0.05
+    )
     conv = Conversation(llm, context=ctx)
     for i in range(6):
         await ctx.record_exchange("p1", f"q{i} " + "w" * 60, "a")

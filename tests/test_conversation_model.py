@@ -57,8 +57,13 @@ async def nothing() -> None:
 
 async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM) -> None:
     reports = []
-    ctx = ContextManager(llm, summary_context_topics=("window",),
-                         incremental_context_topics=("notes",), compaction_quiet_s=0, **BUDGETS)
+    ctx = ContextManager(
+        llm,
+        summary_context_topics=("window",),
+        incremental_context_topics=("notes",),
+        compaction_quiet_s=0,
+        **BUDGETS,
+    )
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, max_tokens=12)
     tracemalloc.start()
@@ -67,8 +72,9 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
         async with ctx:
             for i in range(SESSION_EXCHANGES):
                 user, assistant = EXCHANGES[i % len(EXCHANGES)]
-                await ctx.record_exchange("p", user.format(i=i, r=i % 7),
-                                          assistant.format(i=i, r=i % 7))
+                await ctx.record_exchange(
+                    "p", user.format(i=i, r=i % 7), assistant.format(i=i, r=i % 7)
+                )
                 if i % 12 == 0:
                     await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
                 if i % 30 == 0:
@@ -77,15 +83,17 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                     await eventually(lambda: idle(ctx), 240)
                 if i % 25 == 24:
                     for section, budget in ctx.budgets.items():
-                        used = sum(len(b.text.encode()) for b in ctx.blocks("p")
-                                   if b.section == section)
+                        used = sum(
+                            len(b.text.encode()) for b in ctx.blocks("p") if b.section == section
+                        )
                         assert used <= budget, section
                     messages = conversation.request_messages("p", "Where?")
                     tokens = llm.count_tokens(llm.format_chat(messages))
                     assert tokens + 12 <= llm.context_length
                     samples.append(manager_memory())
-            result = await conversation.answer(AgentTurn("p", "t", "Where did I leave sample 196?"),
-                                               started=nothing)
+            result = await conversation.answer(
+                AgentTurn("p", "t", "Where did I leave sample 196?"), started=nothing
+            )
             assert result.text
             # compacted entries are gone; a failing backlog is capped at 8 budgets a section
             stored = ctx._participants["p"].sections
@@ -108,21 +116,31 @@ def manager_memory() -> int:
 
 async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM) -> None:
     reports = []
-    ctx = ContextManager(llm, compaction_quiet_s=0, dialogue_budget_bytes=1_200,
-                         compaction_input_budget_bytes=900)
+    ctx = ContextManager(
+        llm, compaction_quiet_s=0, dialogue_budget_bytes=1_200, compaction_input_budget_bytes=900
+    )
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, max_tokens=8)
     for i in range(9):
-        await ctx.record_exchange("a", f"Please remember that box {i} holds part {i * 3}.",
-                                  f"Noted: box {i} holds part {i * 3}.")
+        await ctx.record_exchange(
+            "a",
+            f"Please remember that box {i} holds part {i * 3}.",
+            f"Noted: box {i} holds part {i * 3}.",
+        )
     async with ctx, anyio.create_task_group() as tg:
         await eventually(lambda: ctx._jobs.running("a"), 30)
         await anyio.sleep(0.3)  # the compaction is evaluating its prompt now
         assert not reports
-        tg.start_soon(partial(conversation.answer, AgentTurn("b", "t1", "Say hello."),
-                              started=nothing))
-        await eventually(lambda: conversation.last_metrics("b") is not None
-                         and conversation.last_metrics("b").total_s is not None, 60)
+        tg.start_soon(
+            partial(conversation.answer, AgentTurn("b", "t1", "Say hello."), started=nothing)
+        )
+        await eventually(
+            lambda: (
+                conversation.last_metrics("b") is not None
+                and conversation.last_metrics("b").total_s is not None
+            ),
+            60,
+        )
         metrics = conversation.last_metrics("b")
         await eventually(lambda: bool(reports), 240)
     assert metrics.queue_wait_s is not None and metrics.queue_wait_s < 2.0  # noisy 2-core box

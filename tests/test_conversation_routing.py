@@ -20,10 +20,11 @@ async def test_router_history_from_other_destinations_is_recorded_once() -> None
     notes = ScriptedAgent("notes", rec, results=[DestinationResult("answer", "Saved the note.")])
     context = manager(llm)
     conversation = Conversation(llm, context=context)
-    router = AgentRouter({"conversation": conversation, "notes": notes},
-                         ScriptedDecisions(["notes", "conversation", "conversation",
-                                            "conversation"]),
-                         output=rec.output)
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        ScriptedDecisions(["notes", "conversation", "conversation", "conversation"]),
+        output=rec.output,
+    )
     try:
         await router.handle(turn("Note: the rotor is cracked", turn_id="t1"))
         await router.handle(turn("What did I note?", turn_id="t2"))
@@ -32,8 +33,7 @@ async def test_router_history_from_other_destinations_is_recorded_once() -> None
     finally:
         await router.stop()
     users = [t.user for t in context.transcript("p1")]
-    assert users == ["Note: the rotor is cracked", "What did I note?", "Anything else?",
-                     "And now?"]
+    assert users == ["Note: the rotor is cracked", "What did I note?", "Anything else?", "And now?"]
     assert "Saved the note." in llm.requests[0].messages[1].content
     # the router's exchange ids were used: the conversation's own exchanges were not replayed
     assert llm.requests[2].messages[1].content.count("What did I note?") == 1

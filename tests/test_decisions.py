@@ -79,15 +79,18 @@ def test_question_and_answer_validation() -> None:
 
 def test_answer_from_logits_sums_to_one_and_marks_ties_uncertain() -> None:
     q = ChoiceQuestion("x", TWO)
-    a = answer_from_logits(q, {"conversation": 0.2, "notes": 1.5}, uncertain_below=0.5,
-                           source="model")
+    a = answer_from_logits(
+        q, {"conversation": 0.2, "notes": 1.5}, uncertain_below=0.5, source="model"
+    )
     assert a.label == "notes" and math.isclose(sum(a.probabilities.values()), 1.0)
     assert a.ranked()[0][0] == "notes"
-    tie = answer_from_logits(q, {"conversation": 0.0, "notes": 0.0}, uncertain_below=0.0,
-                             source="lexical")
+    tie = answer_from_logits(
+        q, {"conversation": 0.0, "notes": 0.0}, uncertain_below=0.0, source="lexical"
+    )
     assert tie.label is None and tie.probabilities == {"conversation": 0.5, "notes": 0.5}
-    low = answer_from_logits(q, {"conversation": 0.0, "notes": 0.1}, uncertain_below=0.9,
-                             source="model")
+    low = answer_from_logits(
+        q, {"conversation": 0.0, "notes": 0.1}, uncertain_below=0.9, source="model"
+    )
     assert low.label is None and low.has_scores
 
 

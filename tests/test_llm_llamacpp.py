@@ -64,8 +64,10 @@ async def test_max_tokens_gives_length_and_stop_strings_cut(llm: LlamaCppLLM) ->
 
 async def test_prefix_reuse_across_interleaved_participants(llm: LlamaCppLLM) -> None:
     first = await llm.chat(ask("Which rooms does the lab have?"), max_tokens=20, cache_key="alice")
-    other = [{"role": "system", "content": "You are a pirate. " * 30},
-             {"role": "user", "content": "Say hello."}]
+    other = [
+        {"role": "system", "content": "You are a pirate. " * 30},
+        {"role": "user", "content": "Say hello."},
+    ]
     await llm.chat(other, max_tokens=10, cache_key="bob")
     follow = ask("Which rooms does the lab have?") + [
         {"role": "assistant", "content": first.content},

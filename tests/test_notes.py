@@ -38,7 +38,8 @@ class Conversation:
         from edge.routing import RoutingAid
 
         return RoutingAid(
-            "conversation", "Answers questions and chats about anything.",
+            "conversation",
+            "Answers questions and chats about anything.",
             examples=("what is", "tell me about", "how do i"),
         )
 

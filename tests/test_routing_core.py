@@ -21,9 +21,7 @@ def make(*names: str, script=(), default="conversation", **kw):
     rec = Recorder()
     agents = {n: ScriptedAgent(n, rec) for n in names}
     decisions = ScriptedDecisions(list(script))
-    router = AgentRouter(
-        agents, decisions, output=rec.output, default_destination=default, **kw
-    )
+    router = AgentRouter(agents, decisions, output=rec.output, default_destination=default, **kw)
     return router, agents, decisions, rec
 
 

@@ -33,8 +33,10 @@ def make(**kw):
     conv = ScriptedAgent("conversation", rec)
     notes = HookedAgent("notes", rec)
     router = AgentRouter(
-        {"conversation": conv, "notes": notes}, ScriptedDecisions(default="conversation"),
-        output=rec.output, **kw,
+        {"conversation": conv, "notes": notes},
+        ScriptedDecisions(default="conversation"),
+        output=rec.output,
+        **kw,
     )
     return router, conv, notes, rec
 

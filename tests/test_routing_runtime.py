@@ -60,7 +60,10 @@ async def test_configuration_errors() -> None:
         AgentRouter(dests, d, interrupted_topic=INTERRUPTED_TOPIC)
     with pytest.raises(ValueError, match="participant_joined_topic"):
         AgentRouter(
-            dests, d, query_topic=USER_QUERY_TOPIC, output_topic=TEXT_OUTPUT_TOPIC,
+            dests,
+            d,
+            query_topic=USER_QUERY_TOPIC,
+            output_topic=TEXT_OUTPUT_TOPIC,
             participant_left_topic=PARTICIPANT_LEFT_TOPIC,
         )
     with pytest.raises(TypeError, match="UserQuery"):
@@ -71,7 +74,9 @@ async def test_configuration_errors() -> None:
         AgentRouter(dests, d, query_topic="user.query", output_topic=TEXT_OUTPUT_TOPIC)
     with pytest.raises(ValueError, match="distinct"):
         AgentRouter(
-            dests, d, query_topic=USER_QUERY_TOPIC,
+            dests,
+            d,
+            query_topic=USER_QUERY_TOPIC,
             output_topic=Topic(USER_QUERY_TOPIC.name, ResponseOutput),
         )
     with pytest.raises(ValueError, match="together"):
@@ -97,9 +102,7 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
     async def status(s, pid):
         statuses.append((s, pid))
 
-    router = AgentRouter(
-        dests, ScriptedDecisions(["notes"]), set_status=status, **TOPICS
-    )
+    router = AgentRouter(dests, ScriptedDecisions(["notes"]), set_status=status, **TOPICS)
     runtime = AgentRuntime()
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
@@ -265,8 +268,11 @@ def ack_router(rec: Recorder, llm: ScriptedLLM, delay: float, answer_fn):
     dests = agents(rec)
     dests["conversation"].answer_fn = answer_fn
     return AgentRouter(
-        dests, ScriptedDecisions(default="conversation"), output=rec.output,
-        acknowledgment_llm=llm, acknowledgment_delay_secs=delay,
+        dests,
+        ScriptedDecisions(default="conversation"),
+        output=rec.output,
+        acknowledgment_llm=llm,
+        acknowledgment_delay_secs=delay,
     )
 
 

@@ -108,4 +108,3 @@ __all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "silence", "tone", "wa
 def words(text: str) -> list[str]:
     """Lower-case words without punctuation, to compare transcripts."""
     return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
-

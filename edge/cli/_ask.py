@@ -15,9 +15,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ask", help="stream an answer from the LLM and show its speed")
     p.add_argument("question", help="what to ask")
     p.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
-    p.add_argument("--base-url", help="use an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--system", default="You are a helpful, concise assistant.",
-                   help="system prompt")
+    p.add_argument(
+        "--base-url", help="use an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1"
+    )
+    p.add_argument(
+        "--system", default="You are a helpful, concise assistant.", help="system prompt"
+    )
     p.add_argument("--max-tokens", type=int, default=200)
     p.add_argument("--temperature", type=float, default=0.2)
     p.add_argument("--n-ctx", type=int, default=4096, help="context window for a local model")
@@ -42,8 +45,11 @@ async def _ask(args: argparse.Namespace, console: Console) -> int:
     ]
     try:
         stream = llm.stream(
-            messages, max_tokens=args.max_tokens, temperature=args.temperature,
-            priority=Priority.INTERACTIVE, cache_key="cli",
+            messages,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            priority=Priority.INTERACTIVE,
+            cache_key="cli",
         )
         async with stream:
             async for delta in stream:

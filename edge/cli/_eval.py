@@ -24,14 +24,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "oversized exchanges/updates",
     )
     conv.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
-    conv.add_argument("--base-url", help="an OpenAI-compatible server instead, e.g. "
-                      "http://127.0.0.1:8080/v1")
+    conv.add_argument(
+        "--base-url", help="an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1"
+    )
     conv.add_argument("--api-model", help="model name to send to the server")
     conv.add_argument("--n-ctx", type=int, default=4096, help="context window, local model")
     conv.add_argument("--threads", type=int, help="CPU threads for the local model")
     conv.add_argument("--case", action="append", help="run only this case (repeatable)")
-    conv.add_argument("--threshold", type=float, default=0.0,
-                      help="exit 1 when the mean score is below this (0..1)")
+    conv.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        help="exit 1 when the mean score is below this (0..1)",
+    )
     conv.add_argument("--json", type=Path, help="also write the results to this JSON file")
     conv.add_argument("--list", action="store_true", help="list the cases and exit")
     conv.set_defaults(func=run_conversation)
@@ -45,8 +50,13 @@ def _llm(args: argparse.Namespace) -> LLMService:
         return OpenAICompatLLM(args.base_url, model=args.api_model)  # type: ignore[no-any-return]
     from edge.llm import LlamaCppLLM
 
-    return LlamaCppLLM(args.model, n_ctx=args.n_ctx, n_threads=args.threads, temperature=0.0,
-                       background_chunk_tokens=64)
+    return LlamaCppLLM(
+        args.model,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        temperature=0.0,
+        background_chunk_tokens=64,
+    )
 
 
 def run_conversation(args: argparse.Namespace) -> int:
@@ -77,13 +87,20 @@ def run_conversation(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in results:
         ttft = f"{r.ttft_s * 1000:.0f} ms" if r.ttft_s is not None else "-"
-        table.add_row(r.name, r.theme, f"{r.score:.1f}",
-                      f"{r.compactions} ({r.failed_compactions})", ttft, f"{r.seconds:.1f}",
-                      (r.error or r.answer)[:80])
+        table.add_row(
+            r.name,
+            r.theme,
+            f"{r.score:.1f}",
+            f"{r.compactions} ({r.failed_compactions})",
+            ttft,
+            f"{r.seconds:.1f}",
+            (r.error or r.answer)[:80],
+        )
     mean = sum(r.score for r in results) / len(results)
     console.print(table)
     console.print(f"mean score {mean:.2f} over {len(results)} cases (threshold {args.threshold})")
     if args.json:
-        args.json.write_text(json.dumps(
-            {"mean": mean, "results": [asdict(r) for r in results]}, indent=1))
+        args.json.write_text(
+            json.dumps({"mean": mean, "results": [asdict(r) for r in results]}, indent=1)
+        )
     return 1 if mean < args.threshold else 0

@@ -60,8 +60,13 @@ def run(args: argparse.Namespace) -> int:
         size = f"{entry.size_bytes / 1e6:.0f} MB" if entry.size_bytes else "?"
         name = entry.id + (" *" if entry.default else "")
         table.add_row(
-            name, entry.role, entry.format, size, str(entry.context_length or ""),
-            entry.license, status,
+            name,
+            entry.role,
+            entry.format,
+            size,
+            str(entry.context_length or ""),
+            entry.license,
+            status,
         )
     console.print(table)
     console.print("[dim]* default for its role[/]")

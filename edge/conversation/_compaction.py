@@ -145,8 +145,9 @@ class Compactor:
         self.llm = llm
         self.prompts = prompts
 
-    def messages(self, section: Section, previous: str, entries: list[str],
-                 limit: int) -> list[ChatMessage]:
+    def messages(
+        self, section: Section, previous: str, entries: list[str], limit: int
+    ) -> list[ChatMessage]:
         """System: the section's prompt plus the limit; user: the task, then the previous
         summary and the entries inside one quoted block (small models echo less that way)."""
         dialogue = section.name == DIALOGUE
@@ -159,8 +160,13 @@ class Compactor:
             ChatMessage(role="user", content=user),
         ]
 
-    async def _ask(self, kind: Literal["summarize", "shorten"], messages: list[ChatMessage],
-                   limit: int, report: CompactionReport) -> tuple[str | None, str]:
+    async def _ask(
+        self,
+        kind: Literal["summarize", "shorten"],
+        messages: list[ChatMessage],
+        limit: int,
+        report: CompactionReport,
+    ) -> tuple[str | None, str]:
         """The model's text and finish reason, or None after a failure (recorded)."""
         try:
             response = await self.llm.chat(
@@ -183,8 +189,9 @@ class Compactor:
             attempt.outcome = "over_limit"
         return text, attempt.outcome
 
-    async def summarize(self, section: Section, previous: str, entries: list[str],
-                        report: CompactionReport) -> str | None:
+    async def summarize(
+        self, section: Section, previous: str, entries: list[str], report: CompactionReport
+    ) -> str | None:
         """A summary within ``section.summary_limit``, or None (entries are then kept)."""
         limit = section.summary_limit
         text, outcome = await self._ask(

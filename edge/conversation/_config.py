@@ -30,8 +30,9 @@ def topic_names(topics: Iterable[str], option: str) -> tuple[str, ...]:
     return names
 
 
-def section_budgets(dialogue: int, topics: int | Mapping[str, int],
-             names: tuple[str, ...]) -> dict[str, int]:
+def section_budgets(
+    dialogue: int, topics: int | Mapping[str, int], names: tuple[str, ...]
+) -> dict[str, int]:
     if not positive_int(dialogue):
         raise ValueError(f"dialogue_budget_bytes must be a positive int, got {dialogue!r}")
     out = {DIALOGUE: dialogue}

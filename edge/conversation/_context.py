@@ -103,9 +103,13 @@ class Section:
             self.entries.pop(0)
             dropped += 1
         if dropped:
-            log.warning("section %r: compaction backlog over %d x its budget; %d oldest "
-                        "entr%s dropped", self.name, BACKLOG_FACTOR, dropped,
-                        "y" if dropped == 1 else "ies")
+            log.warning(
+                "section %r: compaction backlog over %d x its budget; %d oldest entr%s dropped",
+                self.name,
+                BACKLOG_FACTOR,
+                dropped,
+                "y" if dropped == 1 else "ies",
+            )
 
     def eligible(self) -> list[Entry]:
         """Entries compaction may take: all but the newest dialogue exchange."""
@@ -172,7 +176,10 @@ class Section:
             log.warning(
                 "participant %r: section %r is over its %d-byte budget while compaction "
                 "is pending; %d older entr%s left out of the prompt",
-                participant_id, self.name, self.budget, left_out,
+                participant_id,
+                self.name,
+                self.budget,
+                left_out,
                 "y" if left_out == 1 else "ies",
             )
         out.extend(
@@ -204,8 +211,9 @@ def content_identities(user: str, assistant: str, timestamp_us: int | None) -> l
 class ParticipantContext:
     """Everything the manager keeps for one participant."""
 
-    def __init__(self, participant_id: str, sections: Iterable[Section], *,
-                 keep_transcript: bool) -> None:
+    def __init__(
+        self, participant_id: str, sections: Iterable[Section], *, keep_transcript: bool
+    ) -> None:
         self.participant_id = participant_id
         self.sections = {s.name: s for s in sections}
         self.identities: set[bytes] = set()

@@ -105,9 +105,13 @@ class Conversation:
     # ----------------------------------------------------------------- RoutableAgent
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
-        return RoutingAid(self.name, self.description, eligible=not self._closed,
-                          eligibility="closed" if self._closed else "available",
-                          examples=self.examples)
+        return RoutingAid(
+            self.name,
+            self.description,
+            eligible=not self._closed,
+            eligibility="closed" if self._closed else "available",
+            examples=self.examples,
+        )
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
         return Admission("decline" if self._closed else "accept")
@@ -122,15 +126,20 @@ class Conversation:
             raise ValueError("the turn needs a non-empty query")
         routed = current_turn_context()
         await self.context.reconcile(
-            turn.participant_id, turn.history,
-            exchange_ids=routed.history_exchange_ids, timestamps=routed.history_timestamps,
+            turn.participant_id,
+            turn.history,
+            exchange_ids=routed.history_exchange_ids,
+            timestamps=routed.history_timestamps,
         )
         messages = self.request_messages(turn.participant_id, turn.query)
         with self.context.answering():
             text = await self._stream(turn, messages, started)
         await self.context.record_exchange(
-            turn.participant_id, turn.query, text,
-            timestamp_us=turn.timestamp_us, exchange_id=routed.exchange_id,
+            turn.participant_id,
+            turn.query,
+            text,
+            timestamp_us=turn.timestamp_us,
+            exchange_id=routed.exchange_id,
         )
         return DestinationResult("answer", text)
 
@@ -189,11 +198,18 @@ class Conversation:
                 messages = candidate
                 break
         else:
-            messages = [messages[0],
-                        ChatMessage(role="user", content=self.context.render_blocks([])),
-                        messages[2]]
-        log.warning("participant %r: the request exceeded the model's %d-token window; "
-                    "%d oldest context block(s) left out", participant_id, window, dropped)
+            messages = [
+                messages[0],
+                ChatMessage(role="user", content=self.context.render_blocks([])),
+                messages[2],
+            ]
+        log.warning(
+            "participant %r: the request exceeded the model's %d-token window; "
+            "%d oldest context block(s) left out",
+            participant_id,
+            window,
+            dropped,
+        )
         return messages
 
     # ----------------------------------------------------------------- streaming
@@ -203,8 +219,14 @@ class Conversation:
             return
         await self.runtime.publish(
             self.output_topic,
-            ResponseOutput(text=text, request_id=turn.turn_id, source=self.name,
-                           sequence=sequence, final=final, timestamp_us=turn.timestamp_us),
+            ResponseOutput(
+                text=text,
+                request_id=turn.turn_id,
+                source=self.name,
+                sequence=sequence,
+                final=final,
+                timestamp_us=turn.timestamp_us,
+            ),
             participant_id=turn.participant_id,
             source=self.name,
             correlation_id=turn.turn_id,
@@ -213,8 +235,11 @@ class Conversation:
 
     async def _stream(self, turn: AgentTurn, messages: list, started: StartedSignal) -> str:
         stream = self.llm.stream(
-            messages, max_tokens=self.max_tokens, temperature=self.temperature,
-            priority=Priority.INTERACTIVE, cache_key=turn.participant_id,
+            messages,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            priority=Priority.INTERACTIVE,
+            cache_key=turn.participant_id,
         )
         self._metrics.pop(turn.participant_id, None)
         self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below

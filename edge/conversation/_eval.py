@@ -74,9 +74,7 @@ FILLER = (
 
 
 def filler(start: float, count: int, step: float = 1.0) -> tuple[Event, ...]:
-    return tuple(
-        Event(start + i * step, *FILLER[i % len(FILLER)]) for i in range(count)
-    )
+    return tuple(Event(start + i * step, *FILLER[i % len(FILLER)]) for i in range(count))
 
 
 def _big(head: str, tail: str, size: int) -> str:
@@ -102,23 +100,31 @@ CASES: tuple[Case, ...] = (
         "freezer-corrected-in-dialogue",
         "stale summary",
         (
-            *[Event(i, topic="notes", text=t) for i, t in enumerate((
-                "Freezer B is set to minus 80 degrees.",
-                "Sample rack 3 was moved to freezer A.",
-                "The autoclave finished its cycle.",
-                "Pipette tips restocked in drawer 2.",
-                "Centrifuge 1 serviced.",
-                "Fume hood airflow checked.",
-                "Incubator at 37 degrees.",
-                "Waste bins emptied.",
-                "Gloves restocked.",
-                "Microscope 2 booked for Friday.",
-                "Freezer A door seal replaced.",
-                "Water bath cleaned.",
-            ))],
+            *[
+                Event(i, topic="notes", text=t)
+                for i, t in enumerate(
+                    (
+                        "Freezer B is set to minus 80 degrees.",
+                        "Sample rack 3 was moved to freezer A.",
+                        "The autoclave finished its cycle.",
+                        "Pipette tips restocked in drawer 2.",
+                        "Centrifuge 1 serviced.",
+                        "Fume hood airflow checked.",
+                        "Incubator at 37 degrees.",
+                        "Waste bins emptied.",
+                        "Gloves restocked.",
+                        "Microscope 2 booked for Friday.",
+                        "Freezer A door seal replaced.",
+                        "Water bath cleaned.",
+                    )
+                )
+            ],
             *filler(13, 3),
-            Event(20, "Freezer B was switched to minus 20 degrees this morning.",
-                  "Understood, freezer B is now at minus 20 degrees."),
+            Event(
+                20,
+                "Freezer B was switched to minus 20 degrees this morning.",
+                "Understood, freezer B is now at minus 20 degrees.",
+            ),
         ),
         "What temperature is freezer B set to?",
         ("20",),
@@ -144,8 +150,9 @@ CASES: tuple[Case, ...] = (
         (
             Event(0, "Hi, my name is Dana.", "Nice to meet you, Dana."),
             *filler(1, 10),
-            Event(12, "Sorry, I misspoke: my name is actually Mira, not Dana.",
-                  "No problem, Mira."),
+            Event(
+                12, "Sorry, I misspoke: my name is actually Mira, not Dana.", "No problem, Mira."
+            ),
             *filler(13, 20),
         ),
         "What is my name?",
@@ -157,8 +164,13 @@ CASES: tuple[Case, ...] = (
         "long session",
         (
             *filler(0, 4),
-            Event(5, topic="log", text=_big("Incident: pump P3 failed.",
-                                            "Resolution: replaced the seal on pump P3.", 160)),
+            Event(
+                5,
+                topic="log",
+                text=_big(
+                    "Incident: pump P3 failed.", "Resolution: replaced the seal on pump P3.", 160
+                ),
+            ),
             *[Event(6 + i, topic="log", text=f"Routine check {i} passed.") for i in range(6)],
             *filler(12, 4),
         ),
@@ -173,8 +185,9 @@ CASES: tuple[Case, ...] = (
         (
             Event(0, "The spare rotor is in cabinet 7.", "OK, spare rotor in cabinet 7."),
             *filler(1, 4),
-            Event(6, _big("Please keep this instrument log:", "End of log.", 200),
-                  "I have the log."),
+            Event(
+                6, _big("Please keep this instrument log:", "End of log.", 200), "I have the log."
+            ),
             *filler(7, 8),
         ),
         "Where is the spare rotor?",
@@ -212,18 +225,25 @@ async def _idle(ctx: ContextManager, timeout_s: float) -> None:
             await anyio.sleep(0.05)
 
 
-async def run_case(llm: LLMService, case: Case, *, max_tokens: int = 48,
-                   compaction_timeout_s: float = 120.0) -> CaseResult:
+async def run_case(
+    llm: LLMService, case: Case, *, max_tokens: int = 48, compaction_timeout_s: float = 120.0
+) -> CaseResult:
     now = [T0]
     reports: list[Any] = []
     ctx = ContextManager(
-        llm, summary_context_topics=case.summary_topics,
-        incremental_context_topics=case.incremental_topics, compaction_quiet_s=0,
-        rewarm=False, timezone=UTC, clock=lambda: now[0], **BUDGETS,
+        llm,
+        summary_context_topics=case.summary_topics,
+        incremental_context_topics=case.incremental_topics,
+        compaction_quiet_s=0,
+        rewarm=False,
+        timezone=UTC,
+        clock=lambda: now[0],
+        **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(llm, context=ctx, max_tokens=max_tokens, temperature=0.0,
-                                clock=lambda: now[0])
+    conversation = Conversation(
+        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
+    )
     pid = f"eval-{case.name}"
     started = time.perf_counter()
     answer, error, ttft, context_bytes = "", "", None, 0
@@ -253,14 +273,24 @@ async def run_case(llm: LLMService, case: Case, *, max_tokens: int = 48,
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
     return CaseResult(
-        case.name, case.theme, score(answer, case.expect, case.stale) if not error else 0.0,
-        answer, sum(r.ok for r in reports), sum(not r.ok for r in reports),
-        time.perf_counter() - started, ttft, error, context_bytes,
+        case.name,
+        case.theme,
+        score(answer, case.expect, case.stale) if not error else 0.0,
+        answer,
+        sum(r.ok for r in reports),
+        sum(not r.ok for r in reports),
+        time.perf_counter() - started,
+        ttft,
+        error,
+        context_bytes,
     )
 
 
-async def run_eval(llm: LLMService, cases: Sequence[Case] = CASES,
-                   progress: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+async def run_eval(
+    llm: LLMService,
+    cases: Sequence[Case] = CASES,
+    progress: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
     results = []
     for case in cases:
         result = await run_case(llm, case)

@@ -94,7 +94,8 @@ class ContextManager:
         if both:
             raise ValueError(f"topics cannot be both summary and incremental: {sorted(both)}")
         self._budgets = section_budgets(
-            dialogue_budget_bytes, topic_budget_bytes,
+            dialogue_budget_bytes,
+            topic_budget_bytes,
             self._summary_topics + self._incremental_topics,
         )
         compacted = [self._budgets[DIALOGUE]] + [self._budgets[t] for t in self._incremental_topics]
@@ -145,7 +146,8 @@ class ContextManager:
         return list(self._participants)
 
     def add_hook(
-        self, event: Literal["pre_compact", "post_compact"],
+        self,
+        event: Literal["pre_compact", "post_compact"],
         hook: PreCompactHook | PostCompactHook,
     ) -> None:
         """``pre_compact(request)`` runs before each compaction: return None to proceed,
@@ -286,8 +288,11 @@ class ContextManager:
         recorded = 0
         for i in range(start, len(items)):
             recorded += await self.record_exchange(
-                participant_id, items[i].user, items[i].assistant,
-                timestamp_us=times[i], exchange_id=ids[i],
+                participant_id,
+                items[i].user,
+                items[i].assistant,
+                timestamp_us=times[i],
+                exchange_id=ids[i],
             )
         return recorded
 
@@ -312,8 +317,9 @@ class ContextManager:
         if section.kind == "summary":
             room = section.budget - nbytes(self._renderer.state(topic, ts, ""))
             clipped = clip_middle(text, max(room, 0))
-            entry = Entry(next(self._seq), ts, self._renderer.state(topic, ts, clipped),
-                          text=clipped)
+            entry = Entry(
+                next(self._seq), ts, self._renderer.state(topic, ts, clipped), text=clipped
+            )
             section.add(entry)
             part.note(TranscriptEntry("state", topic, ts, text=text))
             return
@@ -365,7 +371,8 @@ class ContextManager:
         kinds = {"dialogue": "exchange", "incremental": "update", "summary": "state"}
         out = [
             TranscriptEntry(kinds[s.kind], s.name, e.timestamp_us, e.text, e.user, e.assistant)  # type: ignore[arg-type]
-            for s in part.sections.values() for e in s.entries
+            for s in part.sections.values()
+            for e in s.entries
         ]
         return sorted(out, key=lambda t: t.timestamp_us)
 
@@ -419,8 +426,12 @@ class ContextManager:
         return reports
 
     async def _compact_step(
-        self, part: ParticipantContext, section: Section, candidates: list[Entry],
-        *, custom: str | None = None,
+        self,
+        part: ParticipantContext,
+        section: Section,
+        candidates: list[Entry],
+        *,
+        custom: str | None = None,
     ) -> CompactionReport:
         """One compaction request of ``section``, cancellable by ``clear()``."""
         started = time.perf_counter()
@@ -431,7 +442,11 @@ class ContextManager:
         else:
             taken, texts = plan(candidates, previous, self.compaction_input_budget_bytes)
         report = CompactionReport(
-            part.participant_id, section.name, "llm", False, len(taken),
+            part.participant_id,
+            section.name,
+            "llm",
+            False,
+            len(taken),
             nbytes(previous) + sum(nbytes(t) for t in texts),
         )
         result: str | None = None
@@ -448,8 +463,12 @@ class ContextManager:
                 "cancelled" if report.method == "cancelled" else "no summary"
             )
             section.fail()
-            log.warning("compaction of %r for %r failed (%s); entries kept until the next one",
-                        section.name, part.participant_id, report.reason)
+            log.warning(
+                "compaction of %r for %r failed (%s); entries kept until the next one",
+                section.name,
+                part.participant_id,
+                report.reason,
+            )
         else:
             report.ok = True
             report.summary_bytes = nbytes(result)
@@ -465,8 +484,14 @@ class ContextManager:
         return report
 
     async def _summarize(
-        self, part: ParticipantContext, section: Section, previous: str, texts: list[str],
-        limit: int, report: CompactionReport, custom: str | None,
+        self,
+        part: ParticipantContext,
+        section: Section,
+        previous: str,
+        texts: list[str],
+        limit: int,
+        report: CompactionReport,
+        custom: str | None,
     ) -> str | None:
         if custom is not None:
             report.method = "custom"
@@ -494,8 +519,9 @@ class ContextManager:
             sections += [
                 Section(t, "incremental", self._budgets[t]) for t in self._incremental_topics
             ]
-            part = ParticipantContext(participant_id, sections,
-                                      keep_transcript=self._keep_transcript)
+            part = ParticipantContext(
+                participant_id, sections, keep_transcript=self._keep_transcript
+            )
             self._participants[participant_id] = part
         return part
 
@@ -510,8 +536,10 @@ class ContextManager:
         if section.needs_compaction():
             if self._tg is None and not self._warned_not_running:
                 self._warned_not_running = True
-                log.warning("compaction is pending but the context manager is not running; "
-                            "use `async with ContextManager(...)` to compact in the background")
+                log.warning(
+                    "compaction is pending but the context manager is not running; "
+                    "use `async with ContextManager(...)` to compact in the background"
+                )
             self._notify()
 
     def _notify(self) -> None:

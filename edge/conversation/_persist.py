@@ -31,8 +31,12 @@ def _participant(part: ParticipantContext) -> dict[str, Any]:
                 "span": list(s.span) if s.span else None,
                 "stalled": s.stalled,
                 "entries": [
-                    {"timestamp_us": e.timestamp_us, "text": e.text, "user": e.user,
-                     "assistant": e.assistant}
+                    {
+                        "timestamp_us": e.timestamp_us,
+                        "text": e.text,
+                        "user": e.user,
+                        "assistant": e.assistant,
+                    }
                     for e in s.entries
                 ],
             }
@@ -42,8 +46,10 @@ def _participant(part: ParticipantContext) -> dict[str, Any]:
 
 
 def save(path: Path, participants: Iterable[ParticipantContext]) -> None:
-    data = {"format": FORMAT, "participants": {p.participant_id: _participant(p)
-                                               for p in participants}}
+    data = {
+        "format": FORMAT,
+        "participants": {p.participant_id: _participant(p) for p in participants},
+    }
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), "utf-8")
     os.replace(tmp, path)
@@ -62,8 +68,9 @@ def read(path: Path) -> dict[str, dict[str, Any]]:
     return participants
 
 
-def restore(part: ParticipantContext, saved: dict[str, Any], renderer: Renderer,
-            seq: Iterator[int]) -> None:
+def restore(
+    part: ParticipantContext, saved: dict[str, Any], renderer: Renderer, seq: Iterator[int]
+) -> None:
     """Fill a fresh participant from ``saved``; the receiving manager's sections apply."""
     try:
         part.system = saved.get("system")
@@ -73,8 +80,11 @@ def restore(part: ParticipantContext, saved: dict[str, Any], renderer: Renderer,
         for name, sec in saved.get("sections", {}).items():
             section = part.sections.get(name)
             if section is None or section.kind != sec.get("kind"):
-                log.warning("saved context section %r of %r is not configured here; dropped",
-                            name, part.participant_id)
+                log.warning(
+                    "saved context section %r of %r is not configured here; dropped",
+                    name,
+                    part.participant_id,
+                )
                 continue
             section.summary = clip_middle(sec.get("summary") or "", section.summary_limit)
             section.span = tuple(sec["span"]) if sec.get("span") else None  # type: ignore[assignment]
@@ -86,8 +96,16 @@ def restore(part: ParticipantContext, saved: dict[str, Any], renderer: Renderer,
                     rendered = renderer.state(name, ts, e["text"])
                 else:
                     rendered = renderer.update(name, ts, e["text"])
-                section.add(Entry(next(seq), ts, rendered, e.get("text", ""),
-                                  e.get("user", ""), e.get("assistant", "")))
+                section.add(
+                    Entry(
+                        next(seq),
+                        ts,
+                        rendered,
+                        e.get("text", ""),
+                        e.get("user", ""),
+                        e.get("assistant", ""),
+                    )
+                )
             section.stalled = bool(sec.get("stalled", False))
             part.warm_pending |= bool(section.summary)
     except (KeyError, TypeError, ValueError) as exc:

@@ -22,8 +22,12 @@ class ContextSubscriber(Agent):
     holds context for. Updates after the manager is closed are dropped.
     """
 
-    def __init__(self, manager: ContextManager, summary_topics: tuple[str, ...],
-                 incremental_topics: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        manager: ContextManager,
+        summary_topics: tuple[str, ...],
+        incremental_topics: tuple[str, ...],
+    ) -> None:
         super().__init__()
         self._manager = manager
         for name in summary_topics + incremental_topics:

@@ -104,7 +104,10 @@ class LocalDecisionService:
         for label, value in zip(labels, model, strict=True):
             logits[label] += self.model_weight * value
         return answer_from_logits(
-            question, logits, uncertain_below=self.uncertain_below, source="model",
+            question,
+            logits,
+            uncertain_below=self.uncertain_below,
+            source="model",
             metrics=metrics,
         )
 
@@ -142,7 +145,9 @@ class LocalDecisionService:
     async def _model_logprobs(self, question: ChoiceQuestion) -> tuple[list[float], Any]:
         keys = list(_KEYS[: len(question.criteria)])
         result = await self.llm.score(
-            self.prompt(question), keys, cache_key=self.cache_key,
+            self.prompt(question),
+            keys,
+            cache_key=self.cache_key,
             priority=Priority.INTERACTIVE,
         )
         scores = _normalized(result.logprobs, len(keys))
@@ -171,7 +176,9 @@ class LocalDecisionService:
             self._priors.move_to_end(signature)
             return cached
         result = await self.llm.score(
-            self.prompt(question, text=_CONTENT_FREE), keys, cache_key=self.cache_key,
+            self.prompt(question, text=_CONTENT_FREE),
+            keys,
+            cache_key=self.cache_key,
             priority=priority,
         )
         prior = _normalized(result.logprobs, len(keys))

@@ -171,9 +171,12 @@ class LlamaEngine:
         self.n_ctx = self.llama.n_ctx()
         self.n_vocab = self.llama.n_vocab()
         self.model_name = self.llama.metadata.get("general.name", self.path.stem)
-        self.n_ctx_train = int(self.llama.metadata.get(
-            f"{self.llama.metadata.get('general.architecture', 'llama')}.context_length", 0
-        ) or 0)
+        self.n_ctx_train = int(
+            self.llama.metadata.get(
+                f"{self.llama.metadata.get('general.architecture', 'llama')}.context_length", 0
+            )
+            or 0
+        )
 
     def _install_abort_callback(self) -> None:
         """Let background evaluations stop between graph nodes (see :meth:`eval`)."""
@@ -183,11 +186,15 @@ class LlamaEngine:
 
         lib = capi._lib
         if not hasattr(lib, "llama_set_abort_callback"):
-            log.info("this llama.cpp build has no abort callback; background work yields "
-                     "between batches only")
+            log.info(
+                "this llama.cpp build has no abort callback; background work yields "
+                "between batches only"
+            )
             return
         lib.llama_set_abort_callback.argtypes = [
-            capi.llama_context_p_ctypes, capi.ggml_abort_callback, ctypes.c_void_p
+            capi.llama_context_p_ctypes,
+            capi.ggml_abort_callback,
+            ctypes.c_void_p,
         ]
         lib.llama_set_abort_callback.restype = None
 
@@ -211,9 +218,7 @@ class LlamaEngine:
     # -- text <-> tokens -----------------------------------------------------------------
     def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
         self._formatter.add_generation_prompt = add_generation_prompt
-        result = self._formatter(
-            messages=[m.model_dump() for m in messages], enable_thinking=False
-        )
+        result = self._formatter(messages=[m.model_dump() for m in messages], enable_thinking=False)
         return result.prompt
 
     def tokenize_prompt(self, text: str) -> list[int]:

@@ -171,7 +171,10 @@ class LlamaCppLLM(StreamingLLM):
         except LLMError as exc:
             return LLMHealth(False, "llama.cpp", str(self.model_path), detail=str(exc))
         return LLMHealth(
-            True, "llama.cpp", self._engine.model_name, context_length=self._engine.n_ctx,
+            True,
+            "llama.cpp",
+            self._engine.model_name,
+            context_length=self._engine.n_ctx,
             detail=f"{self.model_path} · {self.scheduler.queued} queued · "
             f"{len(self._engine.store)} cached keys ({self._engine.store.used_bytes} B)",
         )

@@ -37,8 +37,9 @@ class _Waiter:
 class Slot:
     """The right to use the model, held by one request."""
 
-    def __init__(self, scheduler: ModelScheduler, priority: Priority, seq: int,
-                 metrics: RequestMetrics) -> None:
+    def __init__(
+        self, scheduler: ModelScheduler, priority: Priority, seq: int, metrics: RequestMetrics
+    ) -> None:
         self._scheduler = scheduler
         self.priority = priority
         self._seq = seq

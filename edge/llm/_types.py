@@ -245,8 +245,12 @@ class StreamingLLM:
         """The whole answer; a failure mid-stream gives ``finish_reason="error"``."""
         return await collect(
             self.stream(
-                messages, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                priority=priority, cache_key=cache_key,
+                messages,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stop=stop,
+                priority=priority,
+                cache_key=cache_key,
             )
         )
 

@@ -293,9 +293,7 @@ class AgentRouter:
                 state.runs.remove(run)
             run.done.set()
 
-    async def _guarded(
-        self, state: Participant, run: Run, out: ControlOutput
-    ) -> DestinationResult:
+    async def _guarded(self, state: Participant, run: Run, out: ControlOutput) -> DestinationResult:
         """Run the turn; a failure before the destination started gets one failure
         message, then propagates."""
         try:
