@@ -29,10 +29,12 @@ ask: setup
 
 test: setup
 	$(BIN)/ruff check edge tests benchmarks
+	$(BIN)/ruff format --check edge tests benchmarks
 	$(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks
+	$(BIN)/ruff format --check edge tests benchmarks
 
 # Every benchmark once; each prints a table and writes JSON + PNG under benchmarks/results/.
 bench: setup

@@ -5,6 +5,13 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _data_dir_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test (and every ``edge`` process it starts) keeps service state in a temporary
+    directory, never the user's data directory."""
+    monkeypatch.setenv("EDGE_DATA_DIR", str(tmp_path_factory.mktemp("edge-data")))
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

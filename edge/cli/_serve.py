@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="advertise only on this interface (repeatable)",
     )
     p.add_argument("--profile", help="device profile name or TOML file (default: detected)")
+    p.add_argument(
+        "--data-dir", help="directory for the service's state (default ~/.local/share/edge)"
+    )
     p.add_argument("--llm-url", help="use an OpenAI-compatible server, e.g. http://gpu:8080/v1")
     p.add_argument("--llm-model", help="model name on that server")
     p.add_argument("--no-voice", action="store_true", help="text only: no STT, TTS or VAD")
@@ -93,6 +96,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         "llm_model",
         "mdns_interfaces",
         "service_name",
+        "data_dir",
     ):
         value = getattr(args, name, None)
         if value is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -9,6 +12,12 @@ DEFAULT_INSTRUCTIONS = (
     "You answer through a headset: reply in one to three short sentences, "
     "without lists or markdown."
 )
+
+
+def default_data_dir() -> Path:
+    """Where the service keeps its state: ``$XDG_DATA_HOME/edge`` or ``~/.local/share/edge``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join("~", ".local", "share")
+    return Path(base).expanduser() / "edge"
 
 
 class ServiceSettings(BaseSettings):
@@ -31,6 +40,10 @@ class ServiceSettings(BaseSettings):
         default=None, description="mDNS instance name (default: edge on <hostname>)"
     )
     profile: str | None = Field(default=None, description="device profile name or TOML path")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="directory for the service's state (sessions store, access token)",
+    )
     llm_url: str | None = Field(default=None, description="OpenAI-compatible server base URL")
     llm_model: str | None = Field(default=None, description="model name on the remote server")
     voice: bool = Field(default=True, description="run the voice pipeline (STT, TTS, VAD)")
