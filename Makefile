@@ -9,15 +9,36 @@ QUESTION ?= In one sentence, what is an edge device?
 
 SERVE_ARGS ?=
 
+# llama-cpp-python is built from source once into a wheel cache outside the clone, so fresh
+# clones reuse it. On x86-64 it is built for this CPU but without llama.cpp's AMX kernels:
+# on virtual machines that report AMX without enabling its tile state they crash in the
+# first matrix multiplication (seen on this project's CI machines).
+LLAMA_VERSION    ?= 0.3.36
+NO_AMX           := -mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO_AMX) -DCMAKE_CXX_FLAGS=$(NO_AMX))
+WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(LLAMA_CMAKE_ARGS),-noamx)
+LLAMA_WHEEL      := $(WHEELHOUSE)/.built
+
 .PHONY: setup run ask test lint bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml models/requirements.txt
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@# llama-cpp-python builds from source the first time (~5 min on 2 cores); pip caches the wheel.
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[test]'
+
+# ~5 min on 2 cores, once per machine.
+$(LLAMA_WHEEL): | $(BIN)/python
+	mkdir -p $(WHEELHOUSE)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(BIN)/python -m pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
+	  llama-cpp-python==$(LLAMA_VERSION)
+	@touch $@
+
+$(STAMP): pyproject.toml models/requirements.txt $(LLAMA_WHEEL) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --no-deps --no-index --find-links $(WHEELHOUSE) \
+	  llama-cpp-python==$(LLAMA_VERSION)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps -r models/requirements.txt
 	@touch $(STAMP)
 
