@@ -14,7 +14,7 @@ Example::
 
 from ._client import EdgeClient, TurnResult
 from ._gateway import ClientError, Gateway
-from ._hub import SPEAK_TOPIC, OutputHub
+from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
 from ._protocol import PROTOCOL_VERSION, ProtocolError, parse_client_message
 from ._service import EdgeService
@@ -24,7 +24,6 @@ from ._wyoming import WyomingServer
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "SPEAK_TOPIC",
     "WEBSOCKET_SERVICE",
     "WYOMING_SERVICE",
     "ClientError",

@@ -1,10 +1,10 @@
 """The output hub: delivers what the runtime says for a participant to that participant's
-connection, and passes replies on to the voice pipeline only for clients that want audio.
+connection.
 
-Agents publish replies on ``VOICE_OUTPUT_TOPIC`` as usual. The voice pipeline listens on
-:data:`SPEAK_TOPIC` instead, and the hub republishes a reply frame there (same
-participant, source and correlation id) only when the participant's connection asked
-for audio, so a text-only client never costs a synthesis.
+Agents publish replies on ``VOICE_OUTPUT_TOPIC``; the hub sends each frame to the
+participant's connection as ``reply`` JSON, and the voice pipeline (which subscribes to
+the same topic) asks :meth:`OutputHub.wants_audio` whether to speak it, so a text-only
+client never costs a synthesis.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.runtime import Agent, HandlerContext, Topic
+from edge.runtime import Agent, HandlerContext
 from edge.voice import AUDIO_OUTPUT_TOPIC, TRANSCRIPT_TOPIC, AudioOutput, Transcript
 
 from ._protocol import (
@@ -35,9 +35,6 @@ from ._protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-SPEAK_TOPIC: Topic[ResponseOutput] = Topic("server.speak", ResponseOutput)
-"""Replies to synthesize: ``VOICE_OUTPUT_TOPIC`` frames of participants who want audio."""
 
 
 class Sink(Protocol):
@@ -56,10 +53,9 @@ class ParticipantTaken(ValueError):
 class OutputHub(Agent):
     """Routes runtime output to connected participants; see the module docstring."""
 
-    def __init__(self, speak_topic: Topic[ResponseOutput] | None = SPEAK_TOPIC) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self._sinks: dict[str, Sink] = {}
-        self._speak_topic = speak_topic
         self.add_handler(VOICE_OUTPUT_TOPIC, self._on_voice_reply)
         self.add_handler(TEXT_OUTPUT_TOPIC, self._on_text_reply)
         self.add_handler(USER_QUERY_TOPIC, self._on_query)
@@ -81,6 +77,12 @@ class OutputHub(Agent):
     def connected(self) -> list[str]:
         return list(self._sinks)
 
+    def wants_audio(self, participant_id: str) -> bool:
+        """Whether the participant's connection asked for spoken replies (the voice
+        pipeline's predicate: nobody else's replies cost a synthesis)."""
+        sink = self._sinks.get(participant_id)
+        return sink is not None and sink.wants_audio
+
     def _targets(self, participant_id: str | None) -> list[Sink]:
         if participant_id is None:
             return list(self._sinks.values())
@@ -99,28 +101,7 @@ class OutputHub(Agent):
     # -- runtime handlers ---------------------------------------------------------------
 
     async def _on_voice_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
-        pid = ctx.metadata.participant_id
-        self._send(pid, _reply(frame))
-        if self._speak_topic is None:
-            return
-        if pid is None:
-            speak = any(s.wants_audio for s in self._sinks.values())
-        else:
-            sink = self._sinks.get(pid)
-            speak = sink is not None and sink.wants_audio
-        if speak:
-            meta = ctx.metadata
-            try:  # speech failing must not fail the reply itself (the text went out)
-                await ctx.runtime.publish(
-                    self._speak_topic,
-                    frame,
-                    participant_id=pid,
-                    source=meta.source,
-                    correlation_id=meta.correlation_id,
-                    timestamp_us=meta.timestamp_us,
-                )
-            except Exception:
-                log.exception("speaking a reply frame for %s failed", pid)
+        self._send(ctx.metadata.participant_id, _reply(frame))
 
     async def _on_text_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
         self._send(ctx.metadata.participant_id, _reply(frame))

@@ -11,11 +11,9 @@ Data flow (every arrow is a typed runtime topic unless named otherwise)::
                      │    └────► NotesAgent ─► notes (context topic)
                      ▼                 ▲
                 voice.output ◄─────────┘   context topics ─► ContextManager ─► prompts
-                     │
-                  OutputHub ─► client (reply text, JSON)
-                     └─► server.speak (only clients that want audio)
-                            ─► VoicePipeline: sentences ─► TTS ─► voice.audio.out
-                               ─► OutputHub ─► client (audio frames)
+                     ├─► OutputHub ─► client (reply text, JSON)
+                     └─► VoicePipeline (only if hub.wants_audio(participant)):
+                            sentences ─► TTS ─► voice.audio.out ─► OutputHub ─► client (audio)
 
     participant.joined ─► PrefixWarmer ─► llm.warm(system prompt, that participant's key)
 
@@ -49,7 +47,7 @@ from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime
 
 from ._gateway import Gateway
-from ._hub import SPEAK_TOPIC, OutputHub
+from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
 from ._settings import ServiceSettings
 from ._warmup import PrefixWarmer
@@ -97,7 +95,7 @@ class EdgeService:
 
         # -- the runtime and its agents -------------------------------------------------
         self.runtime = AgentRuntime()
-        self.hub = OutputHub(SPEAK_TOPIC if s.voice else None)
+        self.hub = OutputHub()
         incremental = tuple(
             dict.fromkeys(
                 (*s.incremental_context_topics, *((NOTES_TOPIC.name,) if s.notes else ()))
@@ -233,7 +231,11 @@ class EdgeService:
                 )
             )
         return VoicePipeline(
-            stt=stt, tts=tts, config=voice_config, vad_factory=vad_factory, reply_topic=SPEAK_TOPIC
+            stt=stt,
+            tts=tts,
+            config=voice_config,
+            vad_factory=vad_factory,
+            wants_audio=self.hub.wants_audio,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

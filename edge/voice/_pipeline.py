@@ -73,8 +73,10 @@ class VoicePipeline(Agent):
     """Listens and speaks for every participant; see the module docstring.
 
     ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models;
-    ``vad_factory`` makes one VAD stream per participant (Silero by default). Topics can be
-    renamed.
+    ``vad_factory`` makes one VAD stream per participant (Silero by default);
+    ``wants_audio(participant_id)`` says whose replies to speak (default: everyone's; the
+    server passes its output hub's predicate, so text-only clients cost no synthesis).
+    Topics can be renamed.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class VoicePipeline(Agent):
         tts: TextToSpeech | None = None,
         config: VoiceConfig | None = None,
         vad_factory: Callable[[], VoiceActivity] | None = None,
+        wants_audio: Callable[[str], bool] | None = None,
         name: str = "voice",
         audio_input_topic: Topic[AudioInput] = AUDIO_INPUT_TOPIC,
         audio_output_topic: Topic[AudioOutput] = AUDIO_OUTPUT_TOPIC,
@@ -99,6 +102,7 @@ class VoicePipeline(Agent):
         self.config = config or VoiceConfig()
         self.name = name
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
+        self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
         self._audio_output_topic = audio_output_topic
         self._query_topic = query_topic
         self._transcript_topic = transcript_topic
@@ -215,8 +219,11 @@ class VoicePipeline(Agent):
     async def _on_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id
         if participant is None:
-            for pid in list(self._sessions):  # a global announcement: everyone hears it
-                self._sessions[pid].speaker.on_output(frame, ctx.metadata.correlation_id)
+            for pid in list(self._sessions):  # a global announcement: all who listen hear it
+                if self._wants_audio(pid):
+                    self._sessions[pid].speaker.on_output(frame, ctx.metadata.correlation_id)
+            return
+        if not self._wants_audio(participant):
             return
         session = await self._session(participant, ctx)
         if not session.speaker.on_output(frame, ctx.metadata.correlation_id):
