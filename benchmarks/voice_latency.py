@@ -28,14 +28,12 @@ from rich.console import Console
 from rich.table import Table
 
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.runtime import AgentRuntime
+from edge.server import EdgeService, ServiceSettings
 from edge.voice import (
-    LLMResponder,
     PiperTTS,
     SileroVAD,
     VoiceClient,
     VoiceConfig,
-    VoicePipeline,
     WhisperSTT,
     resample,
 )
@@ -103,18 +101,22 @@ def bench_vad(seconds: float = 10.0) -> dict:
 async def loop_once(
     stt: WhisperSTT, tts: PiperTTS, question: np.ndarray, rate: int, config: VoiceConfig, llm
 ) -> dict:  # type: ignore[no-untyped-def]
-    runtime = AgentRuntime()
-    voice = VoicePipeline(stt=stt, tts=tts, config=config)
+    """One spoken turn through the whole service in process (router, conversation, voice)."""
+    settings = ServiceSettings(host="127.0.0.1", wyoming_port=None, mdns=False, notes=False)
+    service = EdgeService(settings, llm=llm, stt=stt, tts=tts, voice_config=config)
     client = VoiceClient("bench")
-    responder = LLMResponder(llm, max_tokens=60)
-    for name, agent in (("voice", voice), ("client", client), ("assistant", responder)):
-        runtime.register(name, agent)
-    async with voice, responder, runtime:
-        await voice.load()  # models are loaded already: this times one warm-up pass
-        await client.speak(runtime, question, rate, realtime=True, trailing_silence_s=1.5)
+    service.runtime.register("client", client)
+    service.hub.attach(client.participant_id, client)
+    await service.start(preload=False, listen=False)
+    try:
+        assert service.voice is not None
+        await service.voice.load()  # models are loaded already: this times one warm-up pass
+        await client.speak(service.runtime, question, rate, realtime=True, trailing_silence_s=1.5)
         answer = await client.answer(limit_s=120)
-        listener, _ = voice.session("bench")
+        listener, _ = service.voice.session("bench")
         stats = listener.stats[-1]
+    finally:
+        await service.stop()
     silence = config.vad.end_silence_ms / 1000
     assert answer.first_audio_at is not None
     return {

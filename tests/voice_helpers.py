@@ -5,14 +5,16 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import numpy as np
 
 from edge.runtime import Agent, HandlerContext, Topic
-from edge.voice import Recognition, Synthesis
+from edge.server import EdgeService, ServiceSettings
+from edge.voice import Recognition, Synthesis, VoiceClient, VoiceConfig
 
 RATE = 16_000
 
@@ -102,7 +104,46 @@ class Recorder(Agent):
         return [m for m, _, _ in self.seen[topic.name]]
 
 
-__all__ = ["EnergyVAD", "Recorder", "ToneSTT", "ToneTTS", "silence", "tone", "wait_for"]
+@asynccontextmanager
+async def spoken_service(
+    llm: Any,
+    *,
+    stt: Any,
+    tts: Any,
+    config: VoiceConfig,
+    vad_factory: Any = None,
+    participant: str = "p1",
+    recorder: Recorder | None = None,
+    preload: bool = False,
+) -> AsyncIterator[tuple[EdgeService, VoiceClient]]:
+    """The whole service in process (no sockets, no notes destination) with a
+    :class:`VoiceClient` for ``participant`` that wants spoken replies."""
+    settings = ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, notes=False)
+    service = EdgeService(
+        settings, llm=llm, stt=stt, tts=tts, voice_config=config, vad_factory=vad_factory
+    )
+    client = VoiceClient(participant)
+    service.runtime.register("client", client)
+    if recorder is not None:
+        service.runtime.register("recorder", recorder)
+    service.hub.attach(participant, client)
+    await service.start(preload=preload, listen=False)
+    try:
+        yield service, client
+    finally:
+        await service.stop()
+
+
+__all__ = [
+    "EnergyVAD",
+    "Recorder",
+    "ToneSTT",
+    "ToneTTS",
+    "silence",
+    "spoken_service",
+    "tone",
+    "wait_for",
+]
 
 
 def words(text: str) -> list[str]:

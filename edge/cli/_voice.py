@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from pathlib import Path
 
 import anyio
 import numpy as np
 from rich.console import Console
-
-from edge.runtime import AgentRuntime
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,11 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="feed the audio as fast as possible instead of in real time",
     )
-    talk.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
     talk.add_argument(
-        "--direct",
-        action="store_true",
-        help="answer straight from the LLM, without the router and conversation",
+        "--profile", help="device profile name or TOML path (default: detected, as edge serve)"
     )
     talk.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it")
     talk.set_defaults(func=run_talk)
@@ -128,88 +122,33 @@ def run_transcribe(args: argparse.Namespace) -> int:
 # -- talk --------------------------------------------------------------------------------
 
 
-def _routed(runtime: AgentRuntime, llm):  # type: ignore[no-untyped-def]
-    """(context manager, router) answering through the router and conversation, or None
-    when those packages are not importable."""
-    try:
-        from edge.conversation import ContextManager, Conversation
-        from edge.decisions import LocalDecisionService
-        from edge.interaction import INTERRUPTED_TOPIC, USER_QUERY_TOPIC, VOICE_OUTPUT_TOPIC
-        from edge.routing import AgentRouter
-    except ImportError:
-        return None
-    context = ContextManager(llm)
-    conversation = Conversation(
-        llm,
-        context=context,
-        runtime=runtime,
-        output_topic=VOICE_OUTPUT_TOPIC,
-        instructions=TALK_INSTRUCTIONS,
-    )
-    router = AgentRouter(
-        {"conversation": conversation},
-        LocalDecisionService(llm),
-        query_topic=USER_QUERY_TOPIC,
-        output_topic=VOICE_OUTPUT_TOPIC,
-        interrupted_topic=INTERRUPTED_TOPIC,
-    )
-    runtime.register("router", router.runtime_subscriber())
-    return context, router
-
-
-TALK_INSTRUCTIONS = (
-    "You speak through a headset: answer in one to three short sentences, "
-    "without lists or markdown."
-)
-
-
 async def _talk(args: argparse.Namespace, console: Console) -> int:
-    from edge.llm import LlamaCppLLM
-    from edge.voice import (
-        AudioFormatError,
-        LLMResponder,
-        VoiceClient,
-        VoicePipeline,
-        read_wav,
-        write_wav,
-    )
+    from edge.server import EdgeService, ServiceSettings
+    from edge.voice import AudioFormatError, VoiceClient, read_wav, write_wav
 
     try:
         wav = read_wav(Path(args.file))
     except AudioFormatError as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2
-    runtime = AgentRuntime()
-    voice = VoicePipeline()
+    settings = ServiceSettings(
+        host="127.0.0.1", wyoming_port=None, mdns=False, profile=args.profile
+    )
+    service = EdgeService(settings)  # the same composition as `edge serve`, without sockets
+    assert service.voice is not None
+    voice = service.voice
     client = VoiceClient("talk")
-    runtime.register("voice", voice)
-    runtime.register("client", client)
-    llm = LlamaCppLLM(args.model)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(llm.close)
-        routed = None if args.direct else _routed(runtime, llm)
-        router = None
-        if routed is not None:
-            context, router = routed
-            await stack.enter_async_context(context)
-            how = "router → conversation"
-        else:
-            responder = LLMResponder(llm)
-            runtime.register("assistant", responder)
-            await stack.enter_async_context(responder)
-            how = "the LLM directly (no router/conversation)"
-        await stack.enter_async_context(voice)
-        console.print(f"[dim]answering with {how}; loading models…[/]")
-        await llm.load()
-        await voice.load()
-        await stack.enter_async_context(runtime)
-        if router is not None:  # the router stops before the runtime does
-            await stack.enter_async_context(router)
+    service.runtime.register("client", client)
+    service.hub.attach(client.participant_id, client)
+    console.print(f"[dim]profile {service.profile_name}; loading models…[/]")
+    await service.start(listen=False)
+    try:
+        await service.gateway.join(client.participant_id, "edge talk", source="talk")
         console.print(
             f"[dim]speaking {wav.duration_s:.1f} s of audio "
             f"{'fast' if args.fast else 'in real time'}…[/]"
         )
-        await client.speak(runtime, wav.audio, wav.sample_rate, realtime=not args.fast)
+        await client.speak(service.runtime, wav.audio, wav.sample_rate, realtime=not args.fast)
         try:
             answer = await client.answer(limit_s=args.timeout)
         except TimeoutError:
@@ -220,6 +159,8 @@ async def _talk(args: argparse.Namespace, console: Console) -> int:
             )
             return 1
         listener, _ = voice.session(client.participant_id)
+    finally:
+        await service.stop()
     print(f"you said: {' / '.join(t for t in client.final_transcripts if t)}")
     print(f"answer:   {' '.join(answer.texts)}")
     write_wav(args.output, answer.audio, answer.sample_rate)

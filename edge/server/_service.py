@@ -247,8 +247,9 @@ class EdgeService:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    async def start(self, *, preload: bool = True) -> None:
-        """Load models (``preload``), start every part, then listen and advertise."""
+    async def start(self, *, preload: bool = True, listen: bool = True) -> None:
+        """Load models (``preload``), start every part, then listen and advertise
+        (``listen=False``: no servers and no mDNS, for in-process use such as ``edge talk``)."""
         if self._stack is not None:
             raise RuntimeError("the service is already running")
         stack = contextlib.AsyncExitStack()
@@ -275,6 +276,8 @@ class EdgeService:
             prepare = getattr(self.router, "prepare_decisions", None)
             if preload and prepare is not None:
                 await prepare()  # the routing prompt's option prefix, evaluated once now
+            if not listen:
+                return
             await stack.enter_async_context(self.websocket)
             if self.wyoming is not None:
                 await stack.enter_async_context(self.wyoming)

@@ -44,7 +44,6 @@ from ._messages import (
     Transcript,
 )
 from ._pipeline import VoicePipeline
-from ._responder import LLMResponder
 from ._sentences import SentenceSplitter, speakable
 from ._speaker import ROUTER_SOURCE, Speaker
 from ._stt import Recognition, SpeechToText, SpeechToTextError, WhisperSTT
@@ -62,7 +61,6 @@ __all__ = [
     "AudioInput",
     "AudioOutput",
     "Endpointer",
-    "LLMResponder",
     "Listener",
     "NothingToSpeakError",
     "PiperTTS",

@@ -53,7 +53,13 @@ class Answer:
 
 
 class VoiceClient(Agent):
-    """One participant's microphone and speaker, in process."""
+    """One participant's microphone and speaker, in process.
+
+    It is also a connection as the server's output hub sees one (``wants_audio`` and
+    ``deliver``), so ``service.hub.attach(client.participant_id, client)`` makes an
+    in-process ``EdgeService`` speak its replies (``edge talk``, the benchmarks)."""
+
+    wants_audio = True
 
     def __init__(self, participant_id: str = "talk", chunk_ms: int = 100) -> None:
         super().__init__()
@@ -75,6 +81,9 @@ class VoiceClient(Agent):
         if ctx.metadata.participant_id == self.participant_id:
             self.transcripts.append(transcript)
             self._wake()
+
+    def deliver(self, message: object, payload: bytes | None = None) -> None:
+        """The hub's JSON frames: not needed, the answer is collected as audio."""
 
     def _wake(self) -> None:
         self._changed.set()
