@@ -59,6 +59,8 @@ lint: setup
 
 # Every benchmark once; each prints a table and writes JSON + PNG under benchmarks/results/.
 bench: setup
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python benchmarks/versus_chain.py
 	$(BIN)/python benchmarks/llm_latency.py
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined
 	$(BIN)/python benchmarks/conversation_ttft.py

@@ -1,0 +1,374 @@
+"""The four ways ``versus_chain.py`` asks a spoken question and times the first reply audio.
+
+* ``ws_turn`` — ``edge serve`` over WebSocket: (a) hands-free, our own endpointing, timed
+  from the end of speech; (b) push-to-talk, timed from the client's ``end_of_utterance``.
+* ``wyoming_turn`` — Home Assistant's way: ``asr`` (audio streamed in real time, then the
+  silence Home Assistant's own VAD waits out, then ``audio-stop``), the transcript to a
+  conversation agent, its reply text to ``tts``; streaming ``handle`` and streaming
+  ``synthesize`` when the service advertises them. (c) is our Wyoming service for all
+  three, (d) the chain (wyoming-faster-whisper, llama-cpp-python's server, wyoming-piper).
+
+Every turn returns its marks (``perf_counter`` seconds) relative to its own start mark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import numpy as np
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from httpx_sse import aconnect_sse
+from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.handle import Handled, HandledChunk, HandledStop, NotHandled
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+from edge.server import EdgeClient
+
+HOST = "127.0.0.1"
+RATE = 16_000
+CHUNK_S = 0.05  # microphone frames
+HA_SILENCE_S = 0.7  # Home Assistant's default end-of-speech silence before audio-stop
+HANDS_FREE_TAIL_S = 2.0  # silence streamed after speech on the hands-free path
+TURN_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """A spoken question: 16 kHz PCM16 mono; ``speech_end_s`` is its last voiced sample."""
+
+    qid: str
+    kind: str
+    text: str
+    pcm: bytes
+    speech_end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / 2 / RATE
+
+
+def voiced_span(samples: np.ndarray, rate: int, floor_db: float = -40.0) -> tuple[float, float]:
+    """First and last voiced instants (s) of ``samples``: 10 ms frames whose RMS is within
+    ``floor_db`` of the loudest frame's."""
+    n = rate // 100
+    frames = len(samples) // n
+    rms = np.sqrt(np.mean(samples[: frames * n].reshape(frames, n) ** 2, axis=1))
+    voiced = np.flatnonzero(rms >= rms.max() * 10 ** (floor_db / 20)) if frames else []
+    if not len(voiced):
+        raise ValueError("no voiced sample in the audio")
+    return voiced[0] / 100, (voiced[-1] + 1) / 100
+
+
+def silence(seconds: float) -> bytes:
+    return bytes(int(RATE * seconds) * 2)
+
+
+async def sleep_until(t: float) -> None:
+    await anyio.sleep(max(0.0, t - time.perf_counter()))
+
+
+async def stream_realtime(send: Callable[[bytes], Awaitable[None]], pcm: bytes, t0: float) -> None:
+    """Send ``pcm`` as a microphone does: each frame once its audio has been recorded."""
+    step = int(RATE * CHUNK_S) * 2
+    for offset in range(0, len(pcm), step):
+        piece = pcm[offset : offset + step]
+        await sleep_until(t0 + (offset + len(piece)) / 2 / RATE)
+        await send(piece)
+
+
+@dataclass
+class Marks:
+    """First times of named events, relative to ``t0`` once ``relative`` is called."""
+
+    times: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def first(self, name: str) -> None:
+        self.times.setdefault(name, time.perf_counter())
+
+    def relative(self, origin: str) -> dict[str, float]:
+        t0 = self.times[origin]
+        return {k: round(v - t0, 4) for k, v in self.times.items()}
+
+
+# -- (a), (b): WebSocket ---------------------------------------------------------------
+
+
+async def supports_end_of_utterance(url: str) -> bool:
+    """Whether the server knows the push-to-talk ``end_of_utterance`` message."""
+    async with EdgeClient(url, participant_id="bench-probe") as client:
+        await client.send({"type": "end_of_utterance"})
+        with anyio.move_on_after(2.0):
+            while True:
+                message, _ = await client.receive()
+                if message.type == "error":
+                    return "unknown message type" not in message.message
+    return True
+
+
+async def ws_turn(client: EdgeClient, utt: Utterance, push_to_talk: bool) -> dict[str, Any]:
+    marks = Marks()
+    done = anyio.Event()
+
+    async def talk() -> None:
+        t0 = time.perf_counter()
+        marks.times["speech_end"] = t0 + utt.speech_end_s
+        await stream_realtime(client.send_audio, utt.pcm, t0)
+        if push_to_talk:
+            await client.send({"type": "end_of_utterance"})
+            marks.first("release")
+        else:
+            await stream_realtime(
+                client.send_audio, silence(HANDS_FREE_TAIL_S), time.perf_counter()
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(talk)
+        with anyio.move_on_after(TURN_LIMIT_S):
+            await ws_listen(client, marks, done)
+        tg.cancel_scope.cancel()
+    return ws_result(marks, "release" if push_to_talk else "speech_end")
+
+
+async def ws_listen(client: EdgeClient, marks: Marks, done: anyio.Event) -> None:
+    """Record the turn's events; interrupt the spoken reply once its first audio arrived
+    (only the first audio is timed), then wait for the turn to go idle."""
+    queries: list[str] = []
+    while not ("audio" in marks.times and "idle" in marks.times):
+        message, payload = await client.receive()
+        kind = message.type
+        if kind == "transcript" and message.final:
+            marks.first("transcript")
+        elif kind == "query":
+            queries.append(message.text)
+            marks.first("query")
+        elif kind == "reply" and message.text.strip():
+            marks.first("reply_text")
+        elif kind == "audio" and payload and "audio" not in marks.times:
+            marks.first("audio")
+            await client.send({"type": "interrupt"})
+        elif kind == "status" and message.state == "idle" and queries:
+            marks.first("idle")
+        elif kind == "error":
+            marks.notes.setdefault("errors", []).append(message.message)
+    marks.notes["heard"] = queries
+    with anyio.move_on_after(0.5):  # drain what the interruption left in flight
+        while True:
+            await client.receive()
+
+
+def ws_result(marks: Marks, origin: str) -> dict[str, Any]:
+    t = marks.times
+    premature = [
+        k for k in ("query", "reply_text", "audio") if t.get(k, math.inf) < t["speech_end"]
+    ]
+    heard = marks.notes.get("heard", [])
+    rel = marks.relative(origin)
+    return {
+        "total_s": rel.get("audio"),
+        "stages": stages(rel, "transcript", "reply_text", "audio"),
+        "marks": rel,
+        "premature": bool(premature) or len(heard) > 1,
+        "premature_marks": premature,
+        "heard": heard,
+        "errors": marks.notes.get("errors", []),
+    }
+
+
+def stages(rel: dict[str, float], *names: str) -> dict[str, float | None]:
+    """Consecutive stage durations from the origin through each named mark."""
+    out: dict[str, float | None] = {}
+    previous = 0.0
+    for name in names:
+        if name not in rel:
+            out[name] = None
+            continue
+        out[name] = round(rel[name] - previous, 4)
+        previous = rel[name]
+    return out
+
+
+# -- (c), (d): driven as Home Assistant drives Wyoming services --------------------------
+
+
+async def describe(port: int) -> Info:
+    async with AsyncTcpClient(HOST, port) as client:
+        await client.write_event(Describe().event())
+        while True:
+            event = await client.read_event()
+            if event is None:
+                raise ConnectionError(f"port {port} closed before info")
+            if Info.is_type(event.type):
+                return Info.from_event(event)
+
+
+async def asr_turn(port: int, utt: Utterance, marks: Marks) -> str:
+    """Stream the question and Home Assistant's trailing silence, then ``audio-stop``."""
+    async with AsyncTcpClient(HOST, port) as asr:
+        await asr.write_event(Transcribe(language="en").event())
+        await asr.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
+        text: list[str] = []
+
+        async def read() -> None:
+            while True:
+                event = await asr.read_event()
+                if event is None:
+                    raise ConnectionError("the asr service closed the connection")
+                if TranscriptStart.is_type(event.type) or TranscriptChunk.is_type(event.type):
+                    marks.first("transcript_stream")
+                elif Transcript.is_type(event.type):
+                    marks.first("transcript")
+                    text.append(Transcript.from_event(event).text)
+                    return
+                elif Error.is_type(event.type):
+                    raise RuntimeError(f"asr: {Error.from_event(event).text}")
+
+        async def send(pcm: bytes) -> None:
+            await asr.write_event(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm).event())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await stream_realtime(send, utt.pcm + silence(HA_SILENCE_S), time.perf_counter())
+            await asr.write_event(AudioStop().event())
+            marks.first("audio_stop")
+        return text[0]
+
+
+async def tts_first_audio(
+    port: int, streaming: bool, deltas: ObjectReceiveStream[str], marks: Marks
+) -> None:
+    """Speak the reply text as it arrives, as Home Assistant does; stop at the first audio."""
+    async with AsyncTcpClient(HOST, port) as tts, anyio.create_task_group() as tg:
+
+        async def first_audio() -> None:
+            while True:
+                event = await tts.read_event()
+                if event is None:
+                    raise ConnectionError("the tts service closed the connection")
+                if AudioChunk.is_type(event.type) and AudioChunk.from_event(event).audio:
+                    marks.first("audio")
+                    tg.cancel_scope.cancel()  # only the first audio is timed
+                    return
+                if Error.is_type(event.type):
+                    raise RuntimeError(f"tts: {Error.from_event(event).text}")
+
+        tg.start_soon(first_audio)
+        whole: list[str] = []
+        if streaming:
+            await tts.write_event(SynthesizeStart().event())
+        async for delta in deltas:
+            whole.append(delta)
+            if streaming:
+                await tts.write_event(SynthesizeChunk(text=delta).event())
+        await tts.write_event(Synthesize(text="".join(whole)).event())
+        if streaming:
+            await tts.write_event(SynthesizeStop().event())
+
+
+async def handle_reply(
+    port: int, text: str, conversation_id: str, out: ObjectSendStream[str], marks: Marks
+) -> None:
+    """A Wyoming ``handle`` service's answer, streamed into ``out`` as it arrives."""
+    async with out, AsyncTcpClient(HOST, port) as handle:
+        context = {"conversation_id": conversation_id}
+        await handle.write_event(Transcript(text=text, context=context).event())
+        while True:
+            event = await handle.read_event()
+            if event is None:
+                raise ConnectionError("the handle service closed the connection")
+            if HandledChunk.is_type(event.type):
+                piece = HandledChunk.from_event(event).text
+                if piece:
+                    marks.first("reply_text")
+                    await deliver(out, piece)
+            elif Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                reply = (event.data or {}).get("text") or ""
+                marks.first("reply_text")
+                marks.notes["handled"] = Handled.is_type(event.type)
+                await deliver(out, reply)
+                return
+            elif HandledStop.is_type(event.type):
+                marks.notes["handled"] = True
+                return
+            elif Error.is_type(event.type):
+                raise RuntimeError(f"handle: {Error.from_event(event).text}")
+
+
+async def chat_reply(
+    port: int, text: str, instructions: str, out: ObjectSendStream[str], marks: Marks
+) -> None:
+    """llama-cpp-python's OpenAI-compatible server, streamed, as a conversation agent."""
+    body = {
+        "messages": [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": text},
+        ],
+        "stream": True,
+        "max_tokens": 128,
+    }
+    url = f"http://{HOST}:{port}/v1/chat/completions"
+    async with out, httpx.AsyncClient(timeout=TURN_LIMIT_S) as http:
+        async for piece in sse_deltas(http, url, body):
+            marks.first("reply_text")
+            await deliver(out, piece)
+
+
+async def sse_deltas(http: httpx.AsyncClient, url: str, body: dict) -> AsyncIterator[str]:
+    async with aconnect_sse(http, "POST", url, json=body) as source:
+        source.response.raise_for_status()
+        async for sse in source.aiter_sse():
+            if sse.data.strip() == "[DONE]":
+                return
+            delta = json.loads(sse.data)["choices"][0].get("delta", {}).get("content")
+            if delta:
+                yield delta
+
+
+async def deliver(out: ObjectSendStream[str], text: str) -> None:
+    """Pass reply text on to the TTS feeder; it stops listening after the first audio."""
+    try:
+        await out.send(text)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+
+
+@dataclass
+class WyomingPath:
+    """Where Home Assistant's three steps go, and what the services advertise."""
+
+    asr_port: int
+    tts_port: int
+    tts_streaming: bool
+    reply: Callable[[str, ObjectSendStream[str], Marks], Awaitable[None]]
+
+
+async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
+    marks = Marks()
+    text = await asr_turn(path.asr_port, utt, marks)
+    send, receive = anyio.create_memory_object_stream[str](max_buffer_size=math.inf)
+    with anyio.fail_after(TURN_LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(path.reply, text, send, marks)
+            async with receive:
+                await tts_first_audio(path.tts_port, path.tts_streaming, receive, marks)
+    rel = marks.relative("audio_stop")
+    return {
+        "total_s": rel.get("audio"),
+        "stages": stages(rel, "transcript", "reply_text", "audio"),
+        "marks": rel,
+        "premature": False,  # Home Assistant endpoints the audio itself
+        "heard": [text],
+        "handled": marks.notes.get("handled"),
+        "errors": [],
+    }

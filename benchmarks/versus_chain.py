@@ -1,0 +1,436 @@
+"""``edge serve`` against the chain a Home Assistant user would build, in one run.
+
+    python benchmarks/versus_chain.py                  # the default question set, once
+    python benchmarks/versus_chain.py --repeat 3       # more samples per path
+    CHAIN_PYTHON=benchmarks/.chain-venv/bin/python python benchmarks/versus_chain.py
+
+Starts, all at once on 127.0.0.1, the chain (``wyoming-faster-whisper`` with our Whisper
+tiny.en, llama-cpp-python's OpenAI-compatible server with our SmolLM2 GGUF,
+``wyoming-piper`` with our joe voice; each with its own defaults) and ``edge serve``
+(default models, detected profile). Piper speaks a fixed question set (short questions,
+questions with a ≈350 ms pause mid-sentence, 6-10 s questions); each is streamed in real
+time and the paths take turns, question by question, in a rotating order, so machine
+noise hits them alike. Paths, each timed to the first byte of reply audio:
+
+  (a) WebSocket hands-free, from the end of speech (the question audio's last voiced
+      sample), our own endpointing;
+  (b) WebSocket push-to-talk, from the client's ``end_of_utterance`` (when the server
+      knows that message);
+  (c) our Wyoming service driven as Home Assistant drives it (asr → handle → tts,
+      streaming handle and synthesize where advertised), from ``audio-stop``;
+  (d) the chain, driven the same way, from ``audio-stop``.
+
+A reply that starts before the speaker finished (or an utterance split in two) is a
+premature endpoint: a failed turn, counted and left out of the timings. Prints the table
+with every figure as a ratio to the chain's p50 from the same run; writes
+``benchmarks/results/<machine class>/versus_chain.json`` (machine, profile, models,
+versions, every sample) and ``.png`` (stacked stage medians, distributions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import anyio
+import chain_services as svc
+import numpy as np
+from chain_paths import (
+    RATE,
+    Utterance,
+    WyomingPath,
+    chat_reply,
+    describe,
+    handle_reply,
+    supports_end_of_utterance,
+    voiced_span,
+    ws_turn,
+    wyoming_turn,
+)
+from rich.console import Console
+from rich.table import Table
+
+from edge.catalogue import default_model_path
+from edge.device import choose_profile, detect_hardware, load_profiles
+from edge.server import EdgeClient, ServiceSettings
+from edge.server._protocol import AudioFormat
+from edge.voice import PiperTTS, float_to_pcm16, resample
+
+OUT = Path(__file__).parent / "results"
+PAUSE_S = 0.35
+LEAD_S = 0.3  # the microphone is open before the speaker starts
+SETTLE_S = 1.0  # between turns, so one path's tail does not run into the next turn
+PATHS = {
+    "a": "edge WebSocket, hands-free",
+    "b": "edge WebSocket, push-to-talk",
+    "c": "edge Wyoming (as Home Assistant)",
+    "d": "the chain (whisper + llama.cpp server + piper)",
+}
+STAGES = ("transcript", "reply_text", "audio")
+# (id, kind, parts): parts are joined by a PAUSE_S silence, as a speaker pausing mid-sentence.
+QUESTIONS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("capital", "short", ("What is the capital of France?",)),
+    ("spider", "short", ("How many legs does a spider have?",)),
+    ("bees", "short", ("What do bees make?",)),
+    ("italy-pause", "pause", ("What is the capital of Italy,", "and what is it famous for?")),
+    ("tallest-pause", "pause", ("Can you tell me", "which mountain is the tallest in the world?")),
+    (
+        "trip-long",
+        "long",
+        (
+            "I am going hiking in the mountains next weekend with two friends, and the nights "
+            "are cold, so what warm clothes should we pack?",
+        ),
+    ),
+    (
+        "sky-long",
+        "long",
+        (
+            "My daughter asked me why the sky is blue during the day but turns orange and red "
+            "at sunset, so how should I explain that to a child?",
+        ),
+    ),
+]
+
+
+def speak_questions(tts: PiperTTS) -> list[Utterance]:
+    """Piper speaks each question at 16 kHz; pauses are exactly PAUSE_S of silence."""
+    out = []
+    for qid, kind, parts in QUESTIONS:
+        pieces = [np.zeros(int(RATE * LEAD_S), np.float32)]
+        for i, part in enumerate(parts):
+            spoken = tts.synthesize(part)
+            audio = resample(spoken.audio, spoken.sample_rate, RATE)
+            start, end = voiced_span(audio, RATE)
+            pieces.append(audio[int(start * RATE) : int((end + 0.05) * RATE)])
+            if i < len(parts) - 1:
+                pieces.append(np.zeros(int(RATE * PAUSE_S), np.float32))
+        audio = np.concatenate(pieces)
+        out.append(
+            Utterance(
+                qid, kind, " ".join(parts), float_to_pcm16(audio), voiced_span(audio, RATE)[1]
+            )
+        )
+    return out
+
+
+def machine_class(profile: str | None) -> str:
+    return choose_profile(load_profiles(), detect_hardware(), profile, os.environ).profile.name
+
+
+def start_all(work: Path, args: argparse.Namespace) -> tuple[dict[str, svc.Service], int]:
+    """Every service at once, then wait until each answers."""
+    chain = svc.chain_services(work, svc.chain_python())
+    edge, wyoming_port = svc.edge_service(work, sys.executable, args.profile)
+    services = {**chain, "edge": edge}
+    env = svc.service_env()
+    try:
+        for service in services.values():
+            service.start(env)
+        for name in ("whisper", "piper"):
+            svc.wait_for_port(services[name], services[name].port, 300)
+        svc.wait_for_llama(services["llama"], 300)
+        svc.wait_for_port(edge, edge.port, 300)
+        svc.wait_for_port(edge, wyoming_port, 300)
+    except BaseException:
+        for service in services.values():
+            service.stop()
+        raise
+    return services, wyoming_port
+
+
+class Bench:
+    """The paths of one run, with their connections and what the services advertise."""
+
+    def __init__(self, services: dict[str, svc.Service], wyoming_port: int) -> None:
+        self.services = services
+        self.ws_url = f"ws://{svc.HOST}:{services['edge'].port}"
+        self.wyoming_port = wyoming_port
+        self.clients: dict[str, EdgeClient] = {}
+        self.advertised: dict[str, dict[str, bool]] = {}
+        self.paths: list[str] = []
+
+    async def prepare(self) -> None:
+        edge_info = await describe(self.wyoming_port)
+        piper_info = await describe(self.services["piper"].port)
+        self.advertised = {
+            "edge": streaming_flags(edge_info),
+            "piper": streaming_flags(piper_info),
+            "whisper": streaming_flags(await describe(self.services["whisper"].port)),
+        }
+        self.paths = ["a", "b", "c", "d"]
+        if not await supports_end_of_utterance(self.ws_url):
+            self.paths.remove("b")
+        for path in ("a", "b"):
+            if path in self.paths:
+                client = EdgeClient(
+                    self.ws_url,
+                    participant_id=f"bench-{path}",
+                    audio=AudioFormat(sample_rate=RATE),
+                    want_audio=True,
+                )
+                self.clients[path] = await client.__aenter__()
+
+    async def close(self) -> None:
+        for client in self.clients.values():
+            await client.__aexit__(None, None, None)
+
+    def wyoming(self, path: str) -> WyomingPath:
+        if path == "c":
+            reply = functools.partial(handle_reply, self.wyoming_port, conversation_id="bench-c")
+            return WyomingPath(
+                self.wyoming_port,
+                self.wyoming_port,
+                self.advertised["edge"]["synthesize"],
+                lambda text, out, marks: reply(text=text, out=out, marks=marks),
+            )
+        instructions = ServiceSettings().instructions
+        llama = self.services["llama"].port
+        return WyomingPath(
+            self.services["whisper"].port,
+            self.services["piper"].port,
+            self.advertised["piper"]["synthesize"],
+            lambda text, out, marks: chat_reply(llama, text, instructions, out, marks),
+        )
+
+    async def turn(self, path: str, utt: Utterance) -> dict[str, Any]:
+        if path in ("a", "b"):
+            return await ws_turn(self.clients[path], utt, push_to_talk=path == "b")
+        return await wyoming_turn(self.wyoming(path), utt)
+
+
+def streaming_flags(info: Any) -> dict[str, bool]:
+    return {
+        "transcript": any(p.supports_transcript_streaming for p in info.asr),
+        "handled": any(p.supports_handled_streaming for p in info.handle),
+        "synthesize": any(p.supports_synthesize_streaming for p in info.tts),
+    }
+
+
+async def run_turns(
+    bench: Bench, utterances: list[Utterance], repeat: int, console: Console
+) -> list[dict[str, Any]]:
+    samples = []
+    for path in bench.paths:  # warm-up turn on every path (not recorded)
+        await bench.turn(path, utterances[0])
+        await anyio.sleep(SETTLE_S)
+    for r in range(repeat):
+        for i, utt in enumerate(utterances):
+            k = (i + r) % len(bench.paths)
+            for path in bench.paths[k:] + bench.paths[:k]:
+                try:
+                    sample = await bench.turn(path, utt)
+                except Exception as exc:  # a failed turn is reported, the run goes on
+                    sample = {"total_s": None, "premature": False, "errors": [repr(exc)]}
+                sample.update(path=path, qid=utt.qid, kind=utt.kind, round=r)
+                sample["load_1m"] = os.getloadavg()[0]
+                samples.append(sample)
+                total = sample.get("total_s")
+                flag = " PREMATURE" if sample.get("premature") else ""
+                console.print(
+                    f"[dim]{path} {utt.qid}: {total if total is None else round(total, 3)} s"
+                    f"{flag} {sample.get('heard', '')} {sample.get('errors') or ''}[/]"
+                )
+                await anyio.sleep(SETTLE_S)
+    return samples
+
+
+def summarize(samples: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in paths:
+        rows = [s for s in samples if s["path"] == path]
+        good = [s for s in rows if s.get("total_s") is not None and not s.get("premature")]
+        totals = np.array([s["total_s"] for s in good]) if good else np.array([np.nan])
+        out[path] = {
+            "n": len(rows),
+            "ok": len(good),
+            "premature": sum(bool(s.get("premature")) for s in rows),
+            "failed": sum(s.get("total_s") is None for s in rows),
+            "p50": float(np.percentile(totals, 50)),
+            "p95": float(np.percentile(totals, 95)),
+            "max": float(np.max(totals)),
+            "stages_p50": {
+                st: median([s["stages"].get(st) for s in good if s.get("stages")]) for st in STAGES
+            },
+        }
+    chain = out.get("d", {}).get("p50", np.nan)
+    for figures in out.values():
+        figures["ratio"] = {k: figures[k] / chain for k in ("p50", "p95", "max")}
+    return out
+
+
+def median(values: list[float | None]) -> float:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else float("nan")
+
+
+def print_table(summary: dict[str, Any], console: Console) -> None:
+    table = Table(title="first reply audio, seconds (× the chain's p50 in this run)")
+    for col in ("path", "p50", "p95", "max", "transcript", "reply text", "audio", "ok/n", "early"):
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for path, f in summary.items():
+        cells = [f"{f[k]:.2f} ({f['ratio'][k]:.2f}×)" for k in ("p50", "p95", "max")]
+        stage = [f"{f['stages_p50'][st]:.2f}" for st in STAGES]
+        table.add_row(
+            f"({path}) {PATHS[path]}", *cells, *stage, f"{f['ok']}/{f['n']}", str(f["premature"])
+        )
+    console.print(table)
+    console.print(
+        "stages (p50): transcript = start mark → final transcript; reply text → first "
+        "reply text; audio → first reply audio. (a) from end of speech, (b) from "
+        "end_of_utterance, (c)/(d) from audio-stop."
+    )
+
+
+def versions() -> dict[str, str | None]:
+    names = [
+        "xr-edge",
+        "wyoming",
+        "wyoming-faster-whisper",
+        "wyoming-piper",
+        "llama-cpp-python",
+        "faster-whisper",
+        "piper-tts",
+        "onnxruntime",
+    ]
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=svc.REPO)
+    out["git"] = git.stdout.strip() or None
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = result["summary"]
+    paths = list(summary)
+    labels = [f"({p}) {PATHS[p]}" for p in paths]
+    fig, (bars, dist) = plt.subplots(1, 2, figsize=(13, 4.5))
+    left = np.zeros(len(paths))
+    for stage, color in zip(STAGES, ("#8fb3d9", "#4a7ab0", "#1f3f66"), strict=True):
+        widths = np.nan_to_num([summary[p]["stages_p50"][stage] for p in paths])
+        bars.barh(labels, widths, left=left, color=color, label=stage)
+        left += widths
+    chain = summary.get("d", {}).get("p50")
+    if chain:
+        bars.axvline(chain, color="#b04a4a", ls="--", lw=1, label="chain p50")
+    bars.invert_yaxis()
+    bars.set_xlabel("seconds to first reply audio (stage medians)")
+    bars.legend(fontsize=8)
+    data = [
+        [s["total_s"] for s in result["samples"] if s["path"] == p and s.get("total_s") is not None]
+        or [np.nan]
+        for p in paths
+    ]
+    dist.boxplot(data, vert=False, tick_labels=[f"({p})" for p in paths], showfliers=True)
+    for i, values in enumerate(data, start=1):
+        dist.scatter(values, np.full(len(values), i), s=12, alpha=0.6, color="#4a7ab0")
+    dist.invert_yaxis()
+    dist.set_xlabel("seconds to first reply audio (every sample)")
+    fig.suptitle(f"edge serve vs the chain — {result['machine']['class']}, load {result['load']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def main(args: argparse.Namespace) -> None:
+    console = Console(width=160)
+    utterances = speak_questions(PiperTTS())[: args.questions]
+    console.print(
+        "questions: "
+        + ", ".join(
+            f"{u.qid} ({u.duration_s:.1f} s, speech ends {u.speech_end_s:.2f})" for u in utterances
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="versus-chain-") as tmp:
+        work = Path(tmp)
+        services, wyoming_port = start_all(work, args)
+        bench = Bench(services, wyoming_port)
+        try:
+            await bench.prepare()
+            console.print(f"paths {bench.paths}; streaming advertised: {bench.advertised}")
+            t0 = time.perf_counter()
+            samples = await run_turns(bench, utterances, args.repeat, console)
+            elapsed = time.perf_counter() - t0
+        finally:
+            await bench.close()
+            for service in services.values():
+                service.stop()
+    result = build_result(args, utterances, bench, samples, elapsed)
+    print_table(result["summary"], console)
+    if "b" not in bench.paths:
+        console.print("(b) push-to-talk: not available (the server has no end_of_utterance)")
+    write_result(result, console)
+
+
+def build_result(
+    args: argparse.Namespace,
+    utterances: list[Utterance],
+    bench: Bench,
+    samples: list[dict[str, Any]],
+    elapsed: float,
+) -> dict[str, Any]:
+    cls = machine_class(args.profile)
+    return {
+        "machine": {
+            "class": cls,
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+        },
+        "load": round(os.getloadavg()[0], 2),
+        "profile": args.profile or cls,
+        "models": {role: str(default_model_path(role)) for role in ("llm", "stt", "tts")},
+        "versions": versions(),
+        "advertised_streaming": bench.advertised,
+        "paths": {p: PATHS[p] for p in bench.paths},
+        "questions": [
+            {
+                "qid": u.qid,
+                "kind": u.kind,
+                "text": u.text,
+                "duration_s": u.duration_s,
+                "speech_end_s": u.speech_end_s,
+            }
+            for u in utterances
+        ],
+        "repeat": args.repeat,
+        "run_s": round(elapsed, 1),
+        "summary": summarize(samples, bench.paths),
+        "samples": samples,
+    }
+
+
+def write_result(result: dict[str, Any], console: Console) -> None:
+    folder = OUT / result["machine"]["class"]
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path = folder / "versus_chain.json"
+    json_path.write_text(json.dumps(result, indent=2, default=str))
+    plot(result, folder / "versus_chain.png")
+    console.print(f"wrote {json_path} and {folder / 'versus_chain.png'}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="rounds over the question set")
+    parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="first N questions")
+    parser.add_argument("--profile", help="device profile for edge serve (default: detected)")
+    anyio.run(main, parser.parse_args())
