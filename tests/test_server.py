@@ -198,7 +198,7 @@ def test_protocol_parsing_names_the_problem() -> None:
         '{"type": "hello", "audio": {"sample_rate": 48000, "channels": 2}, "want_audio": true}'
     )
     assert hello.audio.sample_rate == 48000  # type: ignore[union-attr]
-    with pytest.raises(ProtocolError, match="protocol 1, not 7"):
+    with pytest.raises(ProtocolError, match="protocol 2 .and 1., not 7"):
         parse_client_message('{"type": "hello", "protocol": 7}')
     with pytest.raises(ProtocolError, match=r"audio.sample_rate"):
         parse_client_message('{"type": "hello", "audio": {"sample_rate": 100}}')

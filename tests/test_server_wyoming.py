@@ -58,10 +58,12 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
                 event = await client.read_event()
                 assert event is not None and Handled.is_type(event.type), event
                 assert Handled.from_event(event).text == f"You said: {question}. That is all."
-            assert "and the fan" in service.context.render("wyoming-1")
+            (pid,) = service.hub.connected()  # a random id of its own, namespaced
+            assert pid.startswith("wyoming:anon-") and len(pid) == len("wyoming:anon-") + 12
+            assert "and the fan" in service.context.render(pid)
         await wait_for(lambda: departures.left)
-        assert departures.left == [("wyoming-1", "connection closed")]
-        assert "wyoming-1" not in service.context.participants()
+        assert departures.left == [(pid, "connection closed")]
+        assert pid not in service.context.participants()
 
 
 async def test_mdns_advertises_both_services_on_loopback() -> None:
@@ -111,7 +113,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
     async with service:
         assert service.wyoming is not None
         port = service.wyoming.bound_port
-        context = {"conversation_id": "01HA conv"}
+        context = {"conversation_id": "01HACONV"}
         for question in ("where is the lab", "and the cafeteria"):
             async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
                 await client.write_event(Transcript(text=question, context=context).event())
@@ -120,7 +122,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
                 handled = Handled.from_event(event)
                 assert handled.text == f"You said: {question}. That is all."
                 assert handled.context == context
-        pid = "wyoming-conv-01HA_conv"
+        pid = "wyoming:01HACONV"
         rendered = service.context.render(pid)
         assert "where is the lab" in rendered and "and the cafeteria" in rendered
         assert departures.left == []  # closing a connection does not end the conversation
@@ -136,4 +138,4 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
                 Transcript(text="hi", context={"conversation_id": "second"}).event()
             )
             assert await client.read_event() is not None
-    assert departures.left[-1] == ("wyoming-conv-second", "server stopping")
+    assert departures.left[-1] == ("wyoming:second", "server stopping")

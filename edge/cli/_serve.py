@@ -44,6 +44,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-voice", action="store_true", help="text only: no STT, TTS or VAD")
     p.add_argument("--no-notes", action="store_true", help="no notes destination")
     p.add_argument("--name", dest="service_name", help="mDNS instance name")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve WebSocket sessions without the device access token (EDGE_INSECURE)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        dest="allowed_origins",
+        metavar="ORIGIN",
+        help="a browser origin (scheme://host[:port]) that may connect, besides the own page",
+    )
+    p.add_argument(
+        "--wyoming-allow",
+        action="append",
+        dest="wyoming_allow",
+        metavar="ADDRESS",
+        help="a client address or network served on Wyoming (default: loopback only)",
+    )
     p.set_defaults(func=run_serve)
 
     c = subparsers.add_parser(
@@ -65,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
     c.add_argument("--participant", help="participant id (default: assigned by the server)")
+    c.add_argument(
+        "--token",
+        help="device access token (default: EDGE_TOKEN, or read from the data directory "
+        "for a service on this machine)",
+    )
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
         "--context",
@@ -97,6 +121,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         "mdns_interfaces",
         "service_name",
         "data_dir",
+        "allowed_origins",
+        "wyoming_allow",
     ):
         value = getattr(args, name, None)
         if value is not None:
@@ -109,6 +135,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         given["voice"] = False
     if args.no_notes:
         given["notes"] = False
+    if getattr(args, "insecure", False):
+        given["insecure"] = True
     return ServiceSettings(**given)
 
 
@@ -131,6 +159,8 @@ def _show(console: Console, info: dict[str, Any]) -> None:
     table.add_row("websocket", info["websocket"] or "-")
     table.add_row("wyoming", info["wyoming"] or "off")
     table.add_row("mdns", ", ".join(info["mdns"]) or "off")
+    for key, value in info.get("access", {}).items():
+        table.add_row(key, value)
     console.print(table)
     for note in info["notes"]:
         console.print(f"[yellow]note:[/] {note}")
@@ -225,6 +255,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         args.url,
         participant_id=args.participant,
         display_name=args.name,
+        token=args.token,
         audio=fmt,
         want_audio=bool(args.save_audio),
     ) as client:

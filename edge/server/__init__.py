@@ -12,17 +12,25 @@ Example::
         print(turn.text)
 """
 
-from ._client import EdgeClient, TurnResult
+from ._access import load_or_create_token, read_token, rotate_token, token_path
+from ._client import EdgeClient, TurnResult, local_token
 from ._gateway import ClientError, Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
-from ._protocol import PROTOCOL_VERSION, ProtocolError, parse_client_message
+from ._protocol import (
+    PARTICIPANT_ID_RULE,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    new_participant_id,
+    parse_client_message,
+)
 from ._service import EdgeService
 from ._settings import ServiceSettings
 from ._websocket import WebSocketServer
 from ._wyoming import WyomingServer
 
 __all__ = [
+    "PARTICIPANT_ID_RULE",
     "PROTOCOL_VERSION",
     "WEBSOCKET_SERVICE",
     "WYOMING_SERVICE",
@@ -38,5 +46,11 @@ __all__ = [
     "WebSocketServer",
     "WyomingServer",
     "discover",
+    "load_or_create_token",
+    "local_token",
+    "new_participant_id",
     "parse_client_message",
+    "read_token",
+    "rotate_token",
+    "token_path",
 ]

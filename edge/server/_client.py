@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,9 @@ from typing import Any
 
 import anyio
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.uri import parse_uri
 
+from ._access import is_loopback, read_token
 from ._protocol import (
     AudioFormat,
     AudioMessage,
@@ -24,8 +27,26 @@ from ._protocol import (
     Welcome,
     parse_server_message,
 )
+from ._settings import default_data_dir
 
 ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
+
+
+def local_token(url: str) -> str | None:
+    """The device access token for a service on this machine: ``EDGE_TOKEN``, else
+    ``<data_dir>/token`` (``EDGE_DATA_DIR`` or the default). Never looked up for another
+    host's URL, so a local token is not handed to a remote service."""
+    try:
+        host = parse_uri(url).host
+    except ValueError:
+        return None
+    if not is_loopback(host):
+        return None
+    env = os.environ.get("EDGE_TOKEN")
+    if env:
+        return env
+    data_dir = os.environ.get("EDGE_DATA_DIR")
+    return read_token(data_dir if data_dir else default_data_dir())
 
 
 def reply_text(replies: list[Reply]) -> str:
@@ -67,6 +88,9 @@ class TurnResult:
 class EdgeClient:
     """``async with EdgeClient(url) as client:`` connects and says hello.
 
+    ``token`` is the device access token; None finds it on this machine for a loopback
+    URL (:func:`local_token`), ``""`` sends none.
+
     ``receive()`` returns the next server message (with the binary frame following an
     ``audio`` header); ``ask(text)`` sends a text turn and collects its reply.
     """
@@ -80,14 +104,18 @@ class EdgeClient:
         audio: AudioFormat | None = None,
         want_audio: bool = False,
         open_timeout: float = 10.0,
+        token: str | None = None,
     ) -> None:
         self.url = url
+        if token is None:
+            token = local_token(url)
         self.hello = Hello(
             type="hello",
             participant_id=participant_id,
             display_name=display_name,
             audio=audio,
             want_audio=want_audio,
+            token=token or None,
         )
         self.open_timeout = open_timeout
         self.welcome: Welcome | None = None

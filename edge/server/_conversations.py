@@ -2,20 +2,21 @@
 
 Home Assistant opens a connection per request and names the dialogue with a
 ``conversation_id`` in the transcript's context. :class:`Conversations` maps each id to
-one participant (``wyoming-conv-<id>``), joined at its first request and kept, with its
+one participant (``wyoming:<id>``: the colon is outside the WebSocket participant id rule,
+so no WebSocket client can name one), joined at its first request and kept, with its
 context and history, until it has been idle for ``idle_s``; then (or at shutdown) it
 leaves like any participant. Only one request of a conversation runs at a time.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
 import anyio
 
 from ._gateway import ClientError, Gateway
+from ._protocol import PARTICIPANT_ID_RULE, check_participant_id
 
 SOURCE = "wyoming"
 
@@ -36,10 +37,15 @@ class Conversations:
 
     @staticmethod
     def participant(conversation_id: str) -> str:
-        clean = re.sub(r"[^A-Za-z0-9_.:-]", "_", conversation_id)[:96]
-        if not clean:
-            raise ClientError("conversation_id must not be empty")
-        return f"wyoming-conv-{clean}"
+        """``wyoming:<id>``; an id outside the rule is refused, never normalised (two ids
+        must never share one history)."""
+        try:
+            check_participant_id(conversation_id)
+        except ValueError:
+            raise ClientError(
+                f"conversation_id must be {PARTICIPANT_ID_RULE.replace('participant_id', '')}"
+            ) from None
+        return f"{SOURCE}:{conversation_id}"
 
     def active(self) -> list[str]:
         return list(self._last_used)

@@ -11,11 +11,32 @@ server → client audio is an :class:`AudioMessage` header followed by one binar
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+SUPPORTED_PROTOCOLS = (1, 2)
+
+PARTICIPANT_ID_RULE = (
+    "1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
+)
+_PARTICIPANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_participant_id(value: str) -> str:
+    """A client-chosen participant id, unchanged, or ``ValueError`` naming the rule (ids are
+    never normalised, so two different ids can never share one history)."""
+    if not _PARTICIPANT_ID.fullmatch(value):
+        raise ValueError(f"participant_id must be {PARTICIPANT_ID_RULE}")
+    return value
+
+
+def new_participant_id(prefix: str = "p") -> str:
+    """A server-assigned id nobody can guess (or claim in advance): ``p-`` + 12 hex."""
+    return f"{prefix}-{secrets.token_hex(6)}"
 
 
 class _Message(BaseModel):
@@ -35,22 +56,33 @@ class AudioFormat(_Message):
 class Hello(_Message):
     """Opens the session: who the participant is and what audio they send and want.
 
-    ``participant_id`` None lets the server pick one. ``audio`` None means the client
-    sends no microphone audio; ``want_audio`` asks for spoken replies (binary frames).
+    ``participant_id`` None lets the server pick one (random, ``p-`` + 12 hex); a chosen
+    id must follow :data:`PARTICIPANT_ID_RULE`. ``audio`` None means the client sends no
+    microphone audio; ``want_audio`` asks for spoken replies (binary frames). ``token`` is
+    the device access token (protocol 2; may instead come as a bearer header).
     """
 
     type: Literal["hello"]
-    participant_id: str | None = Field(default=None, min_length=1, max_length=128)
+    participant_id: str | None = None
     display_name: str = Field(default="", max_length=200)
     audio: AudioFormat | None = None
     want_audio: bool = False
     protocol: int = PROTOCOL_VERSION
+    token: str | None = Field(default=None, max_length=256, repr=False)
+
+    @field_validator("participant_id")
+    @classmethod
+    def _participant_id(cls, value: str | None) -> str | None:
+        return None if value is None else check_participant_id(value)
 
     @field_validator("protocol")
     @classmethod
     def _version(cls, value: int) -> int:
-        if value != PROTOCOL_VERSION:
-            raise ValueError(f"this server speaks protocol {PROTOCOL_VERSION}, not {value}")
+        if value not in SUPPORTED_PROTOCOLS:
+            raise ValueError(
+                f"this server speaks protocol {PROTOCOL_VERSION} (and {SUPPORTED_PROTOCOLS[0]}), "
+                f"not {value}"
+            )
         return value
 
 
@@ -108,19 +140,26 @@ def parse_client_message(raw: str) -> Hello | TextTurn | Interrupt | ContextUpda
         raise ProtocolError(
             f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        raise ProtocolError("not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise ProtocolError(f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ProtocolError(f"a message must be a JSON object, got {type(data).__name__}")
     kind = data.get("type")
     if kind not in CLIENT_TYPES:
+        shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:39] + "…"
         raise ProtocolError(
-            f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}"
+            f"unknown message type {shown}; expected one of {', '.join(CLIENT_TYPES)}"
         )
     try:
         return _CLIENT.validate_python(data)
+    except RecursionError:
+        raise ProtocolError(f"invalid {kind!r} message: nested too deeply") from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'][1:]) or kind}: {err['msg']}"
-            for err in exc.errors()
+            for err in exc.errors()[:5]
         )
         raise ProtocolError(f"invalid {kind!r} message: {problems}") from None
 

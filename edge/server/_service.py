@@ -46,13 +46,15 @@ from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime
 
+from ._access import is_loopback, load_or_create_token
 from ._gateway import Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._protocol import PROTOCOL_VERSION
 from ._settings import ServiceSettings
 from ._warmup import PrefixWarmer
-from ._websocket import WebSocketServer
-from ._wyoming import WyomingBackend, WyomingServer
+from ._websocket import AccessPolicy, WebSocketServer
+from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +155,19 @@ class EdgeService:
             profile=self.profile_name,
             models=self.models,
         )
+        self.token = self._access_token()
         self.websocket = WebSocketServer(
-            self.gateway, s.host, s.port, max_sessions=s.max_sessions, outbox_size=s.outbox_size
+            self.gateway,
+            s.host,
+            s.port,
+            max_sessions=s.max_sessions,
+            outbox_size=s.outbox_size,
+            access=AccessPolicy(
+                token=self.token,
+                allowed_origins=s.allowed_origins,
+                hello_timeout_s=s.hello_timeout_s,
+                max_per_address=s.max_sessions_per_address,
+            ),
         )
         self.wyoming: WyomingServer | None = None
         if s.wyoming_port is not None:
@@ -165,8 +178,16 @@ class EdgeService:
                 models=self.models,
                 version=__version__,
                 handle_timeout_s=s.handle_timeout_s,
+                limits=WyomingLimits(
+                    max_connections=s.max_wyoming_connections,
+                    max_per_address=s.max_sessions_per_address,
+                    read_timeout_s=s.wyoming_read_timeout_s,
+                    max_synthesize_chars=s.max_synthesize_chars,
+                ),
             )
-            self.wyoming = WyomingServer(backend, s.host, s.wyoming_port)
+            self.wyoming = WyomingServer(
+                backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow
+            )
         self.mdns: MdnsAdvertiser | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -175,6 +196,24 @@ class EdgeService:
     @property
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
+
+    def _access_token(self) -> str | None:
+        """The device access token WebSocket clients must present (None: ``insecure``)."""
+        s = self.settings
+        if s.insecure:
+            return None
+        if s.token is not None and s.token.get_secret_value():
+            return s.token.get_secret_value()
+        return load_or_create_token(s.data_dir)
+
+    @property
+    def wyoming_host(self) -> str:
+        """Home Assistant cannot send a token, so Wyoming listens on loopback unless an
+        allow-list of client addresses (``wyoming_allow``) is configured."""
+        host = self.settings.host
+        if self.settings.wyoming_allow or is_loopback(host):
+            return host
+        return "127.0.0.1"
 
     def _check_models(self, llm: bool, stt: bool, tts: bool) -> None:
         """The profile's models must be installed: raise ``ModelMissingError`` (it names
@@ -297,8 +336,8 @@ class EdgeService:
 
     # -- addresses --------------------------------------------------------------------
 
-    def _display_host(self) -> str:
-        host = self.settings.host
+    def _display_host(self, host: str | None = None) -> str:
+        host = host or self.settings.host
         if host in ("0.0.0.0", "::", ""):
             return socket.gethostname()
         return host
@@ -311,7 +350,7 @@ class EdgeService:
     def wyoming_uri(self) -> str | None:
         if self.wyoming is None:
             return None
-        return f"tcp://{self._display_host()}:{self.wyoming.bound_port}"
+        return f"tcp://{self._display_host(self.wyoming_host)}:{self.wyoming.bound_port}"
 
     def _advertiser(self) -> MdnsAdvertiser:
         s = self.settings
@@ -323,13 +362,32 @@ class EdgeService:
             "version": __version__,
             "profile": self.profile_name or "",
             "model": self.models.get("llm", ""),
-            "protocol": "1",
+            "protocol": str(PROTOCOL_VERSION),
             "path": "/",
+            "auth": "token" if self.token is not None else "none",
         }
         mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
-        if self.wyoming is not None:
-            mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, txt)
+        if self.wyoming is not None and self.wyoming_host == s.host:  # reachable as advertised
+            wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none"}
+            mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, wyoming_txt)
         return mdns
+
+    def _access_note(self) -> dict[str, str]:
+        s = self.settings
+        token_note = (
+            "none needed (--insecure)"
+            if self.token is None
+            else f"{self.token}  (edge token shows it; --rotate for a new one)"
+        )
+        if s.wyoming_port is None:
+            wyoming = "off"
+        elif s.wyoming_allow:
+            wyoming = "no token (Home Assistant cannot send one); clients: loopback, " + (
+                ", ".join(s.wyoming_allow)
+            )
+        else:
+            wyoming = "loopback only (set EDGE_WYOMING_ALLOW to let Home Assistant in)"
+        return {"token": token_note, "wyoming access": wyoming}
 
     def describe(self) -> dict[str, Any]:
         """What runs, for ``edge serve`` to print."""
@@ -360,5 +418,6 @@ class EdgeService:
             "websocket": self.websocket_url if self._stack is not None else None,
             "wyoming": self.wyoming_uri if self._stack is not None else None,
             "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],
+            "access": self._access_note(),
             "notes": list(d.notes) if d is not None else [],
         }

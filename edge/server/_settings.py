@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_INSTRUCTIONS = (
@@ -57,6 +57,30 @@ class ServiceSettings(BaseSettings):
     )
     handle_timeout_s: float = Field(
         default=60.0, gt=0, description="longest wait for an answer to a Wyoming handle request"
+    )
+    # -- access (docs/server.md "Access") ------------------------------------------------
+    token: SecretStr | None = Field(
+        default=None, description="device access token (default: <data_dir>/token, generated)"
+    )
+    insecure: bool = Field(
+        default=False, description="serve WebSocket sessions without a device access token"
+    )
+    allowed_origins: tuple[str, ...] = Field(
+        default=(), description="browser origins (scheme://host[:port]) besides the own page"
+    )
+    wyoming_allow: tuple[str, ...] = Field(
+        default=(),
+        description="client addresses / networks allowed on Wyoming; empty: loopback only",
+    )
+    # -- bounds (docs/reliability.md) --------------------------------------------------------
+    max_sessions_per_address: int = Field(default=8, ge=1, description="sessions per address")
+    hello_timeout_s: float = Field(default=10.0, gt=0, description="time to say hello")
+    max_wyoming_connections: int = Field(default=16, ge=1, description="Wyoming connections")
+    wyoming_read_timeout_s: float = Field(
+        default=30.0, gt=0, description="a Wyoming connection silent this long is closed"
+    )
+    max_synthesize_chars: int = Field(
+        default=2000, ge=1, description="longest Wyoming synthesize text"
     )
 
     @field_validator("host")

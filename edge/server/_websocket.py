@@ -5,6 +5,12 @@ to the :class:`Gateway`; a writer task sends what the :class:`OutputHub` deliver
 bounded outbox, so a slow client never holds up the runtime (it is disconnected when its
 outbox overflows). A malformed message gets an ``error`` reply and the session goes on;
 a dropped connection is a departure (``ParticipantLeft``).
+
+Access (:class:`AccessPolicy`): a browser ``Origin`` must be the service's own page or
+allow-listed (else HTTP 403); the device token comes in ``hello.token`` or an
+``Authorization: Bearer`` header (a wrong header is refused with 401); a connection must
+say a valid ``hello`` within ``hello_timeout_s`` (else it is closed 1008); connections
+are capped in total and per client address (1013).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -20,8 +27,10 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from ._access import bearer_token, origin_allowed, token_matches
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
+from ._limits import ConnectionSlots, LogLimiter
 from ._protocol import (
     Bye,
     ContextUpdate,
@@ -33,28 +42,54 @@ from ._protocol import (
     ServerMessage,
     TextTurn,
     Welcome,
+    new_participant_id,
     parse_client_message,
 )
 
 log = logging.getLogger(__name__)
+limited_log = LogLimiter(log)
 
 SOURCE = "websocket"
 MAX_FRAME_BYTES = 1 << 20
+POLICY_VIOLATION = 1008
+TRY_AGAIN_LATER = 1013
 
 
-class _Overflow(Exception):
-    pass
+@dataclass(frozen=True)
+class AccessPolicy:
+    """Who may open a session. ``token`` None: no token needed (``--insecure``)."""
+
+    token: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    hello_timeout_s: float = 10.0
+    max_per_address: int = 8
+
+
+class _Refused(Exception):
+    """The hello was refused in a way that ends the connection (close code 1008)."""
 
 
 class WebSocketSession:
     """One connection; ``run`` returns when the client leaves or the connection drops."""
 
     def __init__(
-        self, ws: ServerConnection, gateway: Gateway, *, session_id: int, outbox_size: int
+        self,
+        ws: ServerConnection,
+        gateway: Gateway,
+        *,
+        session_id: int,
+        outbox_size: int,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.ws = ws
         self.gateway = gateway
         self.session_id = session_id
+        self.access = access or AccessPolicy()
+        request = ws.request
+        header = request.headers.get("Authorization") if request is not None else None
+        self._authorized = self.access.token is None or (
+            header is not None and token_matches(self.access.token, bearer_token(header))
+        )
         self.participant_id: str | None = None
         self.hello: Hello | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
@@ -63,6 +98,7 @@ class WebSocketSession:
         self._scope: anyio.CancelScope | None = None
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
+        self._close: tuple[int, str] | None = None  # code and reason, when we end it
 
     @property
     def wants_audio(self) -> bool:
@@ -88,6 +124,8 @@ class WebSocketSession:
                     tg.start_soon(self._writer, self._receive)
                     await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
+            if self._close is not None:
+                await self.ws.close(*self._close)
         finally:
             self._send.close()
             if self.participant_id is not None and self.hello is not None:
@@ -106,11 +144,24 @@ class WebSocketSession:
 
     async def _reader(self) -> None:
         try:
+            with anyio.move_on_after(self.access.hello_timeout_s):
+                while self.hello is None:  # only hello (or errors) until joined, on a deadline
+                    if not await self._handle(await self.ws.recv()):
+                        return
+            if self.hello is None:
+                self._close = (
+                    POLICY_VIOLATION,
+                    f"no hello within {self.access.hello_timeout_s:g} s",
+                )
+                return
             async for raw in self.ws:
                 if not await self._handle(raw):
                     return
         except ConnectionClosed:
             pass
+        except _Refused as exc:  # the error goes out first, then the close (in run)
+            self.deliver(ErrorMessage(message=str(exc), in_reply_to="hello"))
+            self._close = (POLICY_VIOLATION, "device access token required")
 
     def _error(self, message: str, in_reply_to: str | None) -> None:
         self.deliver(ErrorMessage(message=message, in_reply_to=in_reply_to))
@@ -142,15 +193,34 @@ class WebSocketSession:
                 return False
         except ClientError as exc:
             self._error(str(exc), message.type)
+        except _Refused:
+            raise
         except Exception as exc:  # a bug or a failing subscriber: report it, keep the session
-            log.exception("handling %s from %s failed", message.type, self.participant_id)
+            limited_log.log(
+                logging.ERROR,
+                f"handle {message.type}",
+                "handling %s from %s failed",
+                message.type,
+                self.participant_id,
+                exc_info=True,
+            )
             self._error(f"internal error handling {message.type!r}: {exc}", message.type)
         return True
 
     async def _hello(self, hello: Hello) -> None:
         if self.hello is not None:
             raise ClientError(f"already joined as {self.participant_id!r}")
-        pid = hello.participant_id or f"ws-{self.session_id}"
+        if not self._authorized:
+            if not token_matches(self.access.token, hello.token):
+                raise _Refused(
+                    "this service needs its device access token: send it in hello.token "
+                    "(`edge token` on the service's machine shows it)"
+                    if hello.token is None
+                    else "wrong device access token (`edge token` on the service's machine "
+                    "shows the current one)"
+                )
+            self._authorized = True
+        pid = hello.participant_id or new_participant_id()
         try:
             self.gateway.hub.attach(pid, self)
         except ParticipantTaken as exc:
@@ -207,12 +277,15 @@ class WebSocketServer:
         *,
         max_sessions: int = 32,
         outbox_size: int = 2048,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.gateway = gateway
         self.host = host
         self.port = port
         self.max_sessions = max_sessions
         self.outbox_size = outbox_size
+        self.access = access or AccessPolicy()
+        self.slots = ConnectionSlots(max_sessions, self.access.max_per_address)
         self.sessions: dict[int, WebSocketSession] = {}
         self._ids = itertools.count(1)
         self._server: Server | None = None
@@ -254,25 +327,44 @@ class WebSocketServer:
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Plain HTTP ``GET /health`` answers a JSON status (for monitoring); any other
-        path goes on to the WebSocket handshake."""
-        if request.path.split("?")[0] != "/health":
-            return None
-        response = connection.respond(HTTPStatus.OK, json.dumps(self.health()) + "\n")
-        del response.headers["Content-Type"]
-        response.headers["Content-Type"] = "application/json"
-        return response
+        """Plain HTTP ``GET /health`` answers a JSON status (for monitoring); a foreign
+        browser ``Origin`` gets 403 and a wrong bearer token 401; anything else goes on to
+        the WebSocket handshake."""
+        if request.path.split("?")[0] == "/health":
+            response = connection.respond(HTTPStatus.OK, json.dumps(self.health()) + "\n")
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        headers = request.headers
+        if not origin_allowed(
+            headers.get("Origin"), headers.get("Host"), self.access.allowed_origins
+        ):
+            return connection.respond(
+                HTTPStatus.FORBIDDEN,
+                "this page's origin may not use the service (see allowed_origins)\n",
+            )
+        authorization = headers.get("Authorization")
+        if authorization is not None and not token_matches(
+            self.access.token, bearer_token(authorization)
+        ):
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong device access token\n")
+        return None
 
     async def _connection(self, ws: ServerConnection) -> None:
-        if len(self.sessions) >= self.max_sessions:
-            await ws.close(1013, f"server full ({self.max_sessions} sessions)")
+        address = str(ws.remote_address[0]) if ws.remote_address else "?"
+        refused = self.slots.acquire(address)
+        if refused is not None:
+            await ws.close(TRY_AGAIN_LATER, refused)
             return
         sid = next(self._ids)
-        session = WebSocketSession(ws, self.gateway, session_id=sid, outbox_size=self.outbox_size)
+        session = WebSocketSession(
+            ws, self.gateway, session_id=sid, outbox_size=self.outbox_size, access=self.access
+        )
         self.sessions[sid] = session
         try:
             await session.run()
         except Exception:
-            log.exception("session %s failed", sid)
+            limited_log.log(logging.ERROR, "session", "session %s failed", sid, exc_info=True)
         finally:
             del self.sessions[sid]
+            self.slots.release(address)

@@ -7,25 +7,32 @@
 * ``handle``: ``transcript`` → ``handled`` (the answer of router + conversation, as for
   any participant) or ``not-handled``, echoing the transcript's context. A transcript
   whose context names a ``conversation_id`` (Home Assistant's) is a turn of that
-  conversation's participant, kept across connections until idle (see
-  :mod:`._conversations`); without one, the connection is the participant
-  (``wyoming-N``): joined at its first turn, gone when the connection closes.
+  conversation's participant ``wyoming:<id>``, kept across connections until idle (see
+  :mod:`._conversations`); without one, the connection is a fresh random participant
+  (``wyoming:anon-<hex>``): joined at its first turn, gone when the connection closes.
 
-Bad input gets a Wyoming ``error`` event naming the problem and the connection stays open.
+Bad input gets a Wyoming ``error`` event naming the problem and the connection stays open;
+a broken frame (a length over the limit or of the wrong type, a peer silent past the read
+timeout) gets an ``error`` and the connection is closed (:mod:`._wyoming_read`).
+
+Access: Home Assistant cannot send a token, so the service binds Wyoming to loopback
+unless ``wyoming_allow`` lists client addresses; then only those (and loopback) are
+served. Connections are capped in total and per address; a ``synthesize`` is limited in
+length, spoken sentence by sentence (the voice is free between sentences for everyone
+else's speech) and stops when its requester leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
 import numpy as np
-from anyio.abc import TaskGroup
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -45,30 +52,54 @@ from wyoming.info import (
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize
 
+from edge.runtime import BackgroundTasks
 from edge.voice import (
+    STT_RATE,
     AudioFormatError,
     NothingToSpeakError,
+    SentenceSplitter,
     SpeechToText,
+    StreamResampler,
     TextToSpeech,
+    check_format,
     chunk_pcm,
     float_to_pcm16,
     pcm16_to_float,
-    resample,
+    speakable,
 )
-from edge.voice._audio import STT_RATE, check_format
 
+from ._access import address_allowed
 from ._client import reply_text
 from ._conversations import Conversations
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
-from ._protocol import Reply, ServerMessage, Status
+from ._limits import ConnectionSlots, LogLimiter, printable
+from ._protocol import Reply, ServerMessage, Status, new_participant_id
+from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 
 log = logging.getLogger(__name__)
+limited_log = LogLimiter(log)
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
 CHUNK_MS = 100
 MAX_ASR_SECONDS = 120
+STOP_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class WyomingLimits:
+    """Bounds per connection and for the server (see docs/reliability.md)."""
+
+    max_connections: int = 16
+    max_per_address: int = 8
+    read_timeout_s: float = 30.0
+    max_synthesize_chars: int = 2000
+    max_asr_seconds: float = MAX_ASR_SECONDS
+
+    @property
+    def read(self) -> ReadLimits:
+        return ReadLimits(read_timeout_s=self.read_timeout_s)
 
 
 @dataclass
@@ -81,6 +112,7 @@ class WyomingBackend:
     models: dict[str, str]
     version: str
     handle_timeout_s: float = 60.0
+    limits: WyomingLimits = field(default_factory=WyomingLimits)
     conversations: Conversations = field(init=False)
 
     def __post_init__(self) -> None:
@@ -156,11 +188,16 @@ class WyomingHandler(AsyncEventHandler):
         participant_id: str,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        *,
+        refused: str | None = None,
     ) -> None:
         super().__init__(reader, writer)
         self.backend = backend
         self.participant_id = participant_id
-        self._audio: list[np.ndarray] | None = None
+        self.refused = refused  # why this connection is not served (it is told, then closed)
+        self._audio: list[np.ndarray] | None = None  # the recording, resampled to 16 kHz
+        self._samples = 0
+        self._resampler: StreamResampler | None = None
         self._format: tuple[int, int] | None = None  # (rate, channels)
         self._joined = False
         self._frames: list[Reply] = []
@@ -178,41 +215,90 @@ class WyomingHandler(AsyncEventHandler):
 
     # -- events -----------------------------------------------------------------------------
 
+    async def run(self) -> None:
+        """Read events within the limits (:func:`read_event`) until the peer leaves."""
+        try:
+            if self.refused is not None:
+                await self.write_event(Error(text=self.refused, code="refused").event())
+                return
+            while True:
+                try:
+                    event = await read_event(self.reader, self.backend.limits.read)
+                except EventError as exc:
+                    await self.write_event(Error(text=str(exc), code="bad-request").event())
+                    continue
+                except FramingError as exc:
+                    await self.write_event(Error(text=str(exc), code="bad-frame").event())
+                    return
+                if event is None or not await self.handle_event(event):
+                    return
+        except (ConnectionError, OSError):
+            pass  # the peer went away while we wrote
+        finally:
+            self._audio, self._resampler = None, None  # the recording's memory goes now
+            await self.disconnect()
+            self.writer.close()
+
     async def handle_event(self, event: Event) -> bool:
         try:
             await self._dispatch(event)
         except ClientError as exc:
             await self.write_event(Error(text=str(exc), code="bad-request").event())
+        except (ConnectionError, OSError):
+            return False
         except Exception as exc:  # a model failure: report it, keep the connection
-            log.exception("wyoming %s failed", event.type)
-            await self.write_event(Error(text=f"{event.type} failed: {exc}", code="failed").event())
+            limited_log.log(
+                logging.ERROR,
+                f"wyoming {event.type[:40]}",
+                "wyoming %s failed",
+                printable(event.type),
+                exc_info=True,
+            )
+            await self.write_event(
+                Error(text=f"{event.type[:40]} failed: {exc}", code="failed").event()
+            )
         return True
+
+    @staticmethod
+    def _parse(cls, event: Event):  # type: ignore[no-untyped-def]
+        """``cls.from_event`` with a missing or mistyped field as a client error."""
+        try:
+            return cls.from_event(event)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ClientError(f"malformed {event.type!r} event: {exc!r}"[:200]) from None
 
     async def _dispatch(self, event: Event) -> None:
         if Describe.is_type(event.type):
             await self.write_event(self.backend.info().event())
         elif Transcribe.is_type(event.type):
             self._need(self.backend.stt, "asr")
-            self._audio, self._format = [], None
+            self._start_recording(None)
         elif AudioStart.is_type(event.type):
             self._need(self.backend.stt, "asr")
-            start = AudioStart.from_event(event)
+            start = self._parse(AudioStart, event)
             self._check(start.rate, start.width, start.channels)
-            self._audio, self._format = [], (start.rate, start.channels)
+            self._start_recording((start.rate, start.channels))
         elif AudioChunk.is_type(event.type):
-            await self._chunk(AudioChunk.from_event(event))
+            await self._chunk(self._parse(AudioChunk, event))
         elif AudioStop.is_type(event.type):
             await self._transcribe()
         elif Synthesize.is_type(event.type):
-            await self._synthesize(Synthesize.from_event(event).text)
+            await self._synthesize(_text(self._parse(Synthesize, event).text))
         elif Transcript.is_type(event.type):
-            transcript = Transcript.from_event(event)
-            await self._handle(transcript.text, transcript.context)
+            transcript = self._parse(Transcript, event)
+            context = transcript.context
+            if context is not None and not isinstance(context, dict):
+                raise ClientError("transcript context must be a JSON object")
+            await self._handle(_text(transcript.text), context)
         else:
             raise ClientError(
-                f"unsupported event {event.type!r}: this server offers "
+                f"unsupported event {printable(event.type, 60)}: this server offers "
                 "describe, asr, tts and handle"
             )
+
+    def _start_recording(self, fmt: tuple[int, int] | None) -> None:
+        self._audio, self._samples, self._format = [], 0, fmt
+        self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -221,6 +307,8 @@ class WyomingHandler(AsyncEventHandler):
 
     @staticmethod
     def _check(rate: int, width: int, channels: int) -> None:
+        if not all(type(v) is int for v in (rate, width, channels)):
+            raise ClientError("audio rate, width and channels must be integers")
         try:
             check_format(rate, width, channels)
         except AudioFormatError as exc:
@@ -234,15 +322,23 @@ class WyomingHandler(AsyncEventHandler):
         fmt = (chunk.rate, chunk.channels)
         if self._format is not None and fmt != self._format:
             raise ClientError(f"audio format changed mid-stream from {self._format} to {fmt}")
+        if self._resampler is None:
+            self._resampler = StreamResampler(chunk.rate, STT_RATE)
         self._format = fmt
+        if not isinstance(chunk.audio, bytes):
+            raise ClientError("audio-chunk needs a binary payload")
         try:
             samples = pcm16_to_float(chunk.audio, chunk.channels)
         except AudioFormatError as exc:
             raise ClientError(str(exc)) from None
-        total = sum(len(a) for a in self._audio) + len(samples)
-        if total > MAX_ASR_SECONDS * chunk.rate:
-            self._audio = None
-            raise ClientError(f"recording longer than {MAX_ASR_SECONDS} s; send shorter turns")
+        # kept at 16 kHz whatever the rate sent: memory per connection is bounded by the
+        # length cap alone (120 s x 16 kHz x 4 B = 7.7 MB)
+        samples = self._resampler.process(samples)
+        limit = self.backend.limits.max_asr_seconds
+        if self._samples + len(samples) > limit * STT_RATE:
+            self._audio, self._resampler = None, None
+            raise ClientError(f"recording longer than {limit:g} s; send shorter turns")
+        self._samples += len(samples)
         self._audio.append(samples)
 
     async def _transcribe(self) -> None:
@@ -250,25 +346,44 @@ class WyomingHandler(AsyncEventHandler):
         self._need(stt, "asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
-        parts, fmt = self._audio, self._format
-        self._audio, self._format = None, None
-        rate = fmt[0] if fmt else STT_RATE
+        parts, resampler = self._audio, self._resampler
+        self._audio, self._format, self._resampler = None, None, None
+        if resampler is not None:
+            parts.append(resampler.process(np.zeros(0, np.float32), last=True))
         audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        audio = resample(audio, rate, STT_RATE)
+        del parts
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
         await self.write_event(Transcript(text=result.text.strip(), language="en").event())
 
     async def _synthesize(self, text: str) -> None:
+        """Speak sentence by sentence: the voice's lock is held one sentence at a time (so
+        other participants' speech interleaves), and a requester who left stops it."""
         tts = self.backend.tts
         self._need(tts, "tts")
-        try:
-            synthesis = await anyio.to_thread.run_sync(tts.synthesize, text)  # type: ignore[union-attr]
-        except NothingToSpeakError as exc:
-            raise ClientError(str(exc)) from None
-        rate = synthesis.sample_rate
-        await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
-        for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
-            await self.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+        limit = self.backend.limits.max_synthesize_chars
+        if len(text) > limit:
+            raise ClientError(f"synthesize text is {len(text)} characters; the limit is {limit}")
+        if not speakable(text):
+            raise ClientError("nothing to speak in that text")
+        splitter = SentenceSplitter()
+        sentences = [*splitter.feed(text), *splitter.flush()]
+        started = False
+        for sentence in sentences:
+            if self.writer.is_closing() or self.reader.at_eof():
+                return  # the requester left: stop here
+            try:
+                synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)  # type: ignore[union-attr]
+            except NothingToSpeakError:
+                continue
+            rate = synthesis.sample_rate
+            if not started:
+                await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+                started = True
+            for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
+                event = AudioChunk(rate=rate, width=2, channels=1, audio=piece).event()
+                await self.write_event(event)
+        if not started:
+            raise ClientError("nothing to speak in that text")
         await self.write_event(AudioStop().event())
 
     async def _handle(self, text: str, context: dict | None) -> None:
@@ -284,7 +399,9 @@ class WyomingHandler(AsyncEventHandler):
             await self._answer(self.participant_id, text, context)
             return
         conversations = self.backend.conversations
-        pid = await conversations.begin(str(cid))
+        if not isinstance(cid, str):
+            raise ClientError("conversation_id must be a string")
+        pid = await conversations.begin(cid)
         try:
             self._attach(pid)
             try:
@@ -319,22 +436,37 @@ class WyomingHandler(AsyncEventHandler):
                 NotHandled(text="I have no answer to that.", context=context).event()
             )
 
+    release: Callable[[], None] | None = None  # gives the connection slot back
+
     async def disconnect(self) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release()
         if self._joined:
             self.backend.gateway.hub.detach(self.participant_id, self)
             await self.backend.gateway.leave(self.participant_id, "connection closed", SOURCE)
 
 
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ClientError(f"text must be a string, got {type(value).__name__}")
+    return value
+
+
 class WyomingServer:
     """The Wyoming TCP server; ``async with`` runs it, leaving closes every connection."""
 
-    def __init__(self, backend: WyomingBackend, host: str, port: int) -> None:
+    def __init__(
+        self, backend: WyomingBackend, host: str, port: int, *, allow: tuple[str, ...] = ()
+    ) -> None:
         self.backend = backend
         self.host = host
         self.port = port
+        self.allow = allow
+        limits = backend.limits
+        self.slots = ConnectionSlots(limits.max_connections, limits.max_per_address)
         self._server: AsyncTcpServer | None = None
-        self._tg: TaskGroup | None = None
-        self._ids = itertools.count(1)
+        self._tasks = BackgroundTasks("WyomingServer")
 
     @property
     def bound_port(self) -> int:
@@ -346,39 +478,48 @@ class WyomingServer:
     def _factory(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> WyomingHandler:
-        return WyomingHandler(self.backend, f"wyoming-{next(self._ids)}", reader, writer)
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if peer else "?"
+        refused = None
+        if not address_allowed(address, self.allow):
+            refused = "this address may not use the service (see wyoming_allow)"
+        else:
+            refused = self.slots.acquire(address)
+        pid = f"{SOURCE}:{new_participant_id('anon')}"
+        handler = WyomingHandler(self.backend, pid, reader, writer, refused=refused)
+        if refused is None:
+            handler.release = partial(self.slots.release, address)
+        return handler
 
     async def __aenter__(self) -> WyomingServer:
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        await self._tasks.open()
         try:
             server = AsyncTcpServer(self.host, self.port)
             await server.start(partial(WyomingServer._factory, self))
         except BaseException:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await self._tasks.close()
             raise
         self._server = server
-        tg.start_soon(self.backend.conversations.run)
+        self._tasks.start_soon(self.backend.conversations.run)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         server, self._server = self._server, None
         if server is None:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(8):
             tasks = list(server._handlers)  # the library's per-connection tasks
-            await server.stop()
-            if tasks:  # each publishes its participant's departure
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await server.stop()  # ends each connection's reading
+            if tasks:  # each publishes its participant's departure; a busy one is cancelled
+                _, pending = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=STOP_GRACE_S)
             inner = server._server
             if inner is not None:
                 with contextlib.suppress(Exception):
                     await inner.wait_closed()
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()  # the idle reaper
-            await tg.__aexit__(None, None, None)
+        await self._tasks.close()  # the idle reaper
         with anyio.CancelScope(shield=True):
             await self.backend.conversations.close()

@@ -1,0 +1,32 @@
+"""``edge token``: show (or ``--rotate``) the service's device access token."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "token",
+        help="show the device access token clients need (created if missing)",
+        description="Print the device access token that WebSocket clients present in hello "
+        "(or as a bearer header). It lives in <data dir>/token, mode 0600. A running service "
+        "reads it at start: restart it after --rotate.",
+    )
+    p.add_argument("--data-dir", help="the service's data directory (default: EDGE_DATA_DIR)")
+    p.add_argument("--rotate", action="store_true", help="replace it with a new random token")
+    p.set_defaults(func=run_token)
+
+
+def run_token(args: argparse.Namespace) -> int:
+    from edge.server import ServiceSettings, load_or_create_token, rotate_token, token_path
+
+    data_dir = Path(args.data_dir) if args.data_dir else ServiceSettings().data_dir
+    try:
+        token = rotate_token(data_dir) if args.rotate else load_or_create_token(data_dir)
+    except OSError as exc:
+        print(f"error: cannot write {token_path(data_dir)}: {exc}")
+        return 2
+    print(token)
+    return 0

@@ -1,0 +1,81 @@
+"""Bounds shared by both protocols: connection slots per client address, rate-limited
+logging of repeated problems, and escaping of client text before it reaches the log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+MAX_LOGGED_CHARS = 120
+
+
+def printable(value: object, limit: int = MAX_LOGGED_CHARS) -> str:
+    """Client-supplied text for a log line: quoted and escaped (no forged lines, no
+    terminal control codes) and cut to ``limit`` characters."""
+    text = repr(str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ConnectionSlots:
+    """At most ``total`` connections at once, and ``per_address`` from one client address."""
+
+    def __init__(self, total: int, per_address: int) -> None:
+        self.total = total
+        self.per_address = per_address
+        self._by_address: Counter[str] = Counter()
+
+    @property
+    def used(self) -> int:
+        return sum(self._by_address.values())
+
+    def acquire(self, address: str) -> str | None:
+        """Take a slot; returns why not (a close reason) or None when granted."""
+        if self.used >= self.total:
+            return f"server full ({self.total} connections)"
+        if self._by_address[address] >= self.per_address:
+            return f"too many connections from this address ({self.per_address})"
+        self._by_address[address] += 1
+        return None
+
+    def release(self, address: str) -> None:
+        self._by_address[address] -= 1
+        if self._by_address[address] <= 0:
+            del self._by_address[address]
+
+
+class LogLimiter:
+    """Logs a repeated problem at most once per ``interval_s`` per key, then says how many
+    were suppressed, so a client cannot flood the log (or the disk) with tracebacks."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._suppressed: Counter[str] = Counter()
+
+    def allow(self, key: str) -> bool:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] += 1
+            return False
+        if len(self._last) > 1024:  # keys come from code paths, but stay bounded anyway
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False) -> None:
+        if not self.allow(key):
+            return
+        skipped = self._suppressed.pop(key, 0)
+        if skipped:
+            msg += f" ({skipped} more like this suppressed)"
+        self.logger.log(level, msg, *args, exc_info=exc_info)

@@ -1,0 +1,146 @@
+"""Access control: the device token, browser origins, participant ids, the hello deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import (
+    EdgeClient,
+    EdgeService,
+    ProtocolError,
+    load_or_create_token,
+    local_token,
+    parse_client_message,
+    read_token,
+    rotate_token,
+    token_path,
+)
+from tests.server_helpers import answer_for, settings
+
+pytestmark = pytest.mark.anyio
+
+
+def make_service(**kw: object) -> EdgeService:
+    return EdgeService(
+        settings(**kw), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions("conversation")
+    )
+
+
+def test_token_file_is_created_private_and_rotates(tmp_path: Path) -> None:
+    token = load_or_create_token(tmp_path)
+    assert len(token) >= 32 and read_token(tmp_path) == token
+    assert stat.S_IMODE(os.stat(token_path(tmp_path)).st_mode) == 0o600
+    assert load_or_create_token(tmp_path) == token  # stable across starts
+    assert rotate_token(tmp_path) != token
+    assert local_token("ws://10.0.0.5:8765") is None  # never handed to another host
+
+
+def test_edge_token_command_shows_and_rotates(tmp_path: Path) -> None:
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "edge", "token", "--data-dir", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    first = run()
+    assert first == run() == read_token(tmp_path)
+    assert run("--rotate") not in (first, "")
+
+
+async def test_a_session_needs_the_device_token() -> None:
+    async with make_service() as service:
+        url = service.websocket_url
+        assert service.token and read_token(service.settings.data_dir) == service.token
+        for token, says in ((None, "needs its device access token"), ("guess", "wrong")):
+            async with connect(url) as ws:
+                hello: dict[str, object] = {"type": "hello", "participant_id": "mallory"}
+                if token:
+                    hello["token"] = token
+                await ws.send(json.dumps(hello))
+                error = json.loads(await ws.recv())
+                assert error["type"] == "error" and says in error["message"], error
+                assert error["in_reply_to"] == "hello"
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.recv()
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert "mallory" not in service.hub.connected()
+        # the token in hello (found on this machine by EdgeClient) or as a bearer header
+        async with EdgeClient(url, participant_id="alice") as alice:
+            assert (await alice.ask("hi", limit_s=10)).text
+    async with make_service(insecure=True) as service:
+        assert service.token is None
+        async with EdgeClient(service.websocket_url, token="") as anyone:
+            assert (await anyone.ask("hi", limit_s=10)).text
+
+
+async def test_bearer_header_and_origins() -> None:
+    async with make_service(allowed_origins=("https://console.example",)) as service:
+        url = service.websocket_url
+        host = url.removeprefix("ws://")
+        good = {"Authorization": f"Bearer {service.token}"}
+        async with connect(url, additional_headers=good) as ws:  # no token in hello needed
+            await ws.send(json.dumps({"type": "hello", "participant_id": "headset"}))
+            assert json.loads(await ws.recv())["type"] == "welcome"
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(url, additional_headers={"Authorization": "Bearer nope"})
+        assert refused.value.response.status_code == 401
+        for origin, allowed in (
+            (f"http://{host}", True),  # the service's own page
+            ("https://console.example", True),  # allow-listed
+            ("https://evil.example", False),
+            ("null", False),
+        ):
+            if allowed:
+                async with connect(url, origin=origin, additional_headers=good):  # type: ignore[arg-type]
+                    pass
+            else:
+                with pytest.raises(InvalidStatus) as refused:
+                    await connect(url, origin=origin)  # type: ignore[arg-type]
+                assert refused.value.response.status_code == 403
+
+
+async def test_hello_deadline_and_id_rules() -> None:
+    async with make_service(hello_timeout_s=0.3) as service:
+        url = service.websocket_url
+        async with connect(url) as ws:  # says nothing: closed at the deadline
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+            assert "no hello within" in closed.value.rcvd.reason
+        async with EdgeClient(url) as anonymous, EdgeClient(url) as other:
+            for pid in (anonymous.participant_id, other.participant_id):
+                assert pid.startswith("p-") and len(pid) == 14
+            assert anonymous.participant_id != other.participant_id
+        for bad in ("lab!", "lab?", "wyoming:kitchen", "a\nforged log line", "", "x" * 65, "-a"):
+            with pytest.raises(ConnectionError, match="participant_id must be 1-64 characters"):
+                async with EdgeClient(url, participant_id=None) as client:
+                    await client.send(json.dumps({"type": "hello", "participant_id": bad}))
+                    raise ConnectionError((await client.receive())[0].message)  # type: ignore[union-attr]
+
+
+def test_parsing_survives_nested_json_and_huge_numbers() -> None:
+    for raw, says in (
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"type": "text", "text": ' + "9" * 5000 + "}", "not valid JSON"),
+        ('{"type": "hello", "display_name": ' + "[" * 500 + "]" * 500 + "}", "hello"),
+        ('{"type": "' + "x" * 10_000 + '"}', "unknown message type"),
+    ):
+        with pytest.raises(ProtocolError, match=says) as err:
+            parse_client_message(raw)
+        assert len(str(err.value)) < 400
+    assert parse_client_message('{"type": "hello", "protocol": 1}').protocol == 1  # type: ignore[union-attr]
