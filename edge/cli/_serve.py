@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import threading
 from functools import partial
 from typing import Any
 
@@ -166,6 +168,23 @@ def _show(console: Console, info: dict[str, Any]) -> None:
         console.print(f"[yellow]note:[/] {note}")
 
 
+SHUTDOWN_LIMIT_S = 9.0
+
+
+def _exit_after(limit_s: float, console: Console) -> None:
+    """Shutdown always ends: if the orderly stop (or a model call in a worker thread that
+    cannot be cancelled) takes longer than ``limit_s``, the process exits anyway."""
+
+    def force() -> None:
+        console.print(f"[red]shutdown took over {limit_s:g} s; exiting now[/]")
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(limit_s, force)
+    timer.daemon = True
+    timer.start()
+
+
 async def _serve(args: argparse.Namespace, console: Console) -> int:
     from edge.server import EdgeService
 
@@ -182,6 +201,7 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                     async for _ in signals:
                         console.print("[dim]shutting down…[/]")
+                        _exit_after(SHUTDOWN_LIMIT_S, console)
                         tg.cancel_scope.cancel()
                         return
 

@@ -18,6 +18,7 @@ from ._gateway import ClientError, Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
 from ._protocol import (
+    CLIENT_TYPES,
     PARTICIPANT_ID_RULE,
     PROTOCOL_VERSION,
     ProtocolError,
@@ -30,6 +31,7 @@ from ._websocket import WebSocketServer
 from ._wyoming import WyomingServer
 
 __all__ = [
+    "CLIENT_TYPES",
     "PARTICIPANT_ID_RULE",
     "PROTOCOL_VERSION",
     "WEBSOCKET_SERVICE",
