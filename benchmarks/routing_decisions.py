@@ -48,7 +48,7 @@ VARIANTS = {
 
 def criteria() -> tuple[Criterion, ...]:
     """The routing aids of the destinations `edge serve` registers."""
-    from edge.conversation._conversation import DEFAULT_DESCRIPTION, ROUTE_EXAMPLES
+    from edge.conversation import DEFAULT_DESCRIPTION, ROUTE_EXAMPLES
 
     notes = NotesAgent(runtime=None).routing_aid("bench")
     return (

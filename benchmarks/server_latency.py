@@ -34,8 +34,15 @@ from rich.table import Table
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import EdgeClient, EdgeService, ServiceSettings
-from edge.server._protocol import AudioFormat, AudioMessage, Reply, TranscriptMessage
+from edge.server import (
+    AudioFormat,
+    AudioMessage,
+    EdgeClient,
+    EdgeService,
+    Reply,
+    ServiceSettings,
+    TranscriptMessage,
+)
 from edge.voice import PiperTTS, float_to_pcm16
 
 OUT = Path(__file__).parent / "results"

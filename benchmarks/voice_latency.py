@@ -32,7 +32,7 @@ from edge.server import EdgeService, ServiceSettings
 from edge.voice import (
     PiperTTS,
     SileroVAD,
-    VoiceClient,
+    SimulatedSpeaker,
     VoiceConfig,
     WhisperSTT,
     resample,
@@ -104,7 +104,7 @@ async def loop_once(
     """One spoken turn through the whole service in process (router, conversation, voice)."""
     settings = ServiceSettings(host="127.0.0.1", wyoming_port=None, mdns=False, notes=False)
     service = EdgeService(settings, llm=llm, stt=stt, tts=tts, voice_config=config)
-    client = VoiceClient("bench")
+    client = SimulatedSpeaker("bench")
     service.runtime.register("client", client)
     service.hub.attach(client.participant_id, client)
     await service.start(preload=False, listen=False)

@@ -35,6 +35,39 @@ def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (s.port, s.wyoming_port, s.host) == (0, None, ServiceSettings().host)
 
 
+def test_every_setting_is_a_flag() -> None:
+    from edge.cli._serve import settings_from_args
+    from edge.server import ServiceSettings
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--mdns-interface",
+            "127.0.0.1",
+            "--mdns-interface",
+            "::1",
+            "--name",
+            "lab",
+            "--summary-context-topic",
+            "a",
+            "--summary-context-topic",
+            "b",
+            "--no-notes",
+            "--voice",
+            "--handle-timeout-s",
+            "2.5",
+        ]
+    )
+    s = settings_from_args(args)
+    assert s.mdns_interfaces == ["127.0.0.1", "::1"]
+    assert (s.service_name, s.summary_context_topics) == ("lab", ("a", "b"))
+    assert (s.notes, s.voice, s.handle_timeout_s) == (False, True, 2.5)
+    assert s.wyoming_port == ServiceSettings().wyoming_port
+    help_text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
+    for name in ServiceSettings.model_fields:
+        assert f"EDGE_{name.upper()}" in help_text
+
+
 def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
     # An unreachable remote model: the service still starts, and the router answers with
     # its failure message, which is enough to see the whole path work.

@@ -24,7 +24,7 @@ from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
     PiperTTS,
     SileroVAD,
-    VoiceClient,
+    SimulatedSpeaker,
     VoiceConfig,
     VoicePipeline,
     WhisperSTT,
@@ -46,11 +46,11 @@ def spoken(models: tuple[WhisperSTT, PiperTTS]) -> dict[str, np.ndarray]:
 
 def build(
     models: tuple[WhisperSTT, PiperTTS], config: VoiceConfig | None = None
-) -> tuple[AgentRuntime, VoicePipeline, VoiceClient, Recorder]:
+) -> tuple[AgentRuntime, VoicePipeline, SimulatedSpeaker, Recorder]:
     stt, tts = models
     runtime = AgentRuntime()
     voice = VoicePipeline(stt=stt, tts=tts, config=config or VoiceConfig(playback_speed=0))
-    client = VoiceClient("p1")
+    client = SimulatedSpeaker("p1")
     recorder = Recorder(USER_QUERY_TOPIC, INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC, AUDIO_OUTPUT_TOPIC)
     runtime.register("voice", voice)
     runtime.register("client", client)

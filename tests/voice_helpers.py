@@ -14,7 +14,7 @@ import numpy as np
 
 from edge.runtime import Agent, HandlerContext, Topic
 from edge.server import EdgeService, ServiceSettings
-from edge.voice import Recognition, Synthesis, VoiceClient, VoiceConfig
+from edge.voice import Recognition, SimulatedSpeaker, Synthesis, VoiceConfig
 
 RATE = 16_000
 
@@ -115,14 +115,14 @@ async def spoken_service(
     participant: str = "p1",
     recorder: Recorder | None = None,
     preload: bool = False,
-) -> AsyncIterator[tuple[EdgeService, VoiceClient]]:
+) -> AsyncIterator[tuple[EdgeService, SimulatedSpeaker]]:
     """The whole service in process (no sockets, no notes destination) with a
-    :class:`VoiceClient` for ``participant`` that wants spoken replies."""
+    :class:`SimulatedSpeaker` for ``participant`` that wants spoken replies."""
     settings = ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, notes=False)
     service = EdgeService(
         settings, llm=llm, stt=stt, tts=tts, voice_config=config, vad_factory=vad_factory
     )
-    client = VoiceClient(participant)
+    client = SimulatedSpeaker(participant)
     service.runtime.register("client", client)
     if recorder is not None:
         service.runtime.register("recorder", recorder)

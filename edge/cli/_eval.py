@@ -60,7 +60,9 @@ def _llm(args: argparse.Namespace) -> LLMService:
 
 
 def run_conversation(args: argparse.Namespace) -> int:
-    from edge.conversation._eval import CASES, CaseResult, run_eval
+    from edge.conversation import EVAL_CASES as CASES
+    from edge.conversation import EvalCaseResult as CaseResult
+    from edge.conversation import run_eval
 
     console = Console()
     if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected

@@ -14,6 +14,8 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from ._flags import add_model_flags, model_from_flags
+
 DEFAULT_URL = "ws://127.0.0.1:8765"
 
 
@@ -23,48 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the service: WebSocket sessions, Wyoming and mDNS",
         description="Run the voice-agent service. Flags override EDGE_* environment variables.",
     )
-    p.add_argument("--host", help="address to listen on (default 0.0.0.0; EDGE_HOST)")
-    p.add_argument("--port", type=int, help="WebSocket port (default 8765, 0 = any free port)")
-    p.add_argument(
-        "--wyoming-port", type=int, help="Wyoming port (default 10700, 0 = any free port)"
-    )
-    p.add_argument("--no-wyoming", action="store_true", help="do not run the Wyoming server")
-    p.add_argument("--no-mdns", action="store_true", help="do not advertise over mDNS")
-    p.add_argument(
-        "--mdns-interface",
-        action="append",
-        dest="mdns_interfaces",
-        metavar="ADDRESS",
-        help="advertise only on this interface (repeatable)",
-    )
-    p.add_argument("--profile", help="device profile name or TOML file (default: detected)")
-    p.add_argument(
-        "--data-dir", help="directory for the service's state (default ~/.local/share/edge)"
-    )
-    p.add_argument("--llm-url", help="use an OpenAI-compatible server, e.g. http://gpu:8080/v1")
-    p.add_argument("--llm-model", help="model name on that server")
-    p.add_argument("--no-voice", action="store_true", help="text only: no STT, TTS or VAD")
-    p.add_argument("--no-notes", action="store_true", help="no notes destination")
-    p.add_argument("--name", dest="service_name", help="mDNS instance name")
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="serve WebSocket sessions without the device access token (EDGE_INSECURE)",
-    )
-    p.add_argument(
-        "--allow-origin",
-        action="append",
-        dest="allowed_origins",
-        metavar="ORIGIN",
-        help="a browser origin (scheme://host[:port]) that may connect, besides the own page",
-    )
-    p.add_argument(
-        "--wyoming-allow",
-        action="append",
-        dest="wyoming_allow",
-        metavar="ADDRESS",
-        help="a client address or network served on Wyoming (default: loopback only)",
-    )
+    from edge.server import ServiceSettings
+
+    add_model_flags(p, ServiceSettings)
     p.set_defaults(func=run_serve)
 
     c = subparsers.add_parser(
@@ -112,34 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     from edge.server import ServiceSettings
 
-    given: dict[str, Any] = {}
-    for name in (
-        "host",
-        "port",
-        "wyoming_port",
-        "profile",
-        "llm_url",
-        "llm_model",
-        "mdns_interfaces",
-        "service_name",
-        "data_dir",
-        "allowed_origins",
-        "wyoming_allow",
-    ):
-        value = getattr(args, name, None)
-        if value is not None:
-            given[name] = value
-    if args.no_wyoming:
-        given["wyoming_port"] = None
-    if args.no_mdns:
-        given["mdns"] = False
-    if args.no_voice:
-        given["voice"] = False
-    if args.no_notes:
-        given["notes"] = False
-    if getattr(args, "insecure", False):
-        given["insecure"] = True
-    return ServiceSettings(**given)
+    return model_from_flags(ServiceSettings, args)
 
 
 def _show(console: Console, info: dict[str, Any]) -> None:
@@ -239,8 +175,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 async def _client(args: argparse.Namespace, console: Console) -> int:
-    from edge.server import EdgeClient
-    from edge.server._protocol import AudioFormat, ErrorMessage, Reply
+    from edge.server import AudioFormat, EdgeClient, ErrorMessage, Reply
 
     def show(message: Any) -> None:
         if isinstance(message, Reply) and message.text:

@@ -124,7 +124,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
 
 async def _talk(args: argparse.Namespace, console: Console) -> int:
     from edge.server import EdgeService, ServiceSettings
-    from edge.voice import AudioFormatError, VoiceClient, read_wav, write_wav
+    from edge.voice import AudioFormatError, SimulatedSpeaker, read_wav, write_wav
 
     try:
         wav = read_wav(Path(args.file))
@@ -137,7 +137,7 @@ async def _talk(args: argparse.Namespace, console: Console) -> int:
     service = EdgeService(settings)  # the same composition as `edge serve`, without sockets
     assert service.voice is not None
     voice = service.voice
-    client = VoiceClient("talk")
+    client = SimulatedSpeaker("talk")
     service.runtime.register("client", client)
     service.hub.attach(client.participant_id, client)
     console.print(f"[dim]profile {service.profile_name}; loading models…[/]")

@@ -14,6 +14,8 @@ Example::
         ...
 """
 
+from edge.interaction import ConversationContextUpdate  # the payload, re-exported
+
 from ._compaction import (
     CompactionAttempt,
     CompactionPrompts,
@@ -21,13 +23,18 @@ from ._compaction import (
     CompactionRequest,
 )
 from ._context import TranscriptEntry
-from ._context_update import ConversationContextUpdate
-from ._conversation import DEFAULT_SYSTEM_PROMPT, Conversation
+from ._conversation import DEFAULT_DESCRIPTION, DEFAULT_SYSTEM_PROMPT, ROUTE_EXAMPLES, Conversation
+from ._eval import CASES as EVAL_CASES
+from ._eval import CaseResult as EvalCaseResult
+from ._eval import run_eval
 from ._manager import ContextManager
 from ._render import ContextBlock
 
 __all__ = [
+    "DEFAULT_DESCRIPTION",
     "DEFAULT_SYSTEM_PROMPT",
+    "EVAL_CASES",
+    "ROUTE_EXAMPLES",
     "CompactionAttempt",
     "CompactionPrompts",
     "CompactionReport",
@@ -36,5 +43,7 @@ __all__ = [
     "ContextManager",
     "Conversation",
     "ConversationContextUpdate",
+    "EvalCaseResult",
     "TranscriptEntry",
+    "run_eval",
 ]

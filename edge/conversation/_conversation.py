@@ -15,9 +15,9 @@ from edge.routing import (
     AgentTurn,
     DestinationResult,
     RoutingAid,
+    StartedSignal,
     current_turn_context,
 )
-from edge.routing._types import StartedSignal
 from edge.runtime import AgentRuntime, Topic, now_us
 
 from ._manager import ContextManager

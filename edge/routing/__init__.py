@@ -11,6 +11,7 @@ from ._types import (
     RoutableAgent,
     RoutingAid,
     RoutingTurnContext,
+    StartedSignal,
     current_turn_context,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "RoutableAgent",
     "RoutingAid",
     "RoutingTurnContext",
+    "StartedSignal",
     "TurnCancelled",
     "current_turn_context",
 ]

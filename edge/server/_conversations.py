@@ -1,7 +1,7 @@
 """Wyoming conversations that outlive a connection.
 
 Home Assistant opens a connection per request and names the dialogue with a
-``conversation_id`` in the transcript's context. :class:`Conversations` maps each id to
+``conversation_id`` in the transcript's context. :class:`HaConversationParticipants` maps each id to
 one participant (``wyoming:<id>``: the colon is outside the WebSocket participant id rule,
 so no WebSocket client can name one), joined at its first request and kept, with its
 context and history, until it has been idle for ``idle_s``; then (or at shutdown) it
@@ -21,7 +21,7 @@ from ._protocol import PARTICIPANT_ID_RULE, check_participant_id
 SOURCE = "wyoming"
 
 
-class Conversations:
+class HaConversationParticipants:
     def __init__(
         self,
         gateway: Gateway,

@@ -82,112 +82,35 @@ class EdgeService:
         vad_factory: Any = None,
     ) -> None:
         self.settings = settings or ServiceSettings()
-        s = self.settings
-        if device is None and (llm is None or s.profile):
-            from edge.device import load_device_config
-
-            device = load_device_config(s.profile)
-        self.device = device
-        if device is not None:
-            self._check_models(
-                llm is None and not s.llm_url, stt is None and s.voice, tts is None and s.voice
-            )
+        self.device = self._load_device(device, llm, stt, tts)
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
-
-        # -- the runtime and its agents -------------------------------------------------
         self.runtime = AgentRuntime()
         self.hub = OutputHub()
-        incremental = tuple(
-            dict.fromkeys(
-                (*s.incremental_context_topics, *((NOTES_TOPIC.name,) if s.notes else ()))
-            )
-        )
-        context_kwargs = device.context_manager_kwargs() if device is not None else {}
-        self.context = ContextManager(
-            self.llm,
-            summary_context_topics=s.summary_context_topics,
-            incremental_context_topics=incremental,
-            **context_kwargs,
-        )
+        self.context = self._make_context()
         self.conversation = Conversation(
             self.llm,
             context=self.context,
-            instructions=s.instructions,
+            instructions=self.settings.instructions,
             runtime=self.runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
         )
-        destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
-        self.notes: NotesAgent | None = None
-        if s.notes:
-            self.notes = NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
-            destinations[self.notes.route_name] = self.notes
+        self.notes = (
+            NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
+            if self.settings.notes
+            else None
+        )
         self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
-        router_kwargs = device.router_kwargs() if device is not None else {}
-        self.router = AgentRouter(
-            destinations,
-            self.decisions,
-            default_destination="conversation",
-            query_topic=USER_QUERY_TOPIC,
-            output_topic=VOICE_OUTPUT_TOPIC,
-            participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
-            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
-            interrupted_topic=INTERRUPTED_TOPIC,
-            cleanup_participant=self.context.clear,
-            set_status=self.hub.status,
-            **router_kwargs,
+        self.router = self._make_router()
+        self.voice = (
+            self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
-        self.voice = self._make_voice(stt, tts, voice_config, vad_factory) if s.voice else None
         self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
-        self.runtime.register("hub", self.hub)
-        self.runtime.register("warmer", self.warmer)
-        self.runtime.register("context", self.context.subscriber())
-        self.runtime.register("router", self.router.runtime_subscriber())
-        if self.voice is not None:
-            self.runtime.register("voice", self.voice)
-
-        self.gateway = Gateway(
-            self.runtime,
-            self.hub,
-            context_topics=(*s.summary_context_topics, *incremental),
-            voice=self.voice is not None,
-            server=f"xr-edge {__version__}",
-            profile=self.profile_name,
-            models=self.models,
-        )
+        self._register_agents()
+        self.gateway = self._make_gateway()
         self.token = self._access_token()
-        self.websocket = WebSocketServer(
-            self.gateway,
-            s.host,
-            s.port,
-            max_sessions=s.max_sessions,
-            outbox_size=s.outbox_size,
-            access=AccessPolicy(
-                token=self.token,
-                allowed_origins=s.allowed_origins,
-                hello_timeout_s=s.hello_timeout_s,
-                max_per_address=s.max_sessions_per_address,
-            ),
-        )
-        self.wyoming: WyomingServer | None = None
-        if s.wyoming_port is not None:
-            backend = WyomingBackend(
-                self.gateway,
-                stt=self.voice.stt if self.voice is not None else None,
-                tts=self.voice.tts if self.voice is not None else None,
-                models=self.models,
-                version=__version__,
-                handle_timeout_s=s.handle_timeout_s,
-                limits=WyomingLimits(
-                    max_connections=s.max_wyoming_connections,
-                    max_per_address=s.max_sessions_per_address,
-                    read_timeout_s=s.wyoming_read_timeout_s,
-                    max_synthesize_chars=s.max_synthesize_chars,
-                ),
-            )
-            self.wyoming = WyomingServer(
-                backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow
-            )
+        self.websocket = self._make_websocket()
+        self.wyoming = self._make_wyoming()
         self.mdns: MdnsAdvertiser | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -215,12 +138,115 @@ class EdgeService:
             return host
         return "127.0.0.1"
 
-    def _check_models(self, llm: bool, stt: bool, tts: bool) -> None:
-        """The profile's models must be installed: raise ``ModelMissingError`` (it names
-        the package or path) rather than run another model on this profile's budgets."""
-        for role, needed in (("llm", llm), ("stt", stt), ("tts", tts)):
-            if needed and self.device.model_paths.get(role) is None:
-                self.device.models[role].locate()
+    def _load_device(self, device: Any, llm: Any, stt: Any, tts: Any) -> Any:
+        """The device configuration (see the class docstring for when it is loaded); its
+        models must be installed for the parts not injected."""
+        s = self.settings
+        if device is None and (llm is None or s.profile):
+            from edge.device import load_device_config
+
+            device = load_device_config(s.profile)
+        if device is not None:
+            _check_models(
+                device,
+                llm=llm is None and not s.llm_url,
+                stt=stt is None and s.voice,
+                tts=tts is None and s.voice,
+            )
+        return device
+
+    @property
+    def _context_topics(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(summary topics, incremental topics): the notes topic is incremental."""
+        s = self.settings
+        notes = (NOTES_TOPIC.name,) if s.notes else ()
+        incremental = tuple(dict.fromkeys((*s.incremental_context_topics, *notes)))
+        return s.summary_context_topics, incremental
+
+    def _make_context(self) -> ContextManager:
+        summary, incremental = self._context_topics
+        kwargs = self.device.context_manager_kwargs() if self.device is not None else {}
+        return ContextManager(
+            self.llm,
+            summary_context_topics=summary,
+            incremental_context_topics=incremental,
+            **kwargs,
+        )
+
+    def _make_router(self) -> AgentRouter:
+        destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
+        if self.notes is not None:
+            destinations[self.notes.route_name] = self.notes
+        kwargs = self.device.router_kwargs() if self.device is not None else {}
+        return AgentRouter(
+            destinations,
+            self.decisions,
+            default_destination="conversation",
+            query_topic=USER_QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
+            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            cleanup_participant=self.context.clear,
+            set_status=self.hub.status,
+            **kwargs,
+        )
+
+    def _register_agents(self) -> None:
+        self.runtime.register("hub", self.hub)
+        self.runtime.register("warmer", self.warmer)
+        self.runtime.register("context", self.context.subscriber())
+        self.runtime.register("router", self.router.runtime_subscriber())
+        if self.voice is not None:
+            self.runtime.register("voice", self.voice)
+
+    def _make_gateway(self) -> Gateway:
+        summary, incremental = self._context_topics
+        return Gateway(
+            self.runtime,
+            self.hub,
+            context_topics=(*summary, *incremental),
+            voice=self.voice is not None,
+            server=f"xr-edge {__version__}",
+            profile=self.profile_name,
+            models=self.models,
+        )
+
+    def _make_websocket(self) -> WebSocketServer:
+        s = self.settings
+        return WebSocketServer(
+            self.gateway,
+            s.host,
+            s.port,
+            max_sessions=s.max_sessions,
+            outbox_size=s.outbox_size,
+            access=AccessPolicy(
+                token=self.token,
+                allowed_origins=s.allowed_origins,
+                hello_timeout_s=s.hello_timeout_s,
+                max_per_address=s.max_sessions_per_address,
+            ),
+        )
+
+    def _make_wyoming(self) -> WyomingServer | None:
+        s = self.settings
+        if s.wyoming_port is None:
+            return None
+        backend = WyomingBackend(
+            self.gateway,
+            stt=self.voice.stt if self.voice is not None else None,
+            tts=self.voice.tts if self.voice is not None else None,
+            models=self.models,
+            version=__version__,
+            handle_timeout_s=s.handle_timeout_s,
+            limits=WyomingLimits(
+                max_connections=s.max_wyoming_connections,
+                max_per_address=s.max_sessions_per_address,
+                read_timeout_s=s.wyoming_read_timeout_s,
+                max_synthesize_chars=s.max_synthesize_chars,
+            ),
+        )
+        return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
 
     def _make_llm(self) -> LLMService:
         s = self.settings
@@ -421,3 +447,11 @@ class EdgeService:
             "access": self._access_note(),
             "notes": list(d.notes) if d is not None else [],
         }
+
+
+def _check_models(device: Any, **needed: bool) -> None:
+    """The profile's models must be installed: raise ``ModelMissingError`` (it names the
+    package or path) rather than run another model on this profile's budgets."""
+    for role, need in needed.items():
+        if need and device.model_paths.get(role) is None:
+            device.models[role].locate()

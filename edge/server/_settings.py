@@ -24,6 +24,8 @@ class ServiceSettings(BaseSettings):
     """What ``edge serve`` runs. Every field can come from ``EDGE_<NAME>`` (for example
     ``EDGE_PORT=9000``, ``EDGE_LLM_URL=http://gpu-box:8080/v1``); flags override them.
 
+    ``edge serve``'s flags are generated from these fields (:mod:`edge.cli._flags`).
+
     ``wyoming_port`` 0 picks a free port, ``None`` turns the Wyoming server off;
     ``port`` 0 picks a free port for the WebSocket server. ``mdns_interfaces`` None
     advertises on every interface (tests use ``["127.0.0.1"]``).
@@ -31,15 +33,31 @@ class ServiceSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="EDGE_", extra="ignore", frozen=True)
 
-    host: str = "0.0.0.0"
-    port: int = Field(default=8765, ge=0, le=65535)
-    wyoming_port: int | None = Field(default=10700, ge=0, le=65535)
-    mdns: bool = True
-    mdns_interfaces: list[str] | None = None
-    service_name: str | None = Field(
-        default=None, description="mDNS instance name (default: edge on <hostname>)"
+    host: str = Field(default="0.0.0.0", description="address to listen on")
+    port: int = Field(
+        default=8765, ge=0, le=65535, description="WebSocket port (0 = any free port)"
     )
-    profile: str | None = Field(default=None, description="device profile name or TOML path")
+    wyoming_port: int | None = Field(
+        default=10700,
+        ge=0,
+        le=65535,
+        description="Wyoming port (0 = any free port)",
+        json_schema_extra={"off_flag": "--no-wyoming"},
+    )
+    mdns: bool = Field(default=True, description="advertise the service over mDNS")
+    mdns_interfaces: list[str] | None = Field(
+        default=None,
+        description="advertise only on this interface (repeatable; default every interface)",
+        json_schema_extra={"flag": "--mdns-interface", "metavar": "ADDRESS"},
+    )
+    service_name: str | None = Field(
+        default=None,
+        description="mDNS instance name (none: edge on <hostname>)",
+        json_schema_extra={"flag": "--name"},
+    )
+    profile: str | None = Field(
+        default=None, description="device profile name or TOML path (none: detected)"
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="directory for the service's state (sessions store, access token)",
@@ -48,29 +66,49 @@ class ServiceSettings(BaseSettings):
     llm_model: str | None = Field(default=None, description="model name on the remote server")
     voice: bool = Field(default=True, description="run the voice pipeline (STT, TTS, VAD)")
     notes: bool = Field(default=True, description="offer the notes destination")
-    instructions: str = DEFAULT_INSTRUCTIONS
-    summary_context_topics: tuple[str, ...] = ("scene",)
-    incremental_context_topics: tuple[str, ...] = ()
+    instructions: str = Field(
+        default=DEFAULT_INSTRUCTIONS, description="the conversation's instructions to the model"
+    )
+    summary_context_topics: tuple[str, ...] = Field(
+        default=("scene",),
+        description="context topics whose latest text replaces the previous (repeatable)",
+        json_schema_extra={"flag": "--summary-context-topic", "metavar": "TOPIC"},
+    )
+    incremental_context_topics: tuple[str, ...] = Field(
+        default=(),
+        description="context topics that accumulate and are compacted (repeatable)",
+        json_schema_extra={"flag": "--incremental-context-topic", "metavar": "TOPIC"},
+    )
     max_sessions: int = Field(default=32, ge=1, description="WebSocket sessions at once")
     outbox_size: int = Field(
         default=2048, ge=16, description="messages queued for a slow client before it is dropped"
     )
     handle_timeout_s: float = Field(
-        default=60.0, gt=0, description="longest wait for an answer to a Wyoming handle request"
+        default=60.0,
+        gt=0,
+        description="longest wait for an answer to a Wyoming handle request",
+        json_schema_extra={"metavar": "SECONDS"},
     )
     # -- access (docs/server.md "Access") ------------------------------------------------
     token: SecretStr | None = Field(
-        default=None, description="device access token (default: <data_dir>/token, generated)"
+        default=None,
+        description="device access token (default: <data_dir>/token, generated)",
+        json_schema_extra={"cli": False},  # not on a command line, where `ps` shows it
     )
     insecure: bool = Field(
         default=False, description="serve WebSocket sessions without a device access token"
     )
     allowed_origins: tuple[str, ...] = Field(
-        default=(), description="browser origins (scheme://host[:port]) besides the own page"
+        default=(),
+        description="a browser origin (scheme://host[:port]) that may connect, besides the "
+        "own page (repeatable)",
+        json_schema_extra={"flag": "--allow-origin", "metavar": "ORIGIN"},
     )
     wyoming_allow: tuple[str, ...] = Field(
         default=(),
-        description="client addresses / networks allowed on Wyoming; empty: loopback only",
+        description="a client address or network served on Wyoming (repeatable; none: "
+        "loopback only)",
+        json_schema_extra={"metavar": "ADDRESS"},
     )
     # -- bounds (docs/reliability.md) --------------------------------------------------------
     max_sessions_per_address: int = Field(default=8, ge=1, description="sessions per address")

@@ -70,7 +70,7 @@ from edge.voice import (
 
 from ._access import address_allowed
 from ._client import reply_text
-from ._conversations import Conversations
+from ._conversations import HaConversationParticipants
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import ConnectionSlots, LogLimiter, printable
@@ -113,10 +113,10 @@ class WyomingBackend:
     version: str
     handle_timeout_s: float = 60.0
     limits: WyomingLimits = field(default_factory=WyomingLimits)
-    conversations: Conversations = field(init=False)
+    conversations: HaConversationParticipants = field(init=False)
 
     def __post_init__(self) -> None:
-        self.conversations = Conversations(self.gateway)
+        self.conversations = HaConversationParticipants(self.gateway)
 
     def info(self) -> Info:
         def program(cls, name: str, description: str, **kw):  # type: ignore[no-untyped-def]

@@ -31,7 +31,6 @@ from ._audio import (
     wav_bytes,
     write_wav,
 )
-from ._client import Answer, VoiceClient
 from ._config import VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
 from ._listener import Listener, UtteranceStats
@@ -45,6 +44,7 @@ from ._messages import (
 )
 from ._pipeline import VoicePipeline
 from ._sentences import SentenceSplitter, speakable
+from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
 from ._stt import Recognition, SpeechToText, SpeechToTextError, WhisperSTT
 from ._tts import NothingToSpeakError, PiperTTS, Synthesis, TextToSpeech, TextToSpeechError
@@ -67,6 +67,7 @@ __all__ = [
     "Recognition",
     "SentenceSplitter",
     "SileroVAD",
+    "SimulatedSpeaker",
     "Speaker",
     "SpeechPaused",
     "SpeechResumed",
@@ -82,7 +83,6 @@ __all__ = [
     "UtteranceStats",
     "VadConfig",
     "VadModelMissingError",
-    "VoiceClient",
     "VoiceConfig",
     "VoicePipeline",
     "WavAudio",

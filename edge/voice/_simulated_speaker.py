@@ -1,8 +1,8 @@
 """A simulated voice client: speaks recorded audio into the runtime, collects the answer.
 
-:class:`VoiceClient` is an agent for one participant. Register it with the runtime, then
-:meth:`VoiceClient.speak` publishes audio in real-time-sized chunks (sleeping in real
-time, or as fast as possible) and :meth:`VoiceClient.answer` waits for the spoken reply.
+:class:`SimulatedSpeaker` is an agent for one participant. Register it with the runtime, then
+:meth:`SimulatedSpeaker.speak` publishes audio in real-time-sized chunks (sleeping in real
+time, or as fast as possible) and :meth:`SimulatedSpeaker.answer` waits for the spoken reply.
 ``edge talk``, the benchmarks and the tests drive the whole voice loop with it.
 """
 
@@ -52,7 +52,7 @@ class Answer:
         return len(self.audio) / self.sample_rate if self.sample_rate else 0.0
 
 
-class VoiceClient(Agent):
+class SimulatedSpeaker(Agent):
     """One participant's microphone and speaker, in process.
 
     It is also a connection as the server's output hub sees one (``wants_audio`` and
