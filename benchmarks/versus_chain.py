@@ -62,8 +62,7 @@ from rich.table import Table
 
 from edge.catalogue import default_model_path
 from edge.device import choose_profile, detect_hardware, load_profiles
-from edge.server import EdgeClient, ServiceSettings
-from edge.server._protocol import AudioFormat
+from edge.server import AudioFormat, EdgeClient, ServiceSettings
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
 OUT = Path(__file__).parent / "results"
