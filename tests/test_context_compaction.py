@@ -37,7 +37,7 @@ async def test_compaction_starts_above_half_the_budget() -> None:
     llm = ScriptedLLM(responder("Short summary."))
     async with manager(llm, **SMALL) as ctx:
         await fill(ctx, n=4, size=80)  # 4 x 116 bytes: under 500
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
         assert compactions(llm) == []
         await fill(ctx, n=1, start=4, size=80)  # over half
         await eventually(lambda: idle(ctx) and compactions(llm))
@@ -98,7 +98,7 @@ async def test_failed_compaction_keeps_entries_and_retries_after_next_entry(bad)
         await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
         assert not ctx.last_compaction("p").ok
         assert len(ctx.transcript("p")) == 6 and ctx.summary("p") == ""
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
         assert len(compactions(llm)) == 1  # not retried until the next entry
         await fill(ctx, n=1, start=6, size=80)
         await eventually(lambda: idle(ctx) and ctx.summary("p") == "Recovered.")
@@ -157,23 +157,31 @@ async def test_summary_topics_never_compact() -> None:
     ) as ctx:
         for i in range(10):
             await ctx.update("p", "w", f"state {i} " + "s" * 200)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
     assert compactions(llm) == []
 
 
 async def test_compaction_waits_for_a_quiet_device() -> None:
-    llm = ScriptedLLM(responder("S."))
-    async with manager(llm, compaction_quiet_s=0.2, **SMALL) as ctx:
+    seen: list[tuple[bool, float]] = []  # the device's state when each compaction is asked for
+
+    def summary(messages) -> str:
+        own, model = ctx._quiet.own, llm.activity
+        seen.append((own.busy or model.busy, min(own.idle_for(), model.idle_for())))
+        return "S."
+
+    llm = ScriptedLLM(responder(summary))
+    ctx = manager(llm, compaction_quiet_s=0.2, **SMALL)
+    async with ctx:
         with ctx.answering():
             await fill(ctx)
-            await anyio.sleep(0.3)
+            await anyio.wait_all_tasks_blocked()  # the worker waits instead of compacting
             assert compactions(llm) == []  # an answer is in flight
         with llm.activity.interactive():  # the model is busy with someone else
-            await anyio.sleep(0.3)
+            await anyio.wait_all_tasks_blocked()
             assert compactions(llm) == []
-        await anyio.sleep(0.1)
-        assert compactions(llm) == []  # not quiet long enough yet
         await eventually(lambda: compactions(llm))
+    # checked when the request is made, so a slow machine cannot hide an early compaction
+    assert seen and all(not busy and quiet >= 0.2 for busy, quiet in seen), seen
 
 
 async def test_backlog_drains_across_participants_oldest_first() -> None:

@@ -112,8 +112,13 @@ async def test_request_layout_and_options() -> None:
 
 
 async def test_system_prompt_replaces_the_default() -> None:
-    conv, *_ = setup(ScriptedLLM(), system_prompt="You are terse.")
-    assert conv.system_message == "You are terse."
+    llm = ScriptedLLM()
+    conv, _ctx, runtime, _ = setup(llm, system_prompt="You are terse.")
+    async with runtime:
+        await conv.answer(turn("First?"), started=Started())
+    (request,) = llm.requests
+    assert request.messages[0].role == "system"
+    assert request.messages[0].content == "You are terse."  # what the model is sent
 
 
 async def test_model_failure_finalizes_the_partial_stream_and_propagates() -> None:

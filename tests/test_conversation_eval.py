@@ -17,6 +17,8 @@ def test_score_rewards_the_new_fact_and_penalizes_the_stale_one() -> None:
     assert score("It moved to 16:00.", ("16:00",), ("14:00",)) == 1.0
     assert score("It was 14:00, now 16:00.", ("16:00",), ("14:00",)) == 0.5
     assert score("At 14:00.", ("16:00",), ("14:00",)) == 0.0
+    assert score("At 14:00.", ("4:00",), ("14:00",)) == 0.0  # whole words only
+    assert score("Minus 20.", ("20",), ("80",)) == 1.0
 
 
 def test_cases_cover_both_themes() -> None:
@@ -25,11 +27,18 @@ def test_cases_cover_both_themes() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_each_case_runs_and_compacts(case) -> None:
-    llm = ScriptedLLM(responder("Summary so far.", answer=case.expect[0]))
-    result = await run_case(llm, case)
-    assert result.score == 1.0 and not result.error
-    assert result.compactions >= 1
+async def test_each_case_runs_compacts_and_scores_the_models_answer(case) -> None:
+    """The run scores what the model answered to the case's question: a right answer 1.0, a
+    stale or empty one 0.0 (so a runner that ignores the answer cannot pass)."""
+    wrong = case.stale[0] if case.stale else "I do not know."
+    for answer, expected in ((case.expect[0], 1.0), (wrong, 0.0)):
+        llm = ScriptedLLM(responder("Summary so far.", answer=f"Well, {answer}"))
+        result = await run_case(llm, case)
+        assert not result.error
+        assert result.answer == f"Well, {answer}"
+        assert result.score == expected, answer
+        assert result.compactions >= 1
+        assert llm.requests[-1].messages[-1].content == case.question
 
 
 def test_cli_lists_cases(capsys) -> None:

@@ -100,7 +100,11 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
             assert all(s.pending_bytes <= 8 * s.budget for s in stored.values())
     finally:
         tracemalloc.stop()
-    assert any(r.ok for r in reports), [r.reason for r in reports]
+    # the budgets above held because compaction worked, not because entries were dropped:
+    # every section compacted successfully, and most attempts succeeded
+    ok = [r for r in reports if r.ok]
+    assert {r.section for r in ok} >= {"dialogue", "notes", "window"}, [r.reason for r in reports]
+    assert len(ok) * 2 > len(reports), [r.reason for r in reports if not r.ok]
     # flat: what the manager holds stops growing once sections reach steady state
     assert max(samples[3:]) - samples[3] < 64 * 1024, samples
 
@@ -128,9 +132,8 @@ async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM)
             f"Noted: box {i} holds part {i * 3}.",
         )
     async with ctx, anyio.create_task_group() as tg:
-        await eventually(lambda: ctx._jobs.running("a"), 30)
-        await anyio.sleep(0.3)  # the compaction is evaluating its prompt now
-        assert not reports
+        await eventually(lambda: ctx._jobs.running("a") and llm.scheduler._busy, 30)
+        assert not reports  # the compaction holds the model now
         tg.start_soon(
             partial(conversation.answer, AgentTurn("b", "t1", "Say hello."), started=nothing)
         )
@@ -143,6 +146,9 @@ async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM)
         )
         metrics = conversation.last_metrics("b")
         await eventually(lambda: bool(reports), 240)
-    assert metrics.queue_wait_s is not None and metrics.queue_wait_s < 2.0  # noisy 2-core box
+    # the answer preempted the compaction (an event), and waited for a small part of the
+    # compaction's own duration (a ratio measured in this run, not an absolute time)
     attempt = reports[0].attempts[0]
     assert attempt.metrics is not None and attempt.metrics["preemptions"] >= 1
+    assert metrics.queue_wait_s is not None
+    assert metrics.queue_wait_s < reports[0].duration_s / 2, (metrics, reports[0].duration_s)

@@ -23,6 +23,7 @@ import anyio
 import httpx
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
+from required import require
 
 from edge.llm import (
     ContextOverflowError,
@@ -386,9 +387,10 @@ async def test_closing_a_stream_closes_the_connection_promptly() -> None:
             stream = llm.stream(HI)
             assert await stream.__anext__() == "a "
             assert llm.activity.busy
-            started = time.perf_counter()
-            await stream.aclose()
-            assert time.perf_counter() - started < 0.5
+            # the server never ends this body, so returning at all means the client did not
+            # wait for it (the limit only turns a hang into a failure)
+            with anyio.fail_after(10):
+                await stream.aclose()
             assert not llm.activity.busy
             with anyio.fail_after(2):
                 await server.disconnected.wait()  # the server saw the client go
@@ -444,7 +446,7 @@ async def test_unreachable_server_and_bad_input() -> None:
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] is not installed")
+    require("llama_cpp.server")  # declared: llama-cpp-python[server]
     from edge.catalogue import default_model_path
 
     model = default_model_path("llm")
@@ -536,10 +538,15 @@ async def test_real_server_context_overflow_is_clear(remote: OpenAICompatLLM) ->
 async def test_real_server_cancellation_leaves_the_client_usable(remote: OpenAICompatLLM) -> None:
     story = [{"role": "user", "content": "Write a long poem about the sea."}]
     stream = remote.stream(story, max_tokens=400, temperature=0)
-    got = [await stream.__anext__(), await stream.__anext__()]
+    got = [await stream.__anext__()]
+    first = time.perf_counter()
+    got.append(await stream.__anext__())
     started = time.perf_counter()
+    per_token = started - first  # measured in this run, on this machine as loaded now
     await stream.aclose()
-    assert time.perf_counter() - started < 1.0
+    closing = time.perf_counter() - started
+    # closing does not wait for the other ~398 tokens: a ratio, not an absolute time
+    assert closing < 40 * max(per_token, 0.005), (closing, per_token)
     assert len(got) == 2 and stream.finish_reason is None
     with anyio.fail_after(20):
         response = await remote.chat(HI, max_tokens=8, temperature=0)

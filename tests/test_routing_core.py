@@ -289,7 +289,7 @@ async def test_admission_failure_is_reported() -> None:
 
 
 async def test_started_repeats_and_late_calls_are_harmless() -> None:
-    router, agents, _, _ = make("conversation")
+    router, agents, _, rec = make("conversation")
     kept = []
 
     async def answer(t, started):
@@ -300,7 +300,11 @@ async def test_started_repeats_and_late_calls_are_harmless() -> None:
 
     agents["conversation"].answer_fn = answer
     await router.handle(turn("hi"))
+    assert [e[0] for e in rec.events] == ["admit", "answer"]
+    before = list(rec.events)
+    assert kept[0].closed
     await kept[0]()  # after answer() returned: no effect
+    assert rec.events == before
 
 
 async def test_bad_results_and_configuration_are_named() -> None:

@@ -281,7 +281,7 @@ async def test_acknowledgment_after_delay_precedes_slow_answer() -> None:
     llm = ScriptedLLM(["On it, checking now."])
 
     async def slow(t, started):
-        await anyio.sleep(0.15)
+        await _until(lambda: rec.of("out"))  # slow: still not started when the ack is out
         await started()
         rec.events.append(("say", "conversation", "answer"))
         return DestinationResult("answer", "answer")
@@ -301,7 +301,9 @@ async def test_started_before_delay_suppresses_acknowledgment() -> None:
     llm = ScriptedLLM(["On it."])
     router = ack_router(rec, llm, 0.2, None)
     await router.handle(turn("hi"))
-    await anyio.sleep(0.3)
+    # No wait needed: the acknowledgment runs in the turn's task group, so once handle()
+    # has returned it is over; had started() not suppressed it, handle() would have waited
+    # for it and its output would be here.
     assert rec.outputs() == [] and llm.requests == []
 
 
@@ -310,7 +312,7 @@ async def test_started_cancels_acknowledgment_still_generating() -> None:
     llm = ScriptedLLM([ScriptedReply("Working on it.", first_delay_s=0.5)])
 
     async def answer(t, started):
-        await anyio.sleep(0.1)
+        await _until(lambda: llm.requests)  # the acknowledgment is being generated
         await started()
         return DestinationResult("answer", "a")
 
@@ -324,12 +326,15 @@ async def test_started_waits_for_committed_acknowledgment_delivery() -> None:
     rec = Recorder()
     llm = ScriptedLLM(["On it."])
 
+    delivering = anyio.Event()
+
     async def slow_output(t, route, text):
+        delivering.set()
         await anyio.sleep(0.2)
         rec.events.append(("out", t.turn_id, route, text))
 
     async def answer(t, started):
-        await anyio.sleep(0.1)  # ack committed (at ~0.02 s) and being delivered
+        await delivering.wait()  # the ack is committed and being delivered
         await started()
         rec.events.append(("say", "conversation", "first words"))
         return DestinationResult("answer", "a")
@@ -364,6 +369,8 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
         return DestinationResult("answer", "a")
 
     router._destinations["conversation"].answer_fn = quick  # type: ignore[attr-defined]
+    # the prediction itself (a loaded machine could stretch the quick answer past the delay)
+    assert router._acknowledger.start_after("conversation") == 0.0
     await router.handle(turn("q3"))
     # Acknowledged although the answer started (0.08 s) before the 0.2 s delay: the
     # prediction started the acknowledgment at once.

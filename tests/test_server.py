@@ -353,6 +353,8 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
         # the barge-in became the next turn, and the old reply went silent
         turn = await client.collect_turn(limit_s=10, on_message=old_audio)
         assert turn.query == "tone 440" and turn.text == "Short answer."
+        # Order, not time: one connection's frames arrive in the order the server sent
+        # them, so these are exactly the old reply's chunks sent after the interruption.
         assert len(late) <= 1  # at most the chunk being published when it stopped
 
 

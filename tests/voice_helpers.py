@@ -134,11 +134,30 @@ async def spoken_service(
         await service.stop()
 
 
+def audio_after_interruption(rec: Recorder, request_id: str) -> list[Any]:
+    """Audio chunks of ``request_id`` published after the first ``Interrupted``.
+
+    Order, not time: ``publish`` awaits its handlers, so the recorder sees every message
+    as it is published, and this list is exact however slow the machine is."""
+    from edge.interaction import INTERRUPTED_TOPIC
+    from edge.voice import AUDIO_OUTPUT_TOPIC
+
+    published = sorted(
+        [(at, 0, None) for _, _, at in rec.seen[INTERRUPTED_TOPIC.name]]
+        + [(at, 1, m) for m, _, at in rec.seen[AUDIO_OUTPUT_TOPIC.name]],
+        key=lambda e: (e[0], e[1]),
+    )
+    kinds = [kind for _, kind, _ in published]
+    after = published[kinds.index(0) + 1 :]
+    return [m for _, kind, m in after if kind == 1 and m.request_id == request_id]
+
+
 __all__ = [
     "EnergyVAD",
     "Recorder",
     "ToneSTT",
     "ToneTTS",
+    "audio_after_interruption",
     "silence",
     "spoken_service",
     "tone",

@@ -13,6 +13,7 @@ Budgets are small so the real model compacts within a few exchanges. Each answer
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -212,10 +213,15 @@ class CaseResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _mentions(text: str, phrase: str) -> bool:
+    """``phrase`` as whole words in ``text`` (so "4:00" is not found in "14:00")."""
+    return re.search(rf"(?<!\w){re.escape(phrase.lower())}(?!\w)", text) is not None
+
+
 def score(answer: str, expect: Sequence[str], stale: Sequence[str]) -> float:
     text = answer.lower()
-    hit = any(e.lower() in text for e in expect)
-    old = any(s.lower() in text for s in stale)
+    hit = any(_mentions(text, e) for e in expect)
+    old = any(_mentions(text, s) for s in stale)
     return 1.0 if hit and not old else 0.5 if hit else 0.0
 
 
