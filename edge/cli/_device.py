@@ -120,7 +120,8 @@ def _print(console: Console, config: Any) -> None:
     t.add_row(
         "audio",
         f"{a.input_sample_rate} Hz in, {a.frame_ms} ms frames, endpoint after "
-        f"{a.endpoint_silence_ms} ms, STT {a.stt_compute_type} beam {a.stt_beam_size}",
+        f"{a.endpoint_silence_ms} ms ({a.endpoint_min_silence_ms}–{a.endpoint_max_silence_ms} "
+        f"adaptive), STT {a.stt_compute_type} beam {a.stt_beam_size}",
     )
     console.print(t)
 

@@ -3,6 +3,7 @@ model or scripted for tests."""
 
 from ._lexical import lexical_scores
 from ._local import LocalDecisionService
+from ._prefetch import PrefetchingDecisions
 from ._scripted import ScriptedChoice, ScriptedDecisions
 from ._types import (
     ChoiceAnswer,
@@ -21,6 +22,7 @@ __all__ = [
     "DecisionError",
     "DecisionService",
     "LocalDecisionService",
+    "PrefetchingDecisions",
     "ScriptedChoice",
     "ScriptedDecisions",
     "answer_from_logits",

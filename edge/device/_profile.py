@@ -118,6 +118,9 @@ class AudioSettings(_Strict):
     frame_ms: Literal[10, 20, 30] = 30
     vad_threshold: float = Field(default=0.5, gt=0, lt=1)
     endpoint_silence_ms: int = Field(default=600, ge=100, le=5000)
+    # adaptive endpointing: the end silence after a complete sentence / mid-phrase
+    endpoint_min_silence_ms: int = Field(default=400, ge=100, le=5000)
+    endpoint_max_silence_ms: int = Field(default=900, ge=100, le=5000)
     max_utterance_s: float = Field(default=30.0, gt=0, le=120)
     stt_compute_type: Literal["int8", "int8_float16", "float16", "float32"] = "int8"
     stt_beam_size: int = Field(default=1, ge=1, le=10)

@@ -6,6 +6,7 @@ from ._llamacpp import LlamaCppLLM, ScoreResult
 from ._openai import OpenAICompatLLM
 from ._scheduler import ModelScheduler, Slot
 from ._scripted import RecordedRequest, ScriptedLLM, ScriptedReply
+from ._speculation import SpeculationStats, SpeculativeLLM
 from ._types import (
     ChatMessage,
     ChatResponse,
@@ -51,6 +52,8 @@ __all__ = [
     "ScriptedLLM",
     "ScriptedReply",
     "Slot",
+    "SpeculationStats",
+    "SpeculativeLLM",
     "StreamingLLM",
     "TextStream",
     "as_messages",

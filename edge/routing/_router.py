@@ -183,6 +183,32 @@ class AgentRouter:
         if callable(prepare) and len(eligible) > 1:
             await prepare(routing_question("", eligible, aids, []))
 
+    async def likely_destination(self, participant_id: str, text: str) -> str | None:
+        """Where a turn saying ``text`` would most likely go now, without running it or
+        recording anything: the focused destination, the only eligible one, or the
+        decision service's pick for the question the turn would ask first. A decision
+        service that can ``prefetch`` (``edge.decisions.PrefetchingDecisions``) keeps that
+        decision and answers the turn itself with it when the turn asks the same
+        question, so routing leaves the turn's critical path without changing its
+        outcome. None when nothing can be chosen."""
+        state = self._participants.get(participant_id)
+        aids = self._aids(participant_id)
+        if state is not None and state.focus in aids and aids[state.focus].eligible:
+            return state.focus
+        candidates = [name for name, aid in aids.items() if aid.eligible]
+        if len(candidates) < 2:
+            return candidates[0] if candidates else None
+        history = newest_within(list(state.history), self.context_budget_bytes) if state else []
+        question = routing_question(text, candidates, aids, history)
+        ask = getattr(self._decisions, "prefetch", self._decisions.decide)
+        try:
+            answer = validate_answer(question, await ask(question))
+        except DecisionError:
+            return None
+        if answer.label is not None:
+            return answer.label
+        return best_scored(answer, candidates, aids, self.default_destination)
+
     async def handle(self, turn: AgentTurn) -> DestinationResult:
         """Route one turn while emitting only router-owned control text.
 

@@ -152,6 +152,10 @@ class EdgeClient:
         assert self.ws is not None, "not connected"
         await self.ws.send(message if isinstance(message, str) else json.dumps(message))
 
+    async def end_of_utterance(self) -> None:
+        """Push-to-talk release: the server ends the utterance now (no silence needed)."""
+        await self.send({"type": "end_of_utterance"})
+
     async def send_audio(self, pcm: bytes) -> None:
         assert self.ws is not None, "not connected"
         await self.ws.send(pcm)

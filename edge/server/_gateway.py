@@ -24,8 +24,9 @@ from edge.interaction import (
     ParticipantLeft,
     UserQuery,
 )
+from edge.llm import SpeculationStats
 from edge.runtime import AgentRuntime, MessageMetadata, PayloadError, Topic
-from edge.voice import AUDIO_INPUT_TOPIC, AudioInput
+from edge.voice import AUDIO_INPUT_TOPIC, END_OF_UTTERANCE_TOPIC, AudioInput, EndOfUtterance
 
 from ._hub import OutputHub
 
@@ -56,6 +57,7 @@ class Gateway:
     profile: str | None = None
     models: dict[str, str] = field(default_factory=dict)
     audio_out_rate: int | None = None
+    speculation: SpeculationStats | None = None  # answers started before the endpoint
 
     async def _publish(
         self, topic: Topic[Any], message: Any, participant_id: str, source: str
@@ -109,6 +111,12 @@ class Gateway:
             raise ClientError("this server runs without voice: send text turns")
         chunk = AudioInput(pcm=pcm, sample_rate=sample_rate, channels=channels)
         await self._publish(AUDIO_INPUT_TOPIC, chunk, participant_id, source)
+
+    async def end_of_utterance(self, participant_id: str, source: str) -> None:
+        """Push-to-talk release: end the participant's utterance now."""
+        if not self.voice:
+            raise ClientError("this server runs without voice: there is no utterance to end")
+        await self._publish(END_OF_UTTERANCE_TOPIC, EndOfUtterance(), participant_id, source)
 
     async def interrupt(self, participant_id: str, request_id: str | None, source: str) -> None:
         await self._publish(

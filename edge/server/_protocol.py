@@ -107,6 +107,13 @@ class Interrupt(_Message):
     request_id: str | None = None
 
 
+class EndOfUtterance(_Message):
+    """Push-to-talk released: the utterance being spoken ends now (like Wyoming's
+    ``audio-stop``), without waiting for the end-of-utterance silence."""
+
+    type: Literal["end_of_utterance"]
+
+
 class ContextUpdate(_Message):
     """Background context for the conversation on one of the server's context topics."""
 
@@ -122,9 +129,10 @@ class Bye(_Message):
 
 
 ClientMessage = Annotated[
-    Hello | TextTurn | Interrupt | ContextUpdate | Bye, Field(discriminator="type")
+    Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye,
+    Field(discriminator="type"),
 ]
-CLIENT_TYPES = ("hello", "text", "interrupt", "context", "bye")
+CLIENT_TYPES = ("hello", "text", "interrupt", "end_of_utterance", "context", "bye")
 _CLIENT = TypeAdapter(ClientMessage)
 
 
@@ -132,7 +140,9 @@ class ProtocolError(ValueError):
     """A client message that cannot be used; the text names the problem."""
 
 
-def parse_client_message(raw: str) -> Hello | TextTurn | Interrupt | ContextUpdate | Bye:
+def parse_client_message(
+    raw: str,
+) -> Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye:
     """Validate one JSON text frame from a client."""
     try:
         data: Any = json.loads(raw)

@@ -33,7 +33,7 @@ from typing import Any
 
 from edge import __version__
 from edge.conversation import ContextManager, Conversation
-from edge.decisions import DecisionService, LocalDecisionService
+from edge.decisions import DecisionService, LocalDecisionService, PrefetchingDecisions
 from edge.interaction import (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
@@ -41,7 +41,7 @@ from edge.interaction import (
     USER_QUERY_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
-from edge.llm import LLMService
+from edge.llm import LLMService, SpeculativeLLM
 from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime
@@ -52,6 +52,7 @@ from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
 from ._protocol import PROTOCOL_VERSION
 from ._settings import ServiceSettings
+from ._speculation import TurnSpeculator
 from ._warmup import PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
@@ -88,8 +89,9 @@ class EdgeService:
         self.runtime = AgentRuntime()
         self.hub = OutputHub()
         self.context = self._make_context()
+        self.answers = SpeculativeLLM(self.llm)  # answers may start before the endpoint
         self.conversation = Conversation(
-            self.llm,
+            self.answers,
             context=self.context,
             instructions=self.settings.instructions,
             runtime=self.runtime,
@@ -106,6 +108,7 @@ class EdgeService:
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
         self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
+        self.speculator = TurnSpeculator(self.router, self.conversation, self.answers)
         self._register_agents()
         self.gateway = self._make_gateway()
         self.token = self._access_token()
@@ -180,7 +183,7 @@ class EdgeService:
         kwargs = self.device.router_kwargs() if self.device is not None else {}
         return AgentRouter(
             destinations,
-            self.decisions,
+            PrefetchingDecisions(self.decisions),  # a turn's decision may be asked early
             default_destination="conversation",
             query_topic=USER_QUERY_TOPIC,
             output_topic=VOICE_OUTPUT_TOPIC,
@@ -199,6 +202,7 @@ class EdgeService:
         self.runtime.register("router", self.router.runtime_subscriber())
         if self.voice is not None:
             self.runtime.register("voice", self.voice)
+            self.runtime.register("speculator", self.speculator)
 
     def _make_gateway(self) -> Gateway:
         summary, incremental = self._context_topics
@@ -210,6 +214,7 @@ class EdgeService:
             server=f"xr-edge {__version__}",
             profile=self.profile_name,
             models=self.models,
+            speculation=self.answers.stats,
         )
 
     def _make_websocket(self) -> WebSocketServer:
@@ -288,10 +293,13 @@ class EdgeService:
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
         if voice_config is None and audio is not None:
+            silence = audio.endpoint_silence_ms
             voice_config = VoiceConfig(
                 vad=VadConfig(
                     threshold=audio.vad_threshold,
-                    end_silence_ms=audio.endpoint_silence_ms,
+                    end_silence_ms=silence,
+                    min_end_silence_ms=min(audio.endpoint_min_silence_ms, silence),
+                    max_end_silence_ms=max(audio.endpoint_max_silence_ms, silence),
                     max_utterance_s=max(audio.max_utterance_s, 1.5),
                 )
             )
@@ -327,6 +335,8 @@ class EdgeService:
                 if load is not None:
                     await load()
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
+            await stack.enter_async_context(self.answers)  # speculations cancelled on stop
+            await stack.enter_async_context(self.speculator)
             if self.voice is not None:
                 await stack.enter_async_context(self.voice)  # outlives the runtime
                 if preload:

@@ -34,6 +34,7 @@ from ._limits import ConnectionSlots, LogLimiter
 from ._protocol import (
     Bye,
     ContextUpdate,
+    EndOfUtterance,
     ErrorMessage,
     Goodbye,
     Hello,
@@ -185,6 +186,8 @@ class WebSocketSession:
                 await self.gateway.query(self.participant_id, message.text, SOURCE)
             elif isinstance(message, Interrupt):
                 await self.gateway.interrupt(self.participant_id, message.request_id, SOURCE)
+            elif isinstance(message, EndOfUtterance):
+                await self.gateway.end_of_utterance(self.participant_id, SOURCE)
             elif isinstance(message, ContextUpdate):
                 await self.gateway.context(self.participant_id, message.topic, message.text, SOURCE)
             elif isinstance(message, Bye):
@@ -324,6 +327,7 @@ class WebSocketServer:
             "voice": g.voice,
             "sessions": len(self.sessions),
             "participants": len(g.hub.connected()),
+            **({"speculation": g.speculation.as_dict()} if g.speculation is not None else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:

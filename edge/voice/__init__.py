@@ -37,13 +37,17 @@ from ._listener import Listener, UtteranceStats
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
+    END_OF_UTTERANCE_TOPIC,
+    SPECULATION_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
+    EndOfUtterance,
+    Speculation,
     Transcript,
 )
 from ._pipeline import VoicePipeline
-from ._sentences import SentenceSplitter, speakable
+from ._sentences import SentenceSplitter, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
 from ._stt import Recognition, SpeechToText, SpeechToTextError, WhisperSTT
@@ -53,13 +57,16 @@ from ._vad import SileroVAD, VadModelMissingError, default_vad_path
 __all__ = [
     "AUDIO_INPUT_TOPIC",
     "AUDIO_OUTPUT_TOPIC",
+    "END_OF_UTTERANCE_TOPIC",
     "ROUTER_SOURCE",
+    "SPECULATION_TOPIC",
     "STT_RATE",
     "TRANSCRIPT_TOPIC",
     "Answer",
     "AudioFormatError",
     "AudioInput",
     "AudioOutput",
+    "EndOfUtterance",
     "Endpointer",
     "Listener",
     "NothingToSpeakError",
@@ -69,6 +76,7 @@ __all__ = [
     "SileroVAD",
     "SimulatedSpeaker",
     "Speaker",
+    "Speculation",
     "SpeechPaused",
     "SpeechResumed",
     "SpeechStarted",
@@ -94,6 +102,7 @@ __all__ = [
     "pcm16_to_float",
     "read_wav",
     "resample",
+    "sounds_complete",
     "speakable",
     "wav_bytes",
     "write_wav",

@@ -13,6 +13,12 @@ class VadConfig(BaseModel):
     utterance. ``pre_roll_ms`` of audio before the first speech window and ``pad_ms``
     after the last are kept for the recognizer. An utterance reaching
     ``max_utterance_s`` is cut there and transcribed, and listening goes on.
+
+    Adaptive endpointing: with ``min_end_silence_ms`` / ``max_end_silence_ms`` set, the
+    silence that ends an utterance shortens to the minimum once the words so far form a
+    complete question or sentence and lengthens to the maximum when they stop
+    mid-phrase (the listener judges the speculative transcript of the pause);
+    ``end_silence_ms`` applies until then. Unset bounds keep it fixed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -24,11 +30,17 @@ class VadConfig(BaseModel):
     pre_roll_ms: int = Field(default=300, ge=0)
     pad_ms: int = Field(default=150, ge=0)
     max_utterance_s: float = Field(default=20.0, gt=1.0)
+    min_end_silence_ms: int | None = Field(default=None, gt=0)
+    max_end_silence_ms: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _thresholds(self) -> VadConfig:
         if self.neg_threshold is not None and self.neg_threshold > self.threshold:
             raise ValueError("neg_threshold must not exceed threshold")
+        if self.min_end_silence_ms is not None and self.min_end_silence_ms > self.end_silence_ms:
+            raise ValueError("min_end_silence_ms must not exceed end_silence_ms")
+        if self.max_end_silence_ms is not None and self.max_end_silence_ms < self.end_silence_ms:
+            raise ValueError("max_end_silence_ms must not be below end_silence_ms")
         return self
 
     @property

@@ -7,7 +7,9 @@ ring of recent audio while idle and the utterance's audio while speaking, and re
 * :class:`SpeechStarted` once a run of speech lasts ``min_speech_ms`` (confirmed speech);
 * :class:`SpeechPaused` at the first silent window after speech (the utterance may be
   over: a good moment to start transcribing), :class:`SpeechResumed` if speech returns;
-* :class:`UtteranceEnded` after ``end_silence_ms`` of silence, or at the length cap.
+* :class:`UtteranceEnded` after ``end_silence_ms`` of silence (adapted by :meth:`adapt`
+  within the configured bounds), at the length cap, or at once on :meth:`finish`
+  (push-to-talk release).
 
 Sample positions count samples of the whole stream since the endpointer was created.
 """
@@ -59,7 +61,13 @@ class Endpointer:
         self.window = window
         ms = sample_rate / 1000
         self._min_speech = int(self.config.min_speech_ms * ms)
-        self._end_silence = int(self.config.end_silence_ms * ms)
+        self._end_silence_default = int(self.config.end_silence_ms * ms)
+        self._end_silence = self._end_silence_default
+        low, high = self.config.min_end_silence_ms, self.config.max_end_silence_ms
+        self._end_silence_bounds = (
+            int(low * ms) if low is not None else self._end_silence_default,
+            int(high * ms) if high is not None else self._end_silence_default,
+        )
         self._pre_roll = int(self.config.pre_roll_ms * ms)
         self._pad = int(self.config.pad_ms * ms)
         self._cap = int(self.config.max_utterance_s * sample_rate)
@@ -90,6 +98,40 @@ class Endpointer:
         if self._state != "speech" or not self._paused:
             return 0
         return self._position - self._last_voiced_end
+
+    @property
+    def last_voiced_end(self) -> int:
+        """End of the current utterance's last speech window."""
+        return self._last_voiced_end
+
+    @property
+    def end_silence_samples(self) -> int:
+        """The silence that ends the current utterance, as adapted so far."""
+        return self._end_silence
+
+    def adapt(self, complete: bool) -> list[Event]:
+        """The words of the current pause form a complete sentence (shortest end silence
+        within bounds) or stop mid-phrase (longest); returns the end of the utterance
+        when the pause is already that long."""
+        if self._state != "speech" or not self._paused:
+            return []
+        low, high = self._end_silence_bounds
+        self._end_silence = low if complete else high
+        if self._position - self._last_voiced_end >= self._end_silence:
+            return [self._end(truncated=False)]
+        return []
+
+    def finish(self) -> list[Event]:
+        """End the current utterance now (push-to-talk release), as if its end silence
+        had passed; a run of speech not yet confirmed counts as an utterance too."""
+        events: list[Event] = []
+        if self._state == "candidate":
+            events.append(self._confirm())
+        if self._state == "speech":
+            if not self._paused:
+                self._last_voiced_end = self._position
+            events.append(self._end(truncated=False))
+        return events
 
     def utterance_audio(self) -> tuple[np.ndarray, int]:
         """The current utterance's audio so far and its first sample's stream position."""
@@ -148,6 +190,7 @@ class Endpointer:
         if prob >= cfg.silence_threshold:
             if self._paused and prob >= cfg.threshold:
                 self._paused = False
+                self._end_silence = self._end_silence_default
                 events.append(SpeechResumed(start))
             if not self._paused:
                 self._last_voiced_end = end
@@ -172,6 +215,7 @@ class Endpointer:
         self._state = "speech"
         self._speech_start = self._run_start
         self._paused = False
+        self._end_silence = self._end_silence_default
         return SpeechStarted(self._run_start)
 
     def _end(self, truncated: bool) -> UtteranceEnded:
@@ -192,6 +236,7 @@ class Endpointer:
         frames = self._audio if keep is None else keep
         self._state = "idle"
         self._paused = False
+        self._end_silence = self._end_silence_default
         self._audio = []
         self._history, self._history_len = [], 0
         for frame in frames:

@@ -30,8 +30,16 @@ import numpy as np
 from anyio.abc import TaskGroup
 
 from ._config import VoiceConfig
-from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
+from ._endpoint import (
+    Endpointer,
+    Event,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    UtteranceEnded,
+)
 from ._messages import Transcript
+from ._sentences import sounds_complete
 from ._stt import Recognition, SpeechToText
 
 log = logging.getLogger(__name__)
@@ -52,6 +60,9 @@ class ListenerHooks(Protocol):
     async def transcript(self, participant_id: str, transcript: Transcript) -> None: ...
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None: ...
+
+    async def speculate(self, participant_id: str, text: str, utterance: int) -> None:
+        """The words so far, during a pause that may end the utterance ("" retracts)."""
 
 
 class PassCost:
@@ -126,6 +137,7 @@ class Listener:
         self._last_partial_covers = 0
         self._cost = cost if cost is not None else PassCost()
         self._speculated = True  # a speculative pass was started for the current pause
+        self._spoken_guess = ""  # speculative text handed out for the current pause
         self._tg: TaskGroup | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
@@ -151,7 +163,18 @@ class Listener:
         self._anchor = (self._fed, start_us)
         self._fed += len(audio)
         probabilities = self._vad.process(audio)
-        for event in self._endpointer.feed(audio, probabilities):
+        self._handle(self._endpointer.feed(audio, probabilities))
+        if self._endpointer.speaking:
+            self._maybe_speculate()
+            self._maybe_partial()
+
+    def end_utterance(self) -> None:
+        """End the current utterance now (push-to-talk release): its transcript and query
+        follow at once, reusing a speculative pass that covers it."""
+        self._handle(self._endpointer.finish())
+
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
             if isinstance(event, SpeechStarted):
                 self._speech_start_us = self._wall_us(event.start_sample)
                 self._last_partial_covers = event.start_sample
@@ -160,11 +183,10 @@ class Listener:
                 self._speculated = False
             elif isinstance(event, SpeechResumed):
                 self._drop_waiting_passes()  # they cannot cover the utterance's end now
+                self._retract()
             elif isinstance(event, UtteranceEnded):
+                self._spoken_guess = ""  # the query itself confirms or replaces it
                 self._finish(event)
-        if self._endpointer.speaking:
-            self._maybe_speculate()
-            self._maybe_partial()
 
     def _wall_us(self, sample: int) -> int:
         base_sample, base_us = self._anchor
@@ -231,6 +253,8 @@ class Listener:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
             job.done.set()
+        if job.kind == "speculative" and job.result is not None:
+            self._speculative_result(job, job.result.text)
         if job.kind == "partial" and job.result and job.result.text:
             text, utterance = job.result.text, job.utterance
             start_us = self._speech_start_us
@@ -243,6 +267,33 @@ class Listener:
                     )
 
             self._enqueue(send_partial)
+
+    def _speculative_result(self, job: _Pass, text: str) -> None:
+        """A pause's transcript arrived before the endpoint: adapt the end silence to it
+        (complete sentence: shorter; mid-phrase: longer) and hand it out as a guess."""
+        ep = self._endpointer
+        current = job.utterance == self._utterance and ep.speaking
+        if not (current and ep.silence_samples and job.covers >= ep.last_voiced_end):
+            return  # the endpoint came first, or speech resumed after the pass's audio
+        if text:
+            self._spoken_guess = text
+            utterance = self._utterance
+
+            async def send() -> None:
+                await self._hooks.speculate(self.participant_id, text, utterance)
+
+            self._enqueue(send)
+        self._handle(ep.adapt(sounds_complete(text)))
+
+    def _retract(self) -> None:
+        if self._spoken_guess:
+            self._spoken_guess = ""
+            utterance = self._utterance
+
+            async def send() -> None:
+                await self._hooks.speculate(self.participant_id, "", utterance)
+
+            self._enqueue(send)
 
     def _finish(self, event: UtteranceEnded) -> None:
         utterance = self._utterance

@@ -65,6 +65,22 @@ class Transcript(_Payload):
     speech_start_us: int | None = None
 
 
+class Speculation(_Payload):
+    """What the participant has probably said, published during the pause that may end
+    the utterance (the speculative transcript), so an answer can start before the
+    endpoint. ``text`` "" retracts it (speech resumed). Never shown to clients: only the
+    final transcript and the query count; an answer started on it is adopted only when
+    the query says the same words."""
+
+    text: str
+    utterance: int = Field(ge=0)
+
+
+class EndOfUtterance(_Payload):
+    """The participant has finished speaking (push-to-talk released): end the utterance
+    now instead of waiting for the end-of-utterance silence."""
+
+
 AUDIO_INPUT_TOPIC: Topic[AudioInput] = Topic("voice.audio.in", AudioInput)
 """Microphone audio from clients; the voice pipeline consumes it."""
 
@@ -73,3 +89,9 @@ AUDIO_OUTPUT_TOPIC: Topic[AudioOutput] = Topic("voice.audio.out", AudioOutput)
 
 TRANSCRIPT_TOPIC: Topic[Transcript] = Topic("voice.transcript", Transcript)
 """Partial and final transcripts, for clients to show."""
+
+SPECULATION_TOPIC: Topic[Speculation] = Topic("voice.speculation", Speculation)
+"""Speculative transcripts for answer speculation (in process only, never to clients)."""
+
+END_OF_UTTERANCE_TOPIC: Topic[EndOfUtterance] = Topic("voice.audio.end", EndOfUtterance)
+"""Explicit ends of utterances (push-to-talk release) from clients."""

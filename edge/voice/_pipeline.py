@@ -46,9 +46,13 @@ from ._listener import Listener, PassCost, VoiceActivity
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
+    END_OF_UTTERANCE_TOPIC,
+    SPECULATION_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
+    EndOfUtterance,
+    Speculation,
     Transcript,
 )
 from ._speaker import Speaker
@@ -93,6 +97,8 @@ class VoicePipeline(Agent):
         reply_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
         query_topic: Topic[UserQuery] = USER_QUERY_TOPIC,
         transcript_topic: Topic[Transcript] = TRANSCRIPT_TOPIC,
+        speculation_topic: Topic[Speculation] = SPECULATION_TOPIC,
+        end_of_utterance_topic: Topic[EndOfUtterance] = END_OF_UTTERANCE_TOPIC,
         interrupted_topic: Topic[Interrupted] = INTERRUPTED_TOPIC,
         participant_left_topic: Topic[ParticipantLeft] = PARTICIPANT_LEFT_TOPIC,
     ) -> None:
@@ -106,6 +112,7 @@ class VoicePipeline(Agent):
         self._audio_output_topic = audio_output_topic
         self._query_topic = query_topic
         self._transcript_topic = transcript_topic
+        self._speculation_topic = speculation_topic
         self._interrupted_topic = interrupted_topic
         self._stt_limiter = anyio.CapacityLimiter(1)
         self.stt_cost = PassCost()  # how long a transcription pass takes here
@@ -114,6 +121,7 @@ class VoicePipeline(Agent):
         self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None
         self.add_handler(audio_input_topic, self._on_audio)
+        self.add_handler(end_of_utterance_topic, self._on_end_of_utterance)
         self.add_handler(reply_topic, self._on_reply)
         self.add_handler(query_topic, self._on_query)
         self.add_handler(interrupted_topic, self._on_interrupted)
@@ -216,6 +224,12 @@ class VoicePipeline(Agent):
         if len(audio):
             session.listener.feed(audio, start_us)
 
+    async def _on_end_of_utterance(self, message: EndOfUtterance, ctx: HandlerContext) -> None:
+        participant = ctx.metadata.participant_id
+        session = self._sessions.get(participant) if participant is not None else None
+        if session is not None:
+            session.listener.end_utterance()
+
     async def _on_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id
         if participant is None:
@@ -270,6 +284,11 @@ class VoicePipeline(Agent):
 
     async def transcript(self, participant_id: str, transcript: Transcript) -> None:
         await self._publish(self._transcript_topic, transcript, participant_id)
+
+    async def speculate(self, participant_id: str, text: str, utterance: int) -> None:
+        await self._publish(
+            self._speculation_topic, Speculation(text=text, utterance=utterance), participant_id
+        )
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
         await self._publish(

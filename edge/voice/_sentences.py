@@ -25,6 +25,30 @@ _URL = re.compile(r"https?://\S+")
 _WORDY = re.compile(r"[^\W_]", re.UNICODE)
 
 
+_DANGLING = frozenset(
+    """a an the of to and or but nor so because if than that which who whose whom where
+    when while with without for from in on at by about into onto over under between
+    like as my your his her its our their this these those is are was were be been am
+    do does did can could would should will shall may might must um uh er like""".split()
+)
+
+
+def sounds_complete(text: str) -> bool:
+    """Whether a transcript reads as a whole question or sentence (so the speaker has
+    probably finished): it ends with ``?`` or ``!``, or with a ``.`` after a word that
+    can end a sentence. Text that trails off (no end mark, ``...``, a comma, or a last word
+    such as "the", "and", "of") is mid-phrase."""
+    stripped = text.strip().rstrip("\"'”’)]")
+    if not stripped or stripped.endswith(("...", "…", ",", ";", ":", "-")):
+        return False
+    if stripped[-1] in "?!":
+        return True
+    if stripped[-1] != ".":
+        return False
+    words = re.findall(r"[\w']+", stripped.lower())
+    return bool(words) and words[-1] not in _DANGLING
+
+
 def speakable(text: str) -> str:
     """``text`` cleaned for a voice: markdown and markup symbols and URLs removed,
     whitespace collapsed. Empty when nothing in it can be spoken (no letter or digit)."""

@@ -1,0 +1,214 @@
+"""Speculative requests: start an answer before it is asked for, adopt it or drop it.
+
+:class:`SpeculativeLLM` wraps an :class:`LLMService`. :meth:`SpeculativeLLM.speculate`
+starts a streamed request for a ``cache_key`` (a participant) whose output is held back.
+A later :meth:`SpeculativeLLM.stream` for the same key with the *same* messages and
+options adopts it: the held deltas are replayed at once and the rest follows live, so
+the caller sees exactly the stream it would have got, only sooner. Any other request for
+that key, a new speculation, :meth:`SpeculativeLLM.discard`, or ``hold_s`` passing
+after it finished without being adopted discards it: cancelled at the next token, its text never
+leaves this object. Everything else is delegated to the wrapped service.
+
+Use it as ``async with speculative:`` (it owns the speculations' tasks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from edge.runtime import BackgroundTasks
+
+from ._types import LLMService, Messages, Priority, RequestMetrics, TextStream, as_messages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SpeculationStats:
+    """How speculation went: started, adopted by the real request, discarded."""
+
+    started: int = 0
+    adopted: int = 0
+    discarded: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"started": self.started, "adopted": self.adopted, "discarded": self.discarded}
+
+
+@dataclass(eq=False)
+class _Speculation:
+    request: tuple[Any, ...]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    deltas: list[str] = field(default_factory=list)
+    stream: TextStream | None = None
+    error: BaseException | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    adopted: anyio.Event = field(default_factory=anyio.Event)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+def _request(
+    messages: Messages,
+    max_tokens: int | None,
+    temperature: float | None,
+    stop: Sequence[str] | None,
+    priority: Priority | str,
+) -> tuple[Any, ...]:
+    return (tuple(as_messages(messages)), max_tokens, temperature, tuple(stop or ()), priority)
+
+
+class SpeculativeLLM:
+    """An LLM service that can answer ahead of the request; see the module docstring."""
+
+    def __init__(self, llm: LLMService, *, hold_s: float = 10.0) -> None:
+        self.llm = llm
+        self.hold_s = hold_s
+        self.stats = SpeculationStats()
+        self._pending: dict[str, _Speculation] = {}
+        self._tasks = BackgroundTasks("speculative answers")
+
+    def __getattr__(self, name: str) -> Any:  # capabilities of the wrapped service
+        return getattr(self.llm, name)
+
+    async def __aenter__(self) -> SpeculativeLLM:
+        await self._tasks.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for key in list(self._pending):
+            self.discard(key)
+        await self._tasks.close()
+
+    # -- speculation ------------------------------------------------------------------
+
+    def speculate(
+        self,
+        cache_key: str,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+    ) -> None:
+        """Start answering ``messages`` for ``cache_key`` now, holding the output back."""
+        request = _request(messages, max_tokens, temperature, stop, priority)
+        current = self._pending.get(cache_key)
+        if current is not None and current.request == request:
+            return  # already under way
+        self.discard(cache_key)
+        if not self._tasks.running:
+            return
+        spec = self._pending[cache_key] = _Speculation(request)
+        self.stats.started += 1
+        self._tasks.start_soon(self._run, cache_key, spec)
+
+    def discard(self, cache_key: str) -> bool:
+        """Drop the key's speculation (cancelled at the next token); True if there was one."""
+        spec = self._pending.pop(cache_key, None)
+        if spec is None:
+            return False
+        self.stats.discarded += 1
+        spec.scope.cancel()
+        log.debug("discarded the speculative answer for %s", cache_key)
+        return True
+
+    def pending(self, cache_key: str) -> bool:
+        return cache_key in self._pending
+
+    async def _run(self, cache_key: str, spec: _Speculation) -> None:
+        with spec.scope:
+            await self._generate(cache_key, spec)
+            with anyio.move_on_after(self.hold_s):
+                await spec.adopted.wait()
+        if not spec.adopted.is_set() and self._pending.get(cache_key) is spec:
+            self.discard(cache_key)  # nobody asked for it in time
+
+    async def _generate(self, cache_key: str, spec: _Speculation) -> None:
+        messages, max_tokens, temperature, stop, priority = spec.request
+        try:
+            stream = spec.stream = self.llm.stream(
+                list(messages),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stop=list(stop) or None,
+                priority=priority,
+                cache_key=cache_key,
+            )
+            async for delta in stream:
+                spec.deltas.append(delta)
+                spec.notify()
+        except Exception as exc:  # handed to the adopter, which would have seen it too
+            spec.error = exc
+        finally:
+            if spec.stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await spec.stream.aclose()  # the model is free again when this returns
+            spec.done.set()
+            spec.notify()
+
+    # -- requests -----------------------------------------------------------------------
+
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        priority: Priority | str = Priority.INTERACTIVE,
+        cache_key: str | None = None,
+    ) -> TextStream:
+        """The request's stream: the key's speculation when it asked exactly this, else
+        a new request (after discarding a speculation that asked something else)."""
+        if cache_key is not None and cache_key in self._pending:
+            spec = self._pending[cache_key]
+            if spec.request == _request(messages, max_tokens, temperature, stop, priority):
+                del self._pending[cache_key]
+                self.stats.adopted += 1
+                spec.adopted.set()
+                return self._adopt(spec)
+            self.discard(cache_key)
+        return self.llm.stream(
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+            priority=priority,
+            cache_key=cache_key,
+        )
+
+    def _adopt(self, spec: _Speculation) -> TextStream:
+        metrics = spec.stream.metrics if spec.stream is not None else RequestMetrics()
+        out = TextStream(self._replay(spec, lambda: out), metrics)
+        return out
+
+    @staticmethod
+    async def _replay(spec: _Speculation, target: Any) -> AsyncIterator[str]:
+        sent = 0
+        try:
+            while True:
+                while sent < len(spec.deltas):
+                    sent += 1
+                    yield spec.deltas[sent - 1]
+                if spec.done.is_set():
+                    break
+                await spec.changed.wait()
+            if spec.error is not None:
+                raise spec.error
+            if spec.stream is not None:
+                target().finish_reason = spec.stream.finish_reason
+        finally:
+            if not spec.done.is_set():  # closed early: stop the model, wait until it is free
+                spec.scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await spec.done.wait()

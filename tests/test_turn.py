@@ -1,0 +1,258 @@
+"""The overlapped spoken turn, with scripted models: adaptive endpointing, push-to-talk,
+speculative answers that are adopted or silently discarded."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import numpy as np
+import pytest
+
+from edge.decisions import ChoiceAnswer, PrefetchingDecisions, ScriptedDecisions
+from edge.interaction import USER_QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from edge.llm import ScriptedLLM, ScriptedReply, SpeculativeLLM
+from edge.server import EdgeClient, EdgeService
+from edge.server._protocol import AudioFormat
+from edge.voice import (
+    AUDIO_OUTPUT_TOPIC,
+    SPECULATION_TOPIC,
+    TRANSCRIPT_TOPIC,
+    Endpointer,
+    SimulatedSpeaker,
+    SpeechPaused,
+    SpeechResumed,
+    UtteranceEnded,
+    VadConfig,
+    VoiceConfig,
+    chunk_pcm,
+    float_to_pcm16,
+    sounds_complete,
+)
+from tests.server_helpers import settings
+from tests.voice_helpers import EnergyVAD, Recorder, ToneSTT, ToneTTS, silence, tone, wait_for
+
+pytestmark = pytest.mark.anyio
+
+WINDOW = 512  # 32 ms at 16 kHz
+
+
+def windows(probabilities: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(len(probabilities) * WINDOW, np.float32), np.array(probabilities)
+
+
+def ms(count_ms: int, p: float) -> list[float]:
+    return [p] * (count_ms // 32)
+
+
+ADAPTIVE = VadConfig(
+    min_speech_ms=96,
+    end_silence_ms=600,
+    min_end_silence_ms=400,
+    max_end_silence_ms=900,
+    pre_roll_ms=0,
+    pad_ms=0,
+)
+
+
+# -- endpointing ------------------------------------------------------------------------
+
+
+def test_sounds_complete() -> None:
+    assert sounds_complete("What is the capital of France?")
+    assert sounds_complete("Turn on the lights.")
+    assert not sounds_complete("What is the capital of")
+    assert not sounds_complete("Tell me about the.")
+    assert not sounds_complete("So, um,")
+    assert not sounds_complete("")
+
+
+def test_a_complete_sentence_shortens_the_end_silence() -> None:
+    ep = Endpointer(ADAPTIVE)
+    ep.feed(*windows(ms(640, 0.9) + ms(320, 0.0)))
+    assert ep.speaking
+    assert ep.adapt(complete=True) == []  # 320 ms of pause < 400 ms
+    events = ep.feed(*windows(ms(96, 0.0)))
+    assert [type(e) for e in events] == [UtteranceEnded]
+
+
+def test_adapting_after_the_short_bound_ends_at_once() -> None:
+    ep = Endpointer(ADAPTIVE)
+    ep.feed(*windows(ms(640, 0.9) + ms(448, 0.0)))
+    assert [type(e) for e in ep.adapt(complete=True)] == [UtteranceEnded]
+
+
+def test_mid_phrase_lengthens_the_end_silence_and_keeps_a_pause() -> None:
+    ep = Endpointer(ADAPTIVE)
+    ep.feed(*windows(ms(640, 0.9) + ms(320, 0.0)))
+    ep.adapt(complete=False)
+    assert ep.feed(*windows(ms(480, 0.0))) == []  # 800 ms of pause: still one utterance
+    events = ep.feed(*windows(ms(320, 0.9) + ms(960, 0.0)))
+    assert [type(e) for e in events] == [SpeechResumed, SpeechPaused, UtteranceEnded]
+    assert ep.end_silence_samples == 600 * 16  # back to the neutral value
+
+
+def test_a_350_ms_mid_sentence_pause_never_ends_the_utterance() -> None:
+    for complete in (True, False):
+        ep = Endpointer(ADAPTIVE)
+        ep.feed(*windows(ms(640, 0.9) + ms(160, 0.0)))
+        ep.adapt(complete=complete)  # even a wrong "complete" guess waits 400 ms
+        events = ep.feed(*windows(ms(192, 0.0) + ms(640, 0.9) + ms(960, 0.0)))
+        ended = [e for e in events if isinstance(e, UtteranceEnded)]
+        assert len(ended) == 1
+
+
+def test_finish_ends_the_utterance_at_once() -> None:
+    ep = Endpointer(ADAPTIVE)
+    ep.feed(*windows(ms(640, 0.9)))
+    events = ep.finish()
+    assert [type(e) for e in events] == [UtteranceEnded]
+    assert not ep.speaking
+    assert ep.finish() == []  # nothing to end
+
+
+# -- speculative requests ------------------------------------------------------------------
+
+
+async def test_an_adopted_speculation_is_the_same_stream_and_runs_once() -> None:
+    llm = ScriptedLLM([ScriptedReply("Paris is the capital.", delay_s=0.01)])
+    messages = [{"role": "user", "content": "capital of France?"}]
+    async with SpeculativeLLM(llm) as speculative:
+        speculative.speculate("p1", messages, max_tokens=20)
+        await wait_for(lambda: speculative.stats.started == 1)
+        stream = speculative.stream(messages, max_tokens=20, cache_key="p1")
+        async with stream:
+            text = "".join([d async for d in stream])
+    assert text == "Paris is the capital."
+    assert len(llm.requests) == 1
+    assert speculative.stats.as_dict() == {"started": 1, "adopted": 1, "discarded": 0}
+
+
+async def test_a_different_request_discards_the_speculation() -> None:
+    llm = ScriptedLLM(default=ScriptedReply("one two three four five six", delay_s=0.05))
+    async with SpeculativeLLM(llm) as speculative:
+        speculative.speculate("p1", [{"role": "user", "content": "capital of"}])
+        await anyio.sleep(0.05)
+        stream = speculative.stream(
+            [{"role": "user", "content": "capital of Peru"}], cache_key="p1"
+        )
+        async with stream:
+            assert "".join([d async for d in stream]) == "one two three four five six"
+    assert speculative.stats.as_dict() == {"started": 1, "adopted": 0, "discarded": 1}
+
+
+async def test_prefetched_decisions_answer_the_same_question_once() -> None:
+    from edge.decisions import ChoiceQuestion, Criterion
+
+    inner = ScriptedDecisions(default="notes")
+    prefetching = PrefetchingDecisions(inner)
+    question = ChoiceQuestion(
+        "take a note", (Criterion("notes", "notes"), Criterion("conversation", "talk"))
+    )
+    early = await prefetching.prefetch(question)
+    assert isinstance(early, ChoiceAnswer)
+    assert await prefetching.decide(question) is early
+    assert prefetching.hits == 1
+    assert (await prefetching.decide(question)).label == early.label  # asked again
+
+
+# -- the whole turn, scripted models ------------------------------------------------------
+
+TURN_VAD = VadConfig(
+    min_speech_ms=96,
+    end_silence_ms=500,
+    min_end_silence_ms=300,
+    max_end_silence_ms=700,
+    pre_roll_ms=100,
+    pad_ms=50,
+)
+
+
+def voice_service(llm: ScriptedLLM, **kw: object) -> EdgeService:
+    """The service with scripted models; participant p1 (fed in process) wants audio."""
+    service = EdgeService(
+        settings(voice=True),
+        llm=llm,
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(),
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(
+            vad=TURN_VAD, playback_speed=0, partial_interval_s=0, speculative_after_ms=96
+        ),
+        **kw,
+    )
+    service.hub.attach("p1", SimulatedSpeaker("p1"))
+    return service
+
+
+async def feed(service: EdgeService, audio: np.ndarray, pid: str = "p1") -> None:
+    from edge.voice import AUDIO_INPUT_TOPIC, AudioInput
+
+    for piece in chunk_pcm(float_to_pcm16(audio), 16_000, 100):
+        await service.runtime.publish(
+            AUDIO_INPUT_TOPIC, AudioInput(pcm=piece), participant_id=pid, source="test"
+        )
+        await anyio.lowlevel.checkpoint()
+
+
+async def test_a_discarded_speculation_reaches_nobody_and_records_nothing() -> None:
+    llm = ScriptedLLM(default=ScriptedReply("An answer in several words.", delay_s=0.05))
+    service = voice_service(llm)
+    rec = Recorder(SPECULATION_TOPIC, USER_QUERY_TOPIC, VOICE_OUTPUT_TOPIC, AUDIO_OUTPUT_TOPIC)
+    service.runtime.register("recorder", rec)
+    async with service:
+        await feed(service, np.concatenate([tone(0.5, 440.0), silence(0.2)]))
+        await wait_for(lambda: rec.messages(SPECULATION_TOPIC))  # guessed during the pause
+        await wait_for(lambda: llm.requests)  # and the answer started
+        await feed(service, np.concatenate([tone(1.2, 880.0), silence(1.0)]))  # went on
+        await wait_for(lambda: any(m.final for m in rec.messages(AUDIO_OUTPUT_TOPIC)))
+        queries = rec.seen[USER_QUERY_TOPIC.name]
+        assert [q.text for q, _, _ in queries] == ["tone 880"]
+        turn_id = queries[0][1].message_id
+        assert {m.request_id for m in rec.messages(VOICE_OUTPUT_TOPIC)} == {turn_id}
+        assert {m.request_id for m in rec.messages(AUDIO_OUTPUT_TOPIC)} == {turn_id}
+        assert [e.user for e in service.router.history("p1")] == ["tone 880"]
+        # guessed "tone 440", retracted when speech resumed, then guessed the real words
+        guesses = [t.text for t in rec.messages(SPECULATION_TOPIC)]
+        assert guesses[:2] == ["tone 440", ""]
+        assert service.answers.stats.discarded >= 1
+    assert llm.requests[0].messages[-1].content == "tone 440"
+    assert llm.requests[0].cancelled  # stopped at the next token
+
+
+async def test_a_confirmed_speculation_is_adopted_not_asked_twice() -> None:
+    llm = ScriptedLLM(default=ScriptedReply("An answer.", delay_s=0.01))
+    service = voice_service(llm)
+    rec = Recorder(SPECULATION_TOPIC, USER_QUERY_TOPIC, AUDIO_OUTPUT_TOPIC)
+    service.runtime.register("recorder", rec)
+    async with service:
+        await feed(service, np.concatenate([tone(0.5, 440.0), silence(0.2)]))
+        await wait_for(lambda: rec.messages(SPECULATION_TOPIC))
+        await feed(service, silence(0.8))  # the endpoint confirms the same words
+        await wait_for(lambda: any(m.final for m in rec.messages(AUDIO_OUTPUT_TOPIC)))
+        assert [q.text for q in rec.messages(USER_QUERY_TOPIC)] == ["tone 440"]
+        assert service.answers.stats.adopted == 1
+    assert len(llm.requests) == 1  # the turn's answer is the speculative one
+
+
+async def test_push_to_talk_ends_the_utterance_at_once() -> None:
+    service = voice_service(ScriptedLLM(default="Heard you."))
+    rec = Recorder(TRANSCRIPT_TOPIC)
+    service.runtime.register("recorder", rec)
+    async with service:
+        async with EdgeClient(
+            service.websocket_url,
+            participant_id="ptt",
+            audio=AudioFormat(sample_rate=16_000),
+            want_audio=True,
+        ) as client:
+            for piece in chunk_pcm(float_to_pcm16(tone(0.6, 440.0)), 16_000, 100):
+                await client.send_audio(piece)  # no trailing silence: still talking
+            await anyio.sleep(0.3)
+            assert not any(t.final for t in rec.messages(TRANSCRIPT_TOPIC))
+            await client.end_of_utterance()  # no silence follows: only this ends it
+            heard = await client.collect_turn(limit_s=10)
+            assert heard.query == "tone 440"
+            assert heard.text == "Heard you."
+        health = service.websocket.health()
+        assert set(health["speculation"]) == {"started", "adopted", "discarded"}
