@@ -44,3 +44,36 @@ async def test_scripted_cancel_marks_request_and_activity_tracks_interactive() -
     await stream.aclose()
     assert llm.requests[0].cancelled
     assert not llm.activity.busy
+
+
+async def test_generation_options_are_one_value_overridden_by_keywords() -> None:
+    from edge.llm import GenerationOptions
+
+    llm = ScriptedLLM(["a", "b"])
+    base = GenerationOptions(max_tokens=8, stop=["\n"], priority="background", cache_key="p")
+    await llm.chat([{"role": "user", "content": "x"}], base, max_tokens=4)
+    await llm.chat([{"role": "user", "content": "y"}], temperature=0.0)
+    first, second = llm.requests
+    assert first.options == GenerationOptions(4, None, ("\n",), Priority.BACKGROUND, "p")
+    assert (first.stop, second.stop, second.priority) == (["\n"], None, Priority.INTERACTIVE)
+    with pytest.raises(TypeError):
+        GenerationOptions(stop="\n")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await llm.chat([{"role": "user", "content": "z"}], top_k=3)
+
+
+def test_optional_capabilities_are_protocols() -> None:
+    from edge.llm import (
+        Loadable,
+        OpenAICompatLLM,
+        ReportsActivity,
+        Scorer,
+        TokenCounter,
+        Warmable,
+    )
+
+    scripted = ScriptedLLM()
+    remote = OpenAICompatLLM("http://127.0.0.1:9/v1")
+    for llm in (scripted, remote):
+        assert isinstance(llm, ReportsActivity)
+        assert not isinstance(llm, Warmable | Scorer | TokenCounter | Loadable)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from edge.llm import ActivityTracker
+from edge.llm import ActivityTracker, ReportsActivity
 
 
 class Quiet:
@@ -20,7 +20,7 @@ class Quiet:
         if quiet_s < 0:
             raise ValueError("compaction_quiet_s must be >= 0")
         self.quiet_s = quiet_s
-        self._llm_activity: ActivityTracker | None = getattr(llm, "activity", None)
+        self._llm_activity = llm.activity if isinstance(llm, ReportsActivity) else None
         self._own: ActivityTracker | None = None
 
     @property

@@ -9,7 +9,7 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics
+from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics, TokenCounter
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -171,16 +171,13 @@ class Conversation:
         messages = self.context.messages(
             participant_id, system=self.system_message, request=query, now_us=self._clock()
         )
-        window = getattr(self.llm, "context_length", None)
-        count = getattr(self.llm, "count_tokens", None)
-        fmt = getattr(self.llm, "format_chat", None)
-        if not (isinstance(window, int) and callable(count) and callable(fmt)):
+        llm = self.llm
+        if not isinstance(llm, TokenCounter):
             return messages
-        reserve = self.max_tokens or getattr(self.llm, "default_max_tokens", 256)
-        limit = window - reserve
+        limit = llm.context_length - (self.max_tokens or llm.default_max_tokens)
 
         def fits(msgs: list[ChatMessage]) -> bool:
-            return count(fmt(msgs)) <= limit
+            return llm.count_tokens(llm.format_chat(msgs)) <= limit
 
         if fits(messages):
             return messages
@@ -207,7 +204,7 @@ class Conversation:
             "participant %r: the request exceeded the model's %d-token window; "
             "%d oldest context block(s) left out",
             participant_id,
-            window,
+            llm.context_length,
             dropped,
         )
         return messages

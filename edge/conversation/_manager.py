@@ -14,7 +14,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from edge.llm import ChatMessage, LLMError, LLMService, Priority
+from edge.llm import ChatMessage, LLMError, LLMService, Priority, Warmable
 from edge.runtime import Agent, now_us
 
 from . import _persist
@@ -558,7 +558,7 @@ class ContextManager:
                         best = (key, part, section)
         if best is not None:
             return ("compact", best[1], best[2])
-        if self._rewarm and getattr(self._llm, "warm", None) is not None:
+        if self._rewarm and isinstance(self._llm, Warmable):
             for pid, part in self._participants.items():
                 if part.warm_pending and not self._lock(pid).locked():
                     return ("warm", part, None)
@@ -594,8 +594,7 @@ class ContextManager:
         """Evaluate the participant's stable prompt prefix (system prompt and context,
         without the current time) into their KV state, so the next answer starts fast."""
         part.warm_pending = False
-        warm = getattr(self._llm, "warm", None)
-        if warm is None or part.system is None:
+        if not isinstance(self._llm, Warmable) or part.system is None:
             return
         context = self._renderer.context_message(part.blocks(self._renderer), None)
         messages = [
@@ -604,7 +603,9 @@ class ContextManager:
         ]
         with self._jobs.track(part.participant_id):
             try:
-                await warm(messages, cache_key=part.participant_id, priority=Priority.BACKGROUND)
+                await self._llm.warm(
+                    messages, cache_key=part.participant_id, priority=Priority.BACKGROUND
+                )
             except LLMError as exc:
                 log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
 

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from importlib import resources
 from typing import Any
 
-from edge.llm import LLMService, Priority
+from edge.llm import LLMService, Priority, Scorer
 
 from ._lexical import lexical_scores
 from ._types import ChoiceAnswer, ChoiceQuestion, DecisionError, answer_from_logits
@@ -82,9 +82,7 @@ class LocalDecisionService:
 
     @property
     def uses_model(self) -> bool:
-        return callable(getattr(self.llm, "score", None)) and callable(
-            getattr(self.llm, "format_chat", None)
-        )
+        return isinstance(self.llm, Scorer)
 
     async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer:
         if not isinstance(question, ChoiceQuestion):

@@ -1,7 +1,16 @@
-"""The LLM service: one protocol, a local llama.cpp backend behind a priority scheduler,
+"""The LLM service: one protocol (with its optional capabilities as protocols of their own
+and one ``GenerationOptions`` value), a local llama.cpp backend behind a priority scheduler,
 an OpenAI-compatible remote backend, and a scripted model for tests."""
 
 from ._activity import ActivityTracker
+from ._capabilities import (
+    ChatFormatter,
+    Loadable,
+    ReportsActivity,
+    Scorer,
+    TokenCounter,
+    Warmable,
+)
 from ._llamacpp import LlamaCppLLM, ScoreResult
 from ._openai import OpenAICompatLLM
 from ._scheduler import ModelScheduler, Slot
@@ -13,6 +22,7 @@ from ._types import (
     ContextOverflowError,
     FinishReason,
     GenerationError,
+    GenerationOptions,
     LLMClosedError,
     LLMError,
     LLMHealth,
@@ -30,25 +40,30 @@ from ._types import (
 
 __all__ = [
     "ActivityTracker",
+    "ChatFormatter",
     "ChatMessage",
     "ChatResponse",
     "ContextOverflowError",
     "FinishReason",
     "GenerationError",
+    "GenerationOptions",
     "LLMClosedError",
     "LLMError",
     "LLMHealth",
     "LLMService",
     "LLMUnavailableError",
     "LlamaCppLLM",
+    "Loadable",
     "Messages",
     "ModelLoadError",
     "ModelScheduler",
     "OpenAICompatLLM",
     "Priority",
     "RecordedRequest",
+    "ReportsActivity",
     "RequestMetrics",
     "ScoreResult",
+    "Scorer",
     "ScriptedLLM",
     "ScriptedReply",
     "Slot",
@@ -56,6 +71,8 @@ __all__ = [
     "SpeculativeLLM",
     "StreamingLLM",
     "TextStream",
+    "TokenCounter",
+    "Warmable",
     "as_messages",
     "collect",
 ]

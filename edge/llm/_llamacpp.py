@@ -18,6 +18,7 @@ from ._scheduler import ModelScheduler, Slot
 from ._types import (
     ContextOverflowError,
     GenerationError,
+    GenerationOptions,
     LLMClosedError,
     LLMError,
     LLMHealth,
@@ -266,49 +267,26 @@ class LlamaCppLLM(StreamingLLM):
         self.metrics_log.append(metrics)
 
     # -- generation ----------------------------------------------------------------------
-    def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> TextStream:
+    def generate(self, messages: Messages, options: GenerationOptions) -> TextStream:
         if self._closed:
             raise LLMClosedError("the LLM service is closed")
         msgs = as_messages(messages)
-        if max_tokens is not None and max_tokens < 1:
+        if options.max_tokens is not None and options.max_tokens < 1:
             raise ValueError("max_tokens must be positive")
-        priority = Priority(priority)
-        metrics = RequestMetrics(priority=priority, cache_key=cache_key)
-        stream = TextStream(
-            self._generate(
-                msgs,
-                max_tokens or self.default_max_tokens,
-                self.temperature if temperature is None else temperature,
-                list(stop or ()),
-                priority,
-                cache_key,
-                metrics,
-                lambda: stream,
-            ),
-            metrics,
-        )
+        metrics = RequestMetrics(priority=options.priority, cache_key=options.cache_key)
+        stream = TextStream(self._generate(msgs, options, metrics, lambda: stream), metrics)
         return stream
 
     async def _generate(
         self,
         messages: list[Any],
-        max_tokens: int,
-        temperature: float,
-        stop: list[str],
-        priority: Priority,
-        cache_key: str | None,
+        options: GenerationOptions,
         metrics: RequestMetrics,
         get_stream: Callable[[], TextStream],
     ) -> AsyncIterator[str]:
+        max_tokens = options.max_tokens or self.default_max_tokens
+        temperature = self.temperature if options.temperature is None else options.temperature
+        stop, priority, cache_key = list(options.stop), options.priority, options.cache_key
         started = time.perf_counter()
         await self.load()
         engine = self._engine

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -35,6 +35,7 @@ from ._types import (
     ContextOverflowError,
     FinishReason,
     GenerationError,
+    GenerationOptions,
     LLMClosedError,
     LLMHealth,
     LLMUnavailableError,
@@ -204,19 +205,12 @@ class OpenAICompatLLM(StreamingLLM):
 
     # -- requests ----------------------------------------------------------------------
 
-    def _body(
-        self,
-        messages: Messages,
-        max_tokens: int | None,
-        temperature: float | None,
-        stop: Sequence[str] | None,
-        cache_key: str | None,
-    ) -> dict[str, Any]:
+    def _body(self, messages: Messages, options: GenerationOptions) -> dict[str, Any]:
         msgs = as_messages(messages)
-        max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
+        max_tokens = self.default_max_tokens if options.max_tokens is None else options.max_tokens
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-        temperature = self.temperature if temperature is None else temperature
+        temperature = self.temperature if options.temperature is None else options.temperature
         if temperature < 0:
             raise ValueError(f"temperature must not be negative, got {temperature}")
         body: dict[str, Any] = {
@@ -226,32 +220,21 @@ class OpenAICompatLLM(StreamingLLM):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if stop:
-            if isinstance(stop, str):
-                raise TypeError("stop must be a sequence of strings, not a string")
-            body["stop"] = list(stop)
-        if cache_key is not None:
-            body["user"] = cache_key
+        if options.stop:
+            body["stop"] = list(options.stop)
+        if options.cache_key is not None:
+            body["user"] = options.cache_key
         if self.disable_thinking:
             body["chat_template_kwargs"] = {"enable_thinking": False}
         body.update(self.extra_body)
         return body
 
-    def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> TextStream:
+    def generate(self, messages: Messages, options: GenerationOptions) -> TextStream:
         """Stream the answer's text deltas; see the class docstring for errors."""
         self._check_open()
-        priority = Priority(priority)
-        body = self._body(messages, max_tokens, temperature, stop, cache_key)
-        metrics = RequestMetrics(priority=priority, cache_key=cache_key)
+        priority = options.priority
+        body = self._body(messages, options)
+        metrics = RequestMetrics(priority=priority, cache_key=options.cache_key)
         stream: TextStream
 
         async def deltas() -> AsyncIterator[str]:

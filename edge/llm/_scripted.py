@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -15,6 +15,7 @@ from ._types import (
     ChatMessage,
     FinishReason,
     GenerationError,
+    GenerationOptions,
     LLMClosedError,
     LLMHealth,
     Messages,
@@ -45,14 +46,30 @@ class ScriptedReply:
 @dataclass
 class RecordedRequest:
     messages: list[ChatMessage]
-    max_tokens: int | None
-    temperature: float | None
-    stop: list[str] | None
-    priority: Priority
-    cache_key: str | None
+    options: GenerationOptions
     completed: bool = False
     cancelled: bool = False
     output: str = ""
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.options.max_tokens
+
+    @property
+    def temperature(self) -> float | None:
+        return self.options.temperature
+
+    @property
+    def stop(self) -> list[str] | None:
+        return list(self.options.stop) or None
+
+    @property
+    def priority(self) -> Priority:
+        return self.options.priority
+
+    @property
+    def cache_key(self) -> str | None:
+        return self.options.cache_key
 
     @property
     def prompt(self) -> str:
@@ -99,33 +116,19 @@ class ScriptedLLM(StreamingLLM):
             reply = ScriptedReply(reply, delay_s=self.delay_s)
         return reply
 
-    def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> TextStream:
+    def generate(self, messages: Messages, options: GenerationOptions) -> TextStream:
         if self.closed:
             raise LLMClosedError("the scripted LLM is closed")
         msgs = as_messages(messages)
-        record = RecordedRequest(
-            msgs,
-            max_tokens,
-            temperature,
-            list(stop) if stop else None,
-            Priority(priority),
-            cache_key,
-        )
+        record = RecordedRequest(msgs, options)
         self.requests.append(record)
         reply = self._next(msgs)
-        metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key, queue_wait_s=0.0)
+        metrics = RequestMetrics(
+            priority=options.priority, cache_key=options.cache_key, queue_wait_s=0.0
+        )
         holder: list[TextStream] = []
 
-        interactive = Priority(priority) is Priority.INTERACTIVE
+        interactive = options.priority is Priority.INTERACTIVE
 
         async def deltas() -> AsyncIterator[str]:
             started = time.perf_counter()

@@ -15,15 +15,22 @@ Use it as ``async with speculative:`` (it owns the speculations' tasks).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
 from edge.runtime import BackgroundTasks
 
-from ._types import LLMService, Messages, Priority, RequestMetrics, TextStream, as_messages
+from ._types import (
+    GenerationOptions,
+    LLMService,
+    Messages,
+    RequestMetrics,
+    TextStream,
+    as_messages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +63,9 @@ class _Speculation:
         self.changed = anyio.Event()
 
 
-def _request(
-    messages: Messages,
-    max_tokens: int | None,
-    temperature: float | None,
-    stop: Sequence[str] | None,
-    priority: Priority | str,
-) -> tuple[Any, ...]:
-    return (tuple(as_messages(messages)), max_tokens, temperature, tuple(stop or ()), priority)
+def _request(messages: Messages, options: GenerationOptions) -> tuple[Any, ...]:
+    """What a request asks, whoever's key it runs under."""
+    return (tuple(as_messages(messages)), replace(options, cache_key=None))
 
 
 class SpeculativeLLM:
@@ -94,14 +96,12 @@ class SpeculativeLLM:
         self,
         cache_key: str,
         messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
+        options: GenerationOptions | None = None,
+        /,
+        **fields: Any,
     ) -> None:
         """Start answering ``messages`` for ``cache_key`` now, holding the output back."""
-        request = _request(messages, max_tokens, temperature, stop, priority)
+        request = _request(messages, GenerationOptions.of(options, **fields))
         current = self._pending.get(cache_key)
         if current is not None and current.request == request:
             return  # already under way
@@ -134,16 +134,9 @@ class SpeculativeLLM:
             self.discard(cache_key)  # nobody asked for it in time
 
     async def _generate(self, cache_key: str, spec: _Speculation) -> None:
-        messages, max_tokens, temperature, stop, priority = spec.request
+        messages, options = spec.request
         try:
-            stream = spec.stream = self.llm.stream(
-                list(messages),
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stop=list(stop) or None,
-                priority=priority,
-                cache_key=cache_key,
-            )
+            stream = spec.stream = self.llm.stream(list(messages), options, cache_key=cache_key)
             async for delta in stream:
                 spec.deltas.append(delta)
                 spec.notify()
@@ -159,33 +152,21 @@ class SpeculativeLLM:
     # -- requests -----------------------------------------------------------------------
 
     def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
+        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
     ) -> TextStream:
         """The request's stream: the key's speculation when it asked exactly this, else
         a new request (after discarding a speculation that asked something else)."""
+        options = GenerationOptions.of(options, **fields)
+        cache_key = options.cache_key
         if cache_key is not None and cache_key in self._pending:
             spec = self._pending[cache_key]
-            if spec.request == _request(messages, max_tokens, temperature, stop, priority):
+            if spec.request == _request(messages, options):
                 del self._pending[cache_key]
                 self.stats.adopted += 1
                 spec.adopted.set()
                 return self._adopt(spec)
             self.discard(cache_key)
-        return self.llm.stream(
-            messages,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stop=stop,
-            priority=priority,
-            cache_key=cache_key,
-        )
+        return self.llm.stream(messages, options)
 
     def _adopt(self, spec: _Speculation) -> TextStream:
         metrics = spec.stream.metrics if spec.stream is not None else RequestMetrics()

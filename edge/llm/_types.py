@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -34,6 +34,38 @@ class ChatMessage(BaseModel):
 
 
 Messages = Sequence[ChatMessage | Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationOptions:
+    """How to generate one answer; shared by :meth:`LLMService.chat` and
+    :meth:`LLMService.stream`, which take it as an optional positional argument and/or
+    its fields as keyword arguments (``llm.chat(messages, max_tokens=32)``).
+
+    * ``max_tokens``: output limit (the backend's default when None);
+    * ``temperature``: sampling temperature (0 is greedy; the backend's default when None);
+    * ``stop``: strings that end the output (not included in it);
+    * ``priority``: :class:`Priority` (interactive by default);
+    * ``cache_key``: whose KV prefix to reuse, usually the participant id.
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+    priority: Priority = Priority.INTERACTIVE
+    cache_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            raise TypeError("stop must be a sequence of strings, not a string")
+        object.__setattr__(self, "stop", tuple(self.stop or ()))
+        object.__setattr__(self, "priority", Priority(self.priority))
+
+    @classmethod
+    def of(cls, options: GenerationOptions | None = None, **fields: Any) -> GenerationOptions:
+        """``options`` (or the defaults) with ``fields`` replaced; an unknown field is a
+        ``TypeError``."""
+        return replace(options, **fields) if options is not None else cls(**fields)
 
 
 def as_messages(messages: Iterable[ChatMessage | Mapping[str, Any]]) -> list[ChatMessage]:
@@ -177,39 +209,21 @@ class TextStream(AsyncIterator[str]):
 class LLMService(Protocol):
     """What every model user depends on.
 
-    Options shared by :meth:`chat` and :meth:`stream`:
-
-    * ``max_tokens``: output limit (the backend's default when None);
-    * ``temperature``: sampling temperature (0 is greedy);
-    * ``stop``: strings that end the output (not included in it);
-    * ``priority``: :class:`Priority` (interactive by default);
-    * ``cache_key``: whose KV prefix to reuse, usually the participant id.
+    :meth:`chat` and :meth:`stream` take :class:`GenerationOptions` (positionally) and/or
+    its fields as keyword arguments, which override it.
 
     ``chat`` reports model failures as ``finish_reason="error"``; it raises only for bad
     requests (:class:`ContextOverflowError`, malformed messages), a closed service, or
     cancellation. ``stream`` raises :class:`GenerationError` when the model fails mid-way.
+    Optional capabilities are protocols of their own (:mod:`edge.llm._capabilities`).
     """
 
     async def chat(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
+        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
     ) -> ChatResponse: ...
 
     def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
+        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
     ) -> TextStream: ...
 
     async def health(self) -> LLMHealth: ...
@@ -218,41 +232,22 @@ class LLMService(Protocol):
 
 
 class StreamingLLM:
-    """Base for backends: ``chat`` is ``stream`` collected (see :func:`collect`)."""
+    """Base for backends: they implement :meth:`generate`; ``stream`` merges the options
+    and ``chat`` is ``stream`` collected (see :func:`collect`)."""
 
-    def stream(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
-    ) -> TextStream:
+    def generate(self, messages: Messages, options: GenerationOptions) -> TextStream:
         raise NotImplementedError
 
+    def stream(
+        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
+    ) -> TextStream:
+        return self.generate(messages, GenerationOptions.of(options, **fields))
+
     async def chat(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        priority: Priority | str = Priority.INTERACTIVE,
-        cache_key: str | None = None,
+        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
     ) -> ChatResponse:
         """The whole answer; a failure mid-stream gives ``finish_reason="error"``."""
-        return await collect(
-            self.stream(
-                messages,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stop=stop,
-                priority=priority,
-                cache_key=cache_key,
-            )
-        )
+        return await collect(self.stream(messages, options, **fields))
 
 
 async def collect(stream: TextStream) -> ChatResponse:

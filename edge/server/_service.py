@@ -41,7 +41,7 @@ from edge.interaction import (
     USER_QUERY_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
-from edge.llm import LLMService, SpeculativeLLM
+from edge.llm import LLMService, Loadable, SpeculativeLLM
 from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime
@@ -331,9 +331,8 @@ class EdgeService:
         try:
             stack.push_async_callback(self.llm.close)  # last out
             if preload:
-                load = getattr(self.llm, "load", None)
-                if load is not None:
-                    await load()
+                if isinstance(self.llm, Loadable):
+                    await self.llm.load()
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
@@ -348,9 +347,10 @@ class EdgeService:
             await stack.enter_async_context(self.context)  # closed before runtime stop
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)  # router.stop() first
-            prepare = getattr(self.router, "prepare_decisions", None)
-            if preload and prepare is not None:
-                await prepare()  # the routing prompt's option prefix, evaluated once now
+            if preload:
+                await (
+                    self.router.prepare_decisions()
+                )  # the routing prompt's option prefix, evaluated once now
             if not listen:
                 return
             await stack.enter_async_context(self.websocket)

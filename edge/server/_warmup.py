@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from edge.interaction import PARTICIPANT_JOINED_TOPIC, ParticipantJoined
-from edge.llm import ChatMessage, LLMService, Priority
+from edge.llm import ChatMessage, LLMService, Priority, Warmable
 from edge.runtime import Agent, BackgroundTasks, HandlerContext
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,13 @@ class PrefixWarmer(Agent):
 
     async def _on_joined(self, message: ParticipantJoined, ctx: HandlerContext) -> None:
         pid = ctx.metadata.participant_id
-        if pid is not None and self._tasks.running and hasattr(self.llm, "warm"):
+        if pid is not None and self._tasks.running and isinstance(self.llm, Warmable):
             self._tasks.start_soon(self._warm, pid)
 
     async def _warm(self, participant_id: str) -> None:
         try:
-            await self.llm.warm(  # type: ignore[attr-defined]
+            assert isinstance(self.llm, Warmable)
+            await self.llm.warm(
                 [ChatMessage(role="system", content=self.system_prompt())],
                 cache_key=participant_id,
                 priority=Priority.BACKGROUND,
