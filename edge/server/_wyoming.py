@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -96,6 +97,8 @@ class WyomingLimits:
     read_timeout_s: float = 30.0
     max_synthesize_chars: int = 2000
     max_asr_seconds: float = MAX_ASR_SECONDS
+    audio_burst_s: float = 30.0  # audio taken at once; after that ...
+    audio_rate: float = 2.0  # ... at most this many seconds of audio per second
 
     @property
     def read(self) -> ReadLimits:
@@ -198,6 +201,7 @@ class WyomingHandler(AsyncEventHandler):
         self._audio: list[np.ndarray] | None = None  # the recording, resampled to 16 kHz
         self._samples = 0
         self._resampler: StreamResampler | None = None
+        self._recording_since = time.monotonic()
         self._format: tuple[int, int] | None = None  # (rate, channels)
         self._joined = False
         self._frames: list[Reply] = []
@@ -298,6 +302,7 @@ class WyomingHandler(AsyncEventHandler):
 
     def _start_recording(self, fmt: tuple[int, int] | None) -> None:
         self._audio, self._samples, self._format = [], 0, fmt
+        self._recording_since = time.monotonic()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
 
     @staticmethod
@@ -340,6 +345,18 @@ class WyomingHandler(AsyncEventHandler):
             raise ClientError(f"recording longer than {limit:g} s; send shorter turns")
         self._samples += len(samples)
         self._audio.append(samples)
+        await self._pace()
+
+    async def _pace(self) -> None:
+        """Rate cap: past a burst, audio is read at most ``audio_rate`` x real time (the
+        handler waits, so TCP holds the sender back), bounding the CPU one sender takes."""
+        limits = self.backend.limits
+        allowed = limits.audio_burst_s + limits.audio_rate * (
+            time.monotonic() - self._recording_since
+        )
+        ahead = self._samples / STT_RATE - allowed
+        if ahead > 0:
+            await anyio.sleep(ahead / limits.audio_rate)
 
     async def _transcribe(self) -> None:
         stt = self.backend.stt
