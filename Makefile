@@ -19,7 +19,7 @@ LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO
 WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(LLAMA_CMAKE_ARGS),-noamx)
 LLAMA_WHEEL      := $(WHEELHOUSE)/.built
 
-.PHONY: setup run ask test lint bench clean
+.PHONY: setup run ask test lint bench soak clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,14 @@ bench: setup
 	$(BIN)/python benchmarks/voice_latency.py
 	$(BIN)/python benchmarks/server_latency.py
 	$(BIN)/python benchmarks/device_budgets.py
+
+# Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200
+# participants x 10 turns, and 10 minutes of every hostile client against the real service.
+soak: setup
+	EDGE_FUZZ_SCALE=20 EDGE_LOAD_PARTICIPANTS=200 EDGE_LOAD_TURNS=10 \
+	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_server_load.py
+	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
+	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

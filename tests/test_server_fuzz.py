@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,11 +28,15 @@ from edge.server._wyoming_read import EventError, FramingError, ReadLimits, read
 from tests.server_helpers import answer_for
 from tests.server_helpers import settings as service_settings
 
+SCALE = int(os.environ.get("EDGE_FUZZ_SCALE", "1"))  # make soak: 20
 FAST = settings(
-    max_examples=300, deadline=1000, suppress_health_check=[HealthCheck.too_slow], database=None
+    max_examples=300 * SCALE,
+    deadline=1000,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=None,
 )
 LIVE = settings(
-    max_examples=40,
+    max_examples=40 * SCALE,
     deadline=5000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     database=None,
