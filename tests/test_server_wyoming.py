@@ -97,6 +97,8 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         assert ws.parsed_addresses() == ["127.0.0.1"]
         assert ws.properties[b"version"] == __version__.encode()
         assert b"model" in ws.properties and b"profile" in ws.properties
+        assert ws.properties[b"auth"] == b"token" and ws.properties[b"protocol"] == b"2"
+        assert wy.properties[b"auth"] == b"none"  # loopback only: no allow-list configured
         found = await discover(WYOMING_SERVICE, interfaces=["127.0.0.1"])
         assert [(i.name, i.port) for i in found] == [(wy_name, service.wyoming.bound_port)]
     await anyio.lowlevel.checkpoint()
@@ -139,3 +141,45 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
             )
             assert await client.read_event() is not None
     assert departures.left[-1] == ("wyoming:second", "server stopping")
+
+
+async def test_wyoming_is_loopback_only_unless_addresses_are_allowed() -> None:
+    everywhere = EdgeService(  # constructed only: tests never listen beyond loopback
+        settings(host="0.0.0.0", wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    assert everywhere.wyoming_host == "127.0.0.1"  # Home Assistant sends no token
+    assert "loopback only" in everywhere.describe()["access"]["wyoming access"]
+    service = EdgeService(
+        settings(wyoming_port=0, max_sessions_per_address=2),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    allowed = EdgeService(
+        settings(host="0.0.0.0", wyoming_port=0, wyoming_allow=("192.168.1.0/24",)),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    assert allowed.wyoming_host == "0.0.0.0"
+    async with service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        async with (
+            AsyncTcpClient("127.0.0.1", port) as one,
+            AsyncTcpClient("127.0.0.1", port) as two,
+            AsyncTcpClient("127.0.0.1", port) as three,  # over the per-address cap
+        ):
+            event = await three.read_event()
+            assert event is not None and "too many connections" in Error.from_event(event).text
+            # a mistyped field and a lying length: errors naming them, then (lengths) a close
+            await one.write_event(Event(type="transcript", data={"text": 5}))
+            event = await one.read_event()
+            assert event is not None and "text must be a string" in Error.from_event(event).text
+            await one.write_event(Event(type="describe", payload=b"x" * 10))
+            assert (await one.read_event()) is not None  # info: the payload was read and ignored
+            assert two._writer is not None
+            two._writer.write(b'{"type": "audio-chunk", "payload_length": 1073741824}\n')
+            event = await two.read_event()
+            assert event is not None and "over this server's limit" in Error.from_event(event).text
+            assert await two.read_event() is None  # closed

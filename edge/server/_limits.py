@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import anyio
+
 MAX_LOGGED_CHARS = 120
 
 
@@ -79,3 +81,33 @@ class LogLimiter:
         if skipped:
             msg += f" ({skipped} more like this suppressed)"
         self.logger.log(level, msg, *args, exc_info=exc_info)
+
+
+class AudioPacer:
+    """Rate cap on incoming audio: after ``burst_s`` seconds of audio, at most ``rate``
+    seconds of audio per second of wall-clock time. :meth:`take` sleeps when a sender is
+    ahead, and since the connection is not read meanwhile, TCP holds the sender back: one
+    connection cannot take more than its share of the CPU (resampling, VAD)."""
+
+    def __init__(
+        self, burst_s: float = 30.0, rate: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.burst_s = burst_s
+        self.rate = rate
+        self._clock = clock
+        self.restart()
+
+    def restart(self) -> None:
+        self._since = self._clock()
+        self._seconds = 0.0
+
+    def delay(self, seconds: float) -> float:
+        """Count ``seconds`` of audio; how long to wait before reading more."""
+        self._seconds += seconds
+        allowed = self.burst_s + self.rate * (self._clock() - self._since)
+        return max(0.0, (self._seconds - allowed) / self.rate)
+
+    async def take(self, seconds: float) -> None:
+        wait = self.delay(seconds)
+        if wait > 0:
+            await anyio.sleep(wait)

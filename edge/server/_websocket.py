@@ -30,7 +30,7 @@ from websockets.http11 import Request, Response
 from ._access import bearer_token, origin_allowed, token_matches
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
-from ._limits import ConnectionSlots, LogLimiter
+from ._limits import AudioPacer, ConnectionSlots, LogLimiter
 from ._protocol import (
     Bye,
     ContextUpdate,
@@ -64,6 +64,8 @@ class AccessPolicy:
     allowed_origins: tuple[str, ...] = ()
     hello_timeout_s: float = 10.0
     max_per_address: int = 8
+    audio_burst_s: float = 30.0  # microphone audio taken at once; after that ...
+    audio_rate: float = 2.0  # ... at most this many seconds of audio per second
 
 
 class _Refused(Exception):
@@ -100,6 +102,7 @@ class WebSocketSession:
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
         self._close: tuple[int, str] | None = None  # code and reason, when we end it
+        self._pacer = AudioPacer(self.access.audio_burst_s, self.access.audio_rate)
 
     @property
     def wants_audio(self) -> bool:
@@ -261,6 +264,7 @@ class WebSocketSession:
             )
         except ClientError as exc:
             self._audio_error(str(exc))
+        await self._pacer.take(len(pcm) / (2 * fmt.channels * fmt.sample_rate))
 
     def _audio_error(self, message: str) -> None:
         """Audio arrives ten times a second: the same problem is reported once."""

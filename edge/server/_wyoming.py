@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -74,7 +73,7 @@ from ._client import reply_text
 from ._conversations import HaConversationParticipants
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
-from ._limits import ConnectionSlots, LogLimiter, printable
+from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
 from ._protocol import Reply, ServerMessage, Status, new_participant_id
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 
@@ -201,7 +200,8 @@ class WyomingHandler(AsyncEventHandler):
         self._audio: list[np.ndarray] | None = None  # the recording, resampled to 16 kHz
         self._samples = 0
         self._resampler: StreamResampler | None = None
-        self._recording_since = time.monotonic()
+        limits = backend.limits
+        self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
         self._format: tuple[int, int] | None = None  # (rate, channels)
         self._joined = False
         self._frames: list[Reply] = []
@@ -302,7 +302,7 @@ class WyomingHandler(AsyncEventHandler):
 
     def _start_recording(self, fmt: tuple[int, int] | None) -> None:
         self._audio, self._samples, self._format = [], 0, fmt
-        self._recording_since = time.monotonic()
+        self._pacer.restart()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
 
     @staticmethod
@@ -345,18 +345,7 @@ class WyomingHandler(AsyncEventHandler):
             raise ClientError(f"recording longer than {limit:g} s; send shorter turns")
         self._samples += len(samples)
         self._audio.append(samples)
-        await self._pace()
-
-    async def _pace(self) -> None:
-        """Rate cap: past a burst, audio is read at most ``audio_rate`` x real time (the
-        handler waits, so TCP holds the sender back), bounding the CPU one sender takes."""
-        limits = self.backend.limits
-        allowed = limits.audio_burst_s + limits.audio_rate * (
-            time.monotonic() - self._recording_since
-        )
-        ahead = self._samples / STT_RATE - allowed
-        if ahead > 0:
-            await anyio.sleep(ahead / limits.audio_rate)
+        await self._pacer.take(len(samples) / STT_RATE)
 
     async def _transcribe(self) -> None:
         stt = self.backend.stt
