@@ -24,9 +24,14 @@ pytestmark = pytest.mark.anyio
 SMALL = {"dialogue_budget_bytes": 1000, "compaction_input_budget_bytes": 800}
 
 
+def label(i: int) -> str:
+    """A letters-only label: digits in a statement are details a summary must keep."""
+    return "q" + "".join(chr(97 + int(d)) for d in str(i))
+
+
 async def fill(ctx, participant: str = "p", n: int = 6, size: int = 100, start: int = 0) -> None:
     for i in range(start, start + n):
-        await ctx.record_exchange(participant, f"q{i} " + "w" * size, f"a{i}")
+        await ctx.record_exchange(participant, f"{label(i)} " + "w" * size, f"a{i}")
 
 
 def idle(ctx) -> bool:
@@ -90,19 +95,34 @@ async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
 @pytest.mark.parametrize(
     "bad", ["", ScriptedReply("cut off", "length"), ScriptedReply("a b c", fail_after=1)]
 )
-async def test_failed_compaction_keeps_entries_and_retries_after_next_entry(bad) -> None:
-    replies = iter([bad, "Recovered."])
-    llm = ScriptedLLM(responder(lambda m: next(replies)))
+async def test_failed_model_summary_is_replaced_by_an_extractive_one(bad) -> None:
+    llm = ScriptedLLM(responder(lambda m: bad))
     async with manager(llm, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay. " + "x" * 200)
+        await fill(ctx, n=5, size=80)
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        report = ctx.last_compaction("p")
+        assert report.ok and report.method == "extractive"
+        assert report.reason.startswith("summary request:")
+        summary = ctx.summary("p")
+    assert '"My locker code is 4711."' in summary and "xxxx" not in summary
+    assert len(summary.encode()) <= SMALL["dialogue_budget_bytes"] // 4
+
+
+async def test_skipped_compaction_keeps_entries_and_retries_after_next_entry() -> None:
+    decisions = iter([False, None])
+    llm = ScriptedLLM(responder("Recovered."))
+    async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("pre_compact", lambda request: next(decisions))
         await fill(ctx, size=80)
         await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
         assert not ctx.last_compaction("p").ok
         assert len(ctx.transcript("p")) == 6 and ctx.summary("p") == ""
         await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
-        assert len(compactions(llm)) == 1  # not retried until the next entry
+        assert len(compactions(llm)) == 0  # skipped, not retried until the next entry
         await fill(ctx, n=1, start=6, size=80)
         await eventually(lambda: idle(ctx) and ctx.summary("p") == "Recovered.")
-    assert len(compactions(llm)) == 2
+    assert len(compactions(llm)) == 1
 
 
 async def test_oversized_entry_is_clipped_in_the_request_and_later_ones_compact() -> None:
@@ -126,7 +146,8 @@ async def test_large_backlog_compacts_oldest_first_in_several_requests() -> None
     requests = compactions(llm)
     assert len(requests) >= 3
     assert all(len(r.messages[1].content.encode()) <= 800 + 300 for r in requests)
-    assert "q0 " in requests[0].prompt and "q11" not in "".join(r.prompt for r in requests)
+    assert f"{label(0)} " in requests[0].prompt
+    assert label(11) not in "".join(r.prompt for r in requests)
     assert "Summary of the earlier conversation" in requests[1].prompt  # rolling
 
 

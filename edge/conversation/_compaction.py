@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from edge.llm import ChatMessage, LLMError, LLMService, Priority
 
 from ._context import Entry, Section
+from ._extractive import extractive_summary, summary_gaps
 from ._render import DIALOGUE, Renderer
 from ._text import clip_middle, nbytes
 
@@ -68,13 +69,15 @@ class CompactionReport:
     """How the most recent compaction of a participant went.
 
     ``method`` is ``"llm"`` (the model wrote it), ``"clip"`` (the model's summary was over
-    the limit twice and was clipped), ``"hook"`` (a ``pre_compact`` hook supplied it) or
+    the limit twice and was clipped), ``"extractive"`` (the model's summary failed or lost
+    the participant's numbers or names, named in ``reason``: the participant's statements
+    were kept verbatim instead), ``"hook"`` (a ``pre_compact`` hook supplied it) or
     ``"custom"`` (``compact(summary=...)``). ``ok`` False means the entries were kept.
     """
 
     participant_id: str
     section: str
-    method: Literal["llm", "clip", "hook", "custom", "cancelled"]
+    method: Literal["llm", "clip", "extractive", "hook", "custom", "cancelled"]
     ok: bool
     entries_compacted: int
     input_bytes: int
@@ -95,8 +98,21 @@ async def call_hook(hook: Callable[[Any], Any], arg: Any) -> Any:
     return result
 
 
+ASSISTANT_CLIP_BYTES = 160
+"""An assistant reply is sent to compaction with at most this many bytes (start and end):
+the participant's words matter more than the assistant's, and a small model echoes less."""
+
+
+def compaction_text(entry: Entry, renderer: Renderer) -> str:
+    """How an entry is shown to the summarizer: an exchange with its reply shortened."""
+    if entry.user or entry.assistant:
+        reply = clip_middle(entry.assistant, ASSISTANT_CLIP_BYTES)
+        return renderer.exchange(entry.timestamp_us, entry.user, reply)
+    return entry.rendered
+
+
 def plan(
-    candidates: list[Entry], previous: str, input_budget: int
+    candidates: list[Entry], previous: str, input_budget: int, renderer: Renderer
 ) -> tuple[list[Entry], list[str]]:
     """The oldest ``candidates`` that fit one request together with the previous summary.
 
@@ -106,13 +122,15 @@ def plan(
     taken: list[Entry] = []
     texts: list[str] = []
     for entry in candidates:
-        if entry.size <= room:
+        text = compaction_text(entry, renderer)
+        size = nbytes(text)
+        if size <= room:
             taken.append(entry)
-            texts.append(entry.rendered)
-            room -= entry.size
+            texts.append(text)
+            room -= size
         elif not taken:
             taken.append(entry)
-            texts.append(clip_middle(entry.rendered, max(room, 64)))
+            texts.append(clip_middle(text, max(room, 64)))
             break
         else:
             break
@@ -190,9 +208,36 @@ class Compactor:
         return text, attempt.outcome
 
     async def summarize(
+        self,
+        section: Section,
+        previous: str,
+        entries: list[str],
+        report: CompactionReport,
+        taken: list[Entry] | None = None,
+    ) -> str | None:
+        """A summary within ``section.summary_limit``. The model's, when it keeps every
+        number and name of the participant's statements in ``taken`` and the previous
+        summary; else an extractive one made of those statements (``method="extractive"``).
+        None only when there is nothing to summarize (entries are then kept)."""
+        text = await self._model_summary(section, previous, entries, report)
+        if text is not None:
+            gaps = summary_gaps(text, section.summary, taken or [])
+            if not gaps:
+                return text
+            report.reason = "model summary lacked " + ", ".join(gaps[:8])
+        if taken is None:
+            return text
+        fallback = extractive_summary(
+            section.summary, taken, section.summary_limit, dialogue=section.name == DIALOGUE
+        )
+        if not fallback:
+            return None
+        report.method = "extractive"
+        return fallback
+
+    async def _model_summary(
         self, section: Section, previous: str, entries: list[str], report: CompactionReport
     ) -> str | None:
-        """A summary within ``section.summary_limit``, or None (entries are then kept)."""
         limit = section.summary_limit
         text, outcome = await self._ask(
             "summarize", self.messages(section, previous, entries, limit), limit, report

@@ -440,7 +440,9 @@ class ContextManager:
         if custom is not None:
             taken, texts = candidates, [e.rendered for e in candidates]
         else:
-            taken, texts = plan(candidates, previous, self.compaction_input_budget_bytes)
+            taken, texts = plan(
+                candidates, previous, self.compaction_input_budget_bytes, self._renderer
+            )
         report = CompactionReport(
             part.participant_id,
             section.name,
@@ -453,7 +455,9 @@ class ContextManager:
         report.method, report.reason = "cancelled", ""
         with self._jobs.track(part.participant_id):
             report.method = "llm"
-            result = await self._summarize(part, section, previous, texts, limit, report, custom)
+            result = await self._summarize(
+                part, section, previous, texts, limit, report, custom, taken
+            )
         report.duration_s = time.perf_counter() - started
         if self._participants.get(part.participant_id) is not part:
             report.method, report.reason = "cancelled", "participant cleared"
@@ -492,6 +496,7 @@ class ContextManager:
         limit: int,
         report: CompactionReport,
         custom: str | None,
+        taken: list[Entry] | None = None,
     ) -> str | None:
         if custom is not None:
             report.method = "custom"
@@ -507,7 +512,7 @@ class ContextManager:
             if isinstance(decision, str):
                 report.method = "hook"
                 return clip_middle(decision, limit) if decision.strip() else None
-        return await self._compactor.summarize(section, previous, texts, report)
+        return await self._compactor.summarize(section, previous, texts, report, taken)
 
     # ----------------------------------------------------------------- background
 

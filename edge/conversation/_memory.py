@@ -1,0 +1,99 @@
+"""What a participant's statement is made of: search terms, key details, corrections.
+
+Shared by the summary check and extractive summaries (``_extractive.py``) and by recall
+(``_recall.py``). Deterministic and language-light: it looks at digits, capitalised words
+and a few English correction phrases; anything else is an ordinary word.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
+_TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
+_CORRECTION = re.compile(
+    r"\b(actually|correction|i meant|i mean|sorry|not\b.*\bbut|instead|changed|"
+    r"moved|no longer|rather|update|now it is|it is now|scratch that|wrong)\b",
+    re.IGNORECASE,
+)
+
+STOPWORDS = frozenset(
+    """a an the and or but if of to in on at for from by with about as into onto over under
+    is are was were be been being am do does did done have has had having will would shall
+    should can could may might must i me my mine we us our you your yours he him his she her
+    it its they them their this that these those there here what which who whom whose when
+    where why how please tell remind know just so too very also again still then than now
+    okay ok yes no not any some all each every one can't don't it's i'm i've let's say said
+    right thanks thank hi hello hey""".split()
+)
+"""Words that carry no topic: left out of recall terms."""
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+def stem(word: str) -> str:
+    """A crude English stem so 'codes' finds 'code' and 'parked' finds 'park'."""
+    w = word.lower().strip(".:'’-")
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(w) > len(suffix) + 2 and w.endswith(suffix):
+            return w[: -len(suffix)]
+    return w
+
+
+def terms(text: str) -> list[str]:
+    """Search terms: stemmed words that are not stop words (digits kept)."""
+    out = []
+    for word in words(text):
+        low = word.lower()
+        if low in STOPWORDS:
+            continue
+        out.append(stem(low))
+    return out
+
+
+def key_details(text: str) -> set[str]:
+    """Details a summary must not drop: numbers and codes (anything with a digit) and
+    names (capitalised words that do not start a sentence, other than "I"), lower-cased."""
+    found: set[str] = set()
+    starts_sentence = True
+    for match in _WORD.finditer(text):
+        word = match.group().strip(".:'’-")
+        before = text[: match.start()].rstrip()
+        starts_sentence = not before or (before[-1] in ".!?" and not before.endswith(_TITLES))
+        if not word:
+            continue
+        if any(c.isdigit() for c in word):
+            found.add(word.lower())
+        elif not starts_sentence and word[0].isupper() and word.lower() not in STOPWORDS:
+            found.add(word.lower())
+    return found
+
+
+def missing_details(summary: str, sources: list[str]) -> list[str]:
+    """Key details of ``sources`` that ``summary`` lacks (sorted, case-insensitive)."""
+    have = summary.lower()
+    need: set[str] = set()
+    for text in sources:
+        need |= key_details(text)
+    return sorted(d for d in need if d not in have)
+
+
+def is_correction(text: str) -> bool:
+    """Whether a statement says an earlier one was wrong or has changed."""
+    return bool(_CORRECTION.search(text))
+
+
+def importance(text: str) -> int:
+    """How much a statement matters to keep: corrections, then key details, then other
+    statements; questions and short pleasantries least."""
+    score = 0
+    if is_correction(text):
+        score += 3
+    score += min(len(key_details(text)), 3)
+    if text.rstrip().endswith("?"):
+        score -= 2
+    if len(terms(text)) <= 1:
+        score -= 1
+    return score
