@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     conv = evals.add_parser(
         "conversation",
         help="stale-summary conflicts across sections, long sessions with corrections and "
-        "oversized exchanges/updates",
+        "oversized exchanges/updates, and long-session recall (control vs after 10 and 30 "
+        "turns, design and held-out halves)",
     )
     conv.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
     conv.add_argument(
@@ -31,6 +32,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     conv.add_argument("--n-ctx", type=int, default=4096, help="context window, local model")
     conv.add_argument("--threads", type=int, help="CPU threads for the local model")
     conv.add_argument("--case", action="append", help="run only this case (repeatable)")
+    conv.add_argument(
+        "--part",
+        choices=("all", "sessions", "recall"),
+        default="all",
+        help="the six session cases, the recall cases, or both (default)",
+    )
+    conv.add_argument(
+        "--half",
+        choices=("both", "design", "held-out"),
+        default="both",
+        help="which half of the recall cases to run (reported separately)",
+    )
+    conv.add_argument(
+        "--profile",
+        default="ci-2core-24gb",
+        help="device profile whose budgets the recall cases use (default: the CI profile)",
+    )
     conv.add_argument(
         "--threshold",
         type=float,
@@ -61,30 +79,73 @@ def _llm(args: argparse.Namespace) -> LLMService:
 
 def run_conversation(args: argparse.Namespace) -> int:
     from edge.conversation import EVAL_CASES as CASES
-    from edge.conversation import EvalCaseResult as CaseResult
-    from edge.conversation import run_eval
+    from edge.conversation import RECALL_EVAL_CASES as RECALL_CASES
 
     console = Console()
     if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
         logging.getLogger("edge.conversation").setLevel(logging.ERROR)
-    cases = [c for c in CASES if not args.case or c.name in args.case]
-    if args.list or not cases:
+    cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
+    halves = {"both": (False, True), "design": (False,), "held-out": (True,)}[args.half]
+    recall = [
+        c
+        for c in RECALL_CASES
+        if args.part != "sessions"
+        and c.held_out in halves
+        and (not args.case or c.name in args.case)
+    ]
+    if args.list or not (cases or recall):
         for c in CASES:
             console.print(f"{c.name}  [dim]({c.theme}, {len(c.events)} events)[/]")
+        for r in RECALL_CASES:
+            half = "held-out" if r.held_out else "design"
+            console.print(f"{r.name}  [dim](recall, {r.kind}, {half})[/]")
         return 0 if args.list else 2
+    results, recalled = anyio.run(_run, args, cases, recall)
+    out: dict = {}
+    scores = [r.score for r in results]
+    if results:
+        out.update(_print_sessions(console, results))
+    if recalled:
+        out["recall"] = _print_recall(console, recalled)
+        scores += [r.score(t) for r in recalled for t in (10, 30)]
+    mean = sum(scores) / len(scores)
+    out["mean"] = mean
+    console.print(
+        f"mean score {mean:.2f} over {len(scores)} answers (session cases, and recall after "
+        f"10 and 30 turns; threshold {args.threshold})"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 1 if mean < args.threshold else 0
 
-    def progress(r: CaseResult) -> None:
-        console.print(f"[dim]{r.name}: {r.score:.1f} in {r.seconds:.1f} s[/]")
 
-    async def main() -> list[CaseResult]:
-        llm = _llm(args)
-        try:
-            return await run_eval(llm, cases, progress)
-        finally:
-            await llm.close()
+async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[list, list]:
+    from edge.conversation import recall_eval_budgets, run_eval, run_recall_eval
 
-    results = anyio.run(main)
-    table = Table(title="edge eval conversation")
+    console = Console()
+    llm = _llm(args)
+    try:
+        results = await run_eval(
+            llm,
+            cases,
+            lambda r: console.print(f"[dim]{r.name}: {r.score:.1f} in {r.seconds:.1f} s[/]"),
+        )
+        recalled = await run_recall_eval(
+            llm,
+            recall,
+            recall_eval_budgets(args.profile) if recall else {},
+            lambda r: console.print(
+                f"[dim]{r.name}: control {r.score(0):.1f}, 10 turns {r.score(10):.1f}, "
+                f"30 turns {r.score(30):.1f} in {r.seconds:.1f} s[/]"
+            ),
+        )
+        return results, recalled
+    finally:
+        await llm.close()
+
+
+def _print_sessions(console: Console, results: list) -> dict:
+    table = Table(title="edge eval conversation: session cases")
     for col in ("case", "theme", "score", "compactions (failed)", "TTFT", "s", "answer"):
         table.add_column(col)
     for r in results:
@@ -98,11 +159,55 @@ def run_conversation(args: argparse.Namespace) -> int:
             f"{r.seconds:.1f}",
             (r.error or r.answer)[:80],
         )
-    mean = sum(r.score for r in results) / len(results)
     console.print(table)
-    console.print(f"mean score {mean:.2f} over {len(results)} cases (threshold {args.threshold})")
-    if args.json:
-        args.json.write_text(
-            json.dumps({"mean": mean, "results": [asdict(r) for r in results]}, indent=1)
+    mean = sum(r.score for r in results) / len(results)
+    console.print(f"session cases: mean {mean:.2f} over {len(results)}")
+    return {"sessions_mean": mean, "results": [asdict(r) for r in results]}
+
+
+def _print_recall(console: Console, results: list) -> dict:
+    from edge.conversation import recall_eval_summary as summarize
+
+    table = Table(title="edge eval conversation: long-session recall (control vs recall)")
+    for col in (
+        "case",
+        "kind",
+        "half",
+        "control",
+        "10 turns",
+        "30 turns",
+        "compactions",
+        "answer @30",
+    ):
+        table.add_column(col)
+    for r in sorted(results, key=lambda r: (r.held_out, r.name)):
+        methods: dict[str, int] = {}
+        for c in r.compactions:
+            methods[c["method"]] = methods.get(c["method"], 0) + 1
+        last = r.probes[-1].answer if r.probes else r.error
+        table.add_row(
+            r.name,
+            r.kind,
+            "held-out" if r.held_out else "design",
+            f"{r.score(0):.1f}",
+            f"{r.score(10):.1f}",
+            f"{r.score(30):.1f}",
+            " ".join(f"{k} {v}" for k, v in sorted(methods.items())),
+            (r.error or last)[:60],
         )
-    return 1 if mean < args.threshold else 0
+    console.print(table)
+    summary = summarize(results)
+    for half in ("design", "held_out"):
+        if half in summary:
+            h = summary[half]
+            console.print(
+                f"{half}: control {h['control']:.2f}, recall@10 {h['recall_10']:.2f}, "
+                f"recall@30 {h['recall_30']:.2f} ({h['cases']} cases)"
+            )
+    c = summary["compactions"]
+    if c["total"]:
+        console.print(
+            f"compactions: {c['usable']}/{c['total']} usable ({c['usable_share']:.0%}); "
+            f"methods {c['methods']}; over budget: {summary['over_budget'] or 'none'}"
+        )
+    return {"summary": summary, "results": [asdict(r) for r in results]}

@@ -27,13 +27,20 @@ from ._conversation import DEFAULT_DESCRIPTION, DEFAULT_SYSTEM_PROMPT, ROUTE_EXA
 from ._eval import CASES as EVAL_CASES
 from ._eval import CaseResult as EvalCaseResult
 from ._eval import run_eval
+from ._eval_recall import RECALL_CASES as RECALL_EVAL_CASES
+from ._eval_recall import RecallResult as RecallCaseResult
+from ._eval_recall import profile_budgets as recall_eval_budgets
+from ._eval_recall import run_recall_eval
+from ._eval_recall import summarize as recall_eval_summary
 from ._manager import ContextManager
+from ._recall import MemoryRecallIndex, RecallIndex, Statement
 from ._render import ContextBlock
 
 __all__ = [
     "DEFAULT_DESCRIPTION",
     "DEFAULT_SYSTEM_PROMPT",
     "EVAL_CASES",
+    "RECALL_EVAL_CASES",
     "ROUTE_EXAMPLES",
     "CompactionAttempt",
     "CompactionPrompts",
@@ -44,6 +51,13 @@ __all__ = [
     "Conversation",
     "ConversationContextUpdate",
     "EvalCaseResult",
+    "MemoryRecallIndex",
+    "RecallCaseResult",
+    "RecallIndex",
+    "Statement",
     "TranscriptEntry",
+    "recall_eval_budgets",
+    "recall_eval_summary",
     "run_eval",
+    "run_recall_eval",
 ]

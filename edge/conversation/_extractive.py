@@ -75,8 +75,9 @@ def extractive_summary(
     the most important first (corrections, then numbers and names, newest first among
     equals), shown in the order they were said."""
     prefix = PREFIX if dialogue else TOPIC_PREFIX
-    items = [t.replace('"', "'") for t in previous_items(previous_summary)]
-    items += [t.replace('"', "'") for t in statements(entries)]
+    said = [t.replace('"', "'") for t in previous_items(previous_summary) + statements(entries)]
+    newest = {t.lower(): i for i, t in enumerate(said)}
+    items = [t for i, t in enumerate(said) if newest[t.lower()] == i]  # a repeat keeps its last
     if not items:
         return ""
     room = limit - nbytes(prefix)

@@ -39,6 +39,7 @@ from ._context import (
     content_identities,
     identity,
 )
+from ._recall import MemoryRecallIndex, Recall, RecallIndex, Statement, in_view
 from ._render import DIALOGUE, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
@@ -66,6 +67,11 @@ class ContextManager:
     :meth:`transcript` (memory then grows with the session). ``timezone`` is the zone times
     are shown in (local by default); ``clock`` returns Unix microseconds.
 
+    Recall: every participant statement (what they said, each incremental topic update)
+    is indexed in ``recall_index`` (in memory by default); each answer request gets a
+    "recalled" block of up to ``recall_budget_bytes`` with the earlier statements most
+    relevant to it that are no longer in the model's view (0 turns recall off).
+
     Compaction runs while the manager is open: ``async with ContextManager(llm) as ctx:``.
     """
 
@@ -84,6 +90,8 @@ class ContextManager:
         keep_transcript: bool = False,
         timezone: tzinfo | None = None,
         clock: Callable[[], int] = now_us,
+        recall_budget_bytes: int = 1_000,
+        recall_index: RecallIndex | None = None,
     ) -> None:
         self._llm = llm
         self._summary_topics = topic_names(summary_context_topics, "summary_context_topics")
@@ -114,6 +122,13 @@ class ContextManager:
         self._rewarm = rewarm
         self._keep_transcript = keep_transcript
         self._renderer = Renderer(timezone)
+        if not (recall_budget_bytes == 0 or positive_int(recall_budget_bytes)):
+            raise ValueError(
+                f"recall_budget_bytes must be a non-negative int, got {recall_budget_bytes!r}"
+            )
+        self._recall = Recall(
+            recall_index or MemoryRecallIndex(), recall_budget_bytes, self._renderer
+        )
         self._clock = clock
         self._participants: dict[str, ParticipantContext] = {}
         self._locks: dict[str, anyio.Lock] = {}
@@ -194,6 +209,7 @@ class ContextManager:
         await self._jobs.cancel(participant_id)
         self._participants.pop(participant_id, None)
         self._locks.pop(participant_id, None)
+        self._recall.index.forget(participant_id)
 
     async def close(self) -> None:
         """Stop compaction, forget every participant and drop later updates and exchanges."""
@@ -201,6 +217,8 @@ class ContextManager:
         if self._worker_scope is not None:
             self._worker_scope.cancel()
         await self._jobs.cancel_all()
+        for participant_id in self._participants:
+            self._recall.index.forget(participant_id)
         self._participants.clear()
         self._locks.clear()
 
@@ -258,6 +276,7 @@ class ContextManager:
         rendered = self._renderer.exchange(ts, user, assistant)
         entry = Entry(next(self._seq), ts, rendered, user=user, assistant=assistant)
         self._add(part, part.sections[DIALOGUE], entry)
+        self._recall.add(Statement(participant_id, entry.seq, ts, DIALOGUE, user))
         part.note(TranscriptEntry("exchange", DIALOGUE, ts, user=user, assistant=assistant))
         return True
 
@@ -325,6 +344,7 @@ class ContextManager:
             return
         entry = Entry(next(self._seq), ts, self._renderer.update(topic, ts, text), text=text)
         self._add(part, section, entry)
+        self._recall.add(Statement(participant_id, entry.seq, ts, topic, text))
         part.note(TranscriptEntry("update", topic, ts, text=text))
 
     # ----------------------------------------------------------------- reading
@@ -354,11 +374,23 @@ class ContextManager:
         check_participant(participant_id)
         if not self._closed:
             self._participant(participant_id).system = system
+        blocks = self.blocks(participant_id)
+        recalled = self.recalled(participant_id, request)
+        context = self.render_blocks(blocks + ([recalled] if recalled else []), now_us=now_us)
         return [
             ChatMessage(role="system", content=system),
-            ChatMessage(role="user", content=self.render(participant_id, now_us=now_us)),
+            ChatMessage(role="user", content=context),
             ChatMessage(role="user", content=request),
         ]
+
+    def recalled(self, participant_id: str, request: str) -> ContextBlock | None:
+        """The earlier statements most relevant to ``request`` that the model no longer
+        sees, newest first, within ``recall_budget_bytes`` (None when there are none).
+        :meth:`messages` places it after the stable context, before the current time."""
+        part = self._participants.get(participant_id)
+        if part is None:
+            return None
+        return self._recall.block(participant_id, request, in_view(part))
 
     def transcript(self, participant_id: str) -> list[TranscriptEntry]:
         """Everything recorded for the participant, verbatim, in recorded-time order: the

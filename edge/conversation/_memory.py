@@ -11,6 +11,7 @@ import re
 
 _WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
 _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
+_QUOTES = "\"'“”‘’«»(["
 _CORRECTION = re.compile(
     r"\b(actually|correction|i meant|i mean|sorry|not\b.*\bbut|instead|changed|"
     r"moved|no longer|rather|update|now it is|it is now|scratch that|wrong)\b",
@@ -24,7 +25,8 @@ STOPWORDS = frozenset(
     it its they them their this that these those there here what which who whom whose when
     where why how please tell remind know just so too very also again still then than now
     okay ok yes no not any some all each every one can't don't it's i'm i've let's say said
-    right thanks thank hi hello hey""".split()
+    right thanks thank hi hello hey many much more most
+    get got give gave make made want need like""".split()
 )
 """Words that carry no topic: left out of recall terms."""
 
@@ -57,11 +59,10 @@ def key_details(text: str) -> set[str]:
     """Details a summary must not drop: numbers and codes (anything with a digit) and
     names (capitalised words that do not start a sentence, other than "I"), lower-cased."""
     found: set[str] = set()
-    starts_sentence = True
     for match in _WORD.finditer(text):
         word = match.group().strip(".:'’-")
-        before = text[: match.start()].rstrip()
-        starts_sentence = not before or (before[-1] in ".!?" and not before.endswith(_TITLES))
+        before = text[: match.start()].rstrip(_QUOTES + " \t\n")
+        starts_sentence = not before or (before[-1] in ".!?:;" and not before.endswith(_TITLES))
         if not word:
             continue
         if any(c.isdigit() for c in word):

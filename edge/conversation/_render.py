@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Literal
 
-BlockKind = Literal["summary", "exchange", "update", "state"]
+BlockKind = Literal["summary", "exchange", "update", "state", "recalled"]
 
 DIALOGUE = "dialogue"
 """Name of the dialogue section (topics are named after their runtime topic)."""
@@ -22,7 +22,8 @@ class ContextBlock:
 
     ``kind`` is ``"summary"`` (a rolling summary of a section, covering ``start_us`` to
     ``timestamp_us``), ``"exchange"`` (a completed dialogue exchange), ``"update"`` (an
-    incremental topic update) or ``"state"`` (a summary topic's current state).
+    incremental topic update), ``"state"`` (a summary topic's current state) or
+    ``"recalled"`` (earlier statements brought back for the current request).
     ``section`` is ``"dialogue"`` or the topic name; ``text`` the rendered block; and
     ``clipped`` is True when the block keeps only its start and end to fit a budget.
     """

@@ -43,6 +43,10 @@ MIN_TOPIC_BYTES = 512
 # The spec's rule: compaction input >= half the largest section budget + 256 bytes.
 COMPACTION_SLACK_BYTES = 256
 ROUND_BYTES = 64
+# The recalled block (earlier statements brought back for a request): at most this many
+# units, and none when what is left is smaller than the least useful block.
+RECALL_UNITS = 0.5
+MIN_RECALL_BYTES = 128
 
 
 class BudgetError(ProfileError):
@@ -91,6 +95,7 @@ class Budgets(BaseModel):
     topic_budget_bytes: int
     compaction_input_budget_bytes: int
     router_context_budget_bytes: int
+    recall_budget_bytes: int = 0
     per_participant_kv_bytes: int
     kv_cache_budget_bytes: int
     warm_participants: int
@@ -116,6 +121,29 @@ def _down(value: float) -> int:
 
 def _up(value: float) -> int:
     return int(math.ceil(value / ROUND_BYTES) * ROUND_BYTES)
+
+
+def recall_budget(
+    x: BudgetInputs, unit_bytes: float, warm_s: float, window_room_bytes: float
+) -> tuple[int, str]:
+    """Step 5b: the recalled block's budget and how it was reached.
+
+    The block follows the cached prompt prefix, so on a turn that recalls something its
+    tokens are evaluated fresh: it gets what the warm-TTFT target leaves after a turn's
+    new tokens, ``(warm_ttft - expected warm) * P * b`` bytes, at most half a unit and what
+    the context window has left, rounded down to 64 bytes; none below 128 bytes.
+    """
+    b = x.text_bytes_per_token * TOKEN_MARGIN
+    headroom = max(x.warm_ttft_s - warm_s, 0.0) * x.prompt_tokens_per_s * b
+    value = _down(min(RECALL_UNITS * unit_bytes, headroom, window_room_bytes))
+    why = (
+        f"min({RECALL_UNITS} unit = {RECALL_UNITS * unit_bytes:.0f}, warm headroom "
+        f"({x.warm_ttft_s:g} - {warm_s:.2f} s) x {x.prompt_tokens_per_s:.0f} tok/s x "
+        f"{b:.2f} B/token = {headroom:.0f}, window room {window_room_bytes:.0f}) B"
+    )
+    if value < MIN_RECALL_BYTES:
+        return 0, why + f"; under {MIN_RECALL_BYTES} B: recall off"
+    return value, why
 
 
 def derive_budgets(x: BudgetInputs) -> Budgets:
@@ -151,6 +179,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
        ``kv_per_token`` plus twice the fixed part of a saved state;
        ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
        at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
+       (Step 5b runs before it: see :func:`recall_budget`.)
     """
     src = x.sources
     b = x.text_bytes_per_token * TOKEN_MARGIN
@@ -297,6 +326,11 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         x.compaction_overhead_tokens + tok(compaction)
     ) / x.prompt_tokens_per_s + summary_tokens / x.generation_tokens_per_s
 
+    # 5b: the recalled block, part of the answer prompt
+    room = (x.context_window - x.reserved_output_tokens - answer_tokens) * b
+    recall, recall_why = recall_budget(x, unit_bytes, warm_s, room)
+    answer_tokens += tok(recall)
+
     # 6: memory and KV caches
     active_kv = x.context_window * x.kv_bytes_per_token
     left = x.memory_bytes - x.model_bytes - x.runtime_overhead_bytes - active_kv
@@ -350,6 +384,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         f"{s('text_bytes_per_token')} x {TOKEN_MARGIN}",
         "dialogue_budget_bytes": "override" if ov.dialogue_budget_bytes else "2 units",
         "topic_budget_bytes": "override" if ov.topic_budget_bytes else "1 unit",
+        "recall_budget_bytes": recall_why,
         "router_context_budget_bytes": "override"
         if ov.router_context_budget_bytes is not None
         else "1 unit",
@@ -374,6 +409,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         topic_budget_bytes=topic,
         compaction_input_budget_bytes=compaction,
         router_context_budget_bytes=router,
+        recall_budget_bytes=recall,
         per_participant_kv_bytes=per_participant,
         kv_cache_budget_bytes=kv_budget,
         warm_participants=warm,

@@ -70,6 +70,7 @@ class DeviceConfig(BaseModel):
             "dialogue_budget_bytes": self.budgets.dialogue_budget_bytes,
             "topic_budget_bytes": self.budgets.topic_budget_bytes,
             "compaction_input_budget_bytes": self.budgets.compaction_input_budget_bytes,
+            "recall_budget_bytes": self.budgets.recall_budget_bytes,
         }
 
     def router_kwargs(self) -> dict[str, int]:

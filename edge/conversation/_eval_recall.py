@@ -1,0 +1,287 @@
+"""Long-session recall eval (part of ``edge eval conversation``).
+
+Each case (``evals/recall_cases.toml``): the participant states a fact (or a fact and its
+correction), dictates a note, or the scene changes; then ordinary turns follow, with the
+device idle between them so compaction runs; then the question. One session per case is
+probed three times with the same question, without recording the probe: right after the
+fact (**control**: measures the model), after 10 turns and after 30 (**recall**: measures
+the memory). Budgets are a device profile's (the CI profile by default), recall included.
+
+The cases were written before the memory design and are split deterministically into a
+design half and a held-out half (:func:`split`), reported separately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+from importlib import resources
+from typing import Any
+
+import anyio
+
+from edge.llm import LLMService, Priority
+
+from ._conversation import Conversation
+from ._manager import ContextManager
+
+MINUTE = 60 * 1_000_000
+T0 = 1_790_000_000_000_000
+PROBES = (0, 10, 30)
+"""Ordinary turns before each probe: 0 is the control."""
+ACK = "Okay, noted."
+SCENE, NOTES = "scene", "notes"
+DEFAULT_PROFILE = "ci-2core-24gb"
+
+
+@dataclass(frozen=True)
+class RecallCase:
+    name: str
+    kind: str  # fact, correction, note, scene
+    question: str
+    expect: tuple[str, ...]
+    stale: tuple[str, ...] = ()
+    said: tuple[str, ...] = ()
+    note: str = ""
+    scene: tuple[str, ...] = ()
+
+    @property
+    def held_out(self) -> bool:
+        return self.name in HELD_OUT
+
+
+def _load() -> tuple[tuple[RecallCase, ...], tuple[tuple[str, str], ...]]:
+    raw = resources.files(__package__).joinpath("evals", "recall_cases.toml").read_bytes()
+    data = tomllib.loads(raw.decode("utf-8"))
+    cases = tuple(
+        RecallCase(
+            c["name"],
+            c["kind"],
+            c["question"],
+            tuple(c["expect"]),
+            tuple(c.get("stale", ())),
+            tuple(c.get("said", ())),
+            c.get("note", ""),
+            tuple(c.get("scene", ())),
+        )
+        for c in data["case"]
+    )
+    fillers = tuple((f["user"], f["assistant"]) for f in data["filler"])
+    return cases, fillers
+
+
+def split(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Design and held-out halves: names ordered by a hash of the name, first half design."""
+    ordered = sorted(names, key=lambda n: hashlib.blake2b(n.encode(), digest_size=8).digest())
+    half = (len(ordered) + 1) // 2
+    return ordered[:half], ordered[half:]
+
+
+RECALL_CASES, FILLERS = _load()
+DESIGN, HELD_OUT = (frozenset(h) for h in split([c.name for c in RECALL_CASES]))
+
+
+@dataclass
+class Probe:
+    turns: int
+    score: float
+    answer: str
+    recalled: bool
+    context_bytes: int
+    section_bytes: dict[str, int]
+    ttft_s: float | None = None
+
+
+@dataclass
+class RecallResult:
+    name: str
+    kind: str
+    held_out: bool
+    probes: list[Probe] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    over_budget: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+
+    def score(self, turns: int) -> float:
+        return next((p.score for p in self.probes if p.turns == turns), 0.0)
+
+
+def profile_budgets(profile: str = DEFAULT_PROFILE) -> dict[str, int]:
+    """A device profile's context-manager budgets (recall included)."""
+    from edge.device import load_device_config
+
+    return load_device_config(profile).context_manager_kwargs()
+
+
+def score(answer: str, expect: Sequence[str], stale: Sequence[str]) -> float:
+    text = answer.lower()
+    hit = any(e.lower() in text for e in expect)
+    old = any(s.lower() in text for s in stale)
+    return 1.0 if hit and not old else 0.5 if hit else 0.0
+
+
+async def _idle(ctx: ContextManager, timeout_s: float) -> None:
+    with anyio.move_on_after(timeout_s):
+        while ctx.pending() or ctx._jobs._running:  # noqa: ASYNC110 (polling state)
+            await anyio.sleep(0.05)
+
+
+def section_bytes(ctx: ContextManager, pid: str, request: str) -> dict[str, int]:
+    """Rendered bytes per section (and the recalled block) of the request's context."""
+    out: dict[str, int] = {}
+    blocks = ctx.blocks(pid)
+    recalled = ctx.recalled(pid, request)
+    for block in blocks + ([recalled] if recalled else []):
+        out[block.section] = out.get(block.section, 0) + len(block.text.encode())
+    return out
+
+
+async def _probe(
+    llm: LLMService, conv: Conversation, ctx: ContextManager, case: RecallCase, pid: str
+) -> Probe:
+    """Ask the question as an answer request would, without recording the exchange."""
+    messages = conv.request_messages(pid, case.question)
+    response = await llm.chat(
+        messages,
+        max_tokens=conv.max_tokens,
+        temperature=0.0,
+        priority=Priority.INTERACTIVE,
+        cache_key=pid,
+    )
+    answer = response.content.strip()
+    metrics = response.metrics
+    return Probe(
+        0,
+        score(answer, case.expect, case.stale),
+        answer,
+        ctx.recalled(pid, case.question) is not None,
+        len(messages[1].content.encode()),
+        section_bytes(ctx, pid, case.question),
+        metrics.ttft_s if metrics else None,
+    )
+
+
+async def _fact(ctx: ContextManager, case: RecallCase, pid: str, ts: int) -> int:
+    for text in case.said:
+        await ctx.record_exchange(pid, text, ACK, timestamp_us=ts)
+        ts += MINUTE
+    if case.note:
+        await ctx.update(pid, NOTES, case.note, timestamp_us=ts)
+        ts += MINUTE
+    for text in case.scene:
+        await ctx.update(pid, SCENE, text, timestamp_us=ts)
+        ts += MINUTE
+    return ts
+
+
+def _over_budget(ctx: ContextManager, probe: Probe, recall_budget: int) -> list[str]:
+    budgets = {**ctx.budgets, "recalled": recall_budget}
+    return [
+        f"{name} {size} > {budgets[name]} at {probe.turns} turns"
+        for name, size in probe.section_bytes.items()
+        if size > budgets.get(name, size)
+    ]
+
+
+async def run_recall_case(
+    llm: LLMService,
+    case: RecallCase,
+    budgets: dict[str, int],
+    *,
+    max_tokens: int = 48,
+    compaction_timeout_s: float = 120.0,
+) -> RecallResult:
+    now = [T0]
+    result = RecallResult(case.name, case.kind, case.held_out)
+    ctx = ContextManager(
+        llm,
+        summary_context_topics=(SCENE,),
+        incremental_context_topics=(NOTES,),
+        compaction_quiet_s=0,
+        rewarm=False,
+        timezone=UTC,
+        clock=lambda: now[0],
+        **budgets,
+    )
+    ctx.add_hook(
+        "post_compact",
+        lambda r: result.compactions.append(
+            {"section": r.section, "ok": r.ok, "method": r.method, "reason": r.reason}
+        ),
+    )
+    conv = Conversation(
+        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
+    )
+    pid = f"recall-{case.name}"
+    started = time.perf_counter()
+    recall_budget = budgets.get("recall_budget_bytes", 1_000)
+    try:
+        async with ctx:
+            now[0] = await _fact(ctx, case, pid, T0)
+            done = 0
+            for turns in PROBES:
+                for i in range(done, turns):
+                    user, assistant = FILLERS[i % len(FILLERS)]
+                    await ctx.record_exchange(pid, user, assistant, timestamp_us=now[0])
+                    now[0] += MINUTE
+                    await _idle(ctx, compaction_timeout_s)
+                done = turns
+                probe = await _probe(llm, conv, ctx, case, pid)
+                probe.turns = turns
+                result.probes.append(probe)
+                result.over_budget += _over_budget(ctx, probe, recall_budget)
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+async def run_recall_eval(
+    llm: LLMService,
+    cases: Sequence[RecallCase] = RECALL_CASES,
+    budgets: dict[str, int] | None = None,
+    progress: Callable[[RecallResult], None] | None = None,
+) -> list[RecallResult]:
+    budgets = budgets if budgets is not None else profile_budgets()
+    results = []
+    for case in cases:
+        result = await run_recall_case(llm, case, budgets)
+        results.append(result)
+        if progress:
+            progress(result)
+    return results
+
+
+def summarize(results: Sequence[RecallResult]) -> dict[str, Any]:
+    """Control and recall means per half, the recall/control ratios, compaction methods."""
+    out: dict[str, Any] = {}
+    for half, held in (("design", False), ("held_out", True)):
+        rows = [r for r in results if r.held_out == held]
+        if not rows:
+            continue
+        means = {t: sum(r.score(t) for r in rows) / len(rows) for t in PROBES}
+        control = means[0]
+        out[half] = {
+            "cases": len(rows),
+            "control": control,
+            **{f"recall_{t}": means[t] for t in PROBES[1:]},
+            **{f"ratio_{t}": (means[t] / control if control else None) for t in PROBES[1:]},
+        }
+    compactions = [c for r in results for c in r.compactions]
+    usable = [c for c in compactions if c["ok"]]
+    methods: dict[str, int] = {}
+    for c in compactions:
+        methods[c["method"]] = methods.get(c["method"], 0) + 1
+    out["compactions"] = {
+        "total": len(compactions),
+        "usable": len(usable),
+        "usable_share": len(usable) / len(compactions) if compactions else None,
+        "methods": methods,
+    }
+    out["over_budget"] = [o for r in results for o in r.over_budget]
+    return out

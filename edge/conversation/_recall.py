@@ -1,0 +1,226 @@
+"""Recall: earlier participant statements brought back into the prompt when relevant.
+
+Every statement a participant makes (what they said in an exchange, each incremental topic
+update such as a dictated note) goes into a :class:`RecallIndex`. For each answer request
+:class:`Recall` searches it with the request and renders the few best statements that are
+no longer in the model's view (compacted away, or kept in a summary only in other words)
+as a "recalled" block, inside its byte budget. The block comes after every stable part of
+the context message, so the cached prompt prefix is unchanged.
+
+Corrections win: the block lists statements newest first and says so, and an older
+statement that a newer correction about the same thing replaces is left out.
+
+:class:`MemoryRecallIndex` keeps the index in memory (BM25 over stemmed terms). A durable
+store implements the same protocol (e.g. SQLite FTS5 beside the recorded exchanges).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ._context import ParticipantContext
+from ._memory import is_correction, terms
+from ._render import ContextBlock, Renderer
+from ._text import clip_middle, nbytes
+
+RECALL_SECTION = "recalled"
+RECALL_HEADER = "Recalled from earlier, newest first (a newer statement replaces an older one):"
+DEFAULT_RECALL_LIMIT = 3
+"""Statements recalled per request at most."""
+SEARCH_WIDTH = 4
+"""Search this many times the limit, so statements already in view can be skipped and
+corrections compared."""
+MAX_STATEMENTS = 20_000
+"""Statements an in-memory index keeps per participant (oldest dropped first)."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One thing a participant said or a topic recorded for them.
+
+    ``seq`` identifies the stored entry it came from in the model's view; ``source`` is
+    ``"dialogue"`` or the topic's name."""
+
+    participant_id: str
+    seq: int
+    timestamp_us: int
+    source: str
+    text: str
+
+    @property
+    def correction(self) -> bool:
+        return is_correction(self.text)
+
+
+@runtime_checkable
+class RecallIndex(Protocol):
+    """Where statements are kept for recall; searched with a request's text."""
+
+    def add(self, statement: Statement) -> None: ...
+
+    def search(self, participant_id: str, query: str, limit: int) -> list[Statement]:
+        """The participant's statements most relevant to ``query``, best first."""
+        ...
+
+    def forget(self, participant_id: str) -> None: ...
+
+
+@dataclass
+class _Postings:
+    statements: list[Statement] = field(default_factory=list)
+    terms: list[Counter[str]] = field(default_factory=list)
+    df: Counter[str] = field(default_factory=Counter)
+    total_terms: int = 0
+
+
+class MemoryRecallIndex:
+    """An in-memory :class:`RecallIndex` ranking by BM25 (k1 1.2, b 0.75)."""
+
+    K1 = 1.2
+    B = 0.75
+
+    def __init__(self, max_statements: int = MAX_STATEMENTS, min_score: float = 1.2) -> None:
+        self._by_participant: dict[str, _Postings] = {}
+        self._max = max_statements
+        self.min_score = min_score
+        """Less relevant statements are not returned (a term shared with half of the
+        statements scores about 0.7; a rare one about 2)."""
+
+    def add(self, statement: Statement) -> None:
+        p = self._by_participant.setdefault(statement.participant_id, _Postings())
+        counts = Counter(terms(statement.text))
+        p.statements.append(statement)
+        p.terms.append(counts)
+        p.df.update(counts.keys())
+        p.total_terms += sum(counts.values())
+        if len(p.statements) > self._max:
+            p.statements.pop(0)
+            gone = p.terms.pop(0)
+            p.df.subtract(gone.keys())
+            p.total_terms -= sum(gone.values())
+
+    def search(self, participant_id: str, query: str, limit: int) -> list[Statement]:
+        p = self._by_participant.get(participant_id)
+        wanted = set(terms(query))
+        if p is None or not wanted or not p.statements:
+            return []
+        n = len(p.statements)
+        average = max(p.total_terms / n, 1.0)
+        scored = []
+        for i, counts in enumerate(p.terms):
+            score = 0.0
+            length = sum(counts.values())
+            for term in wanted & counts.keys():
+                idf = math.log(1 + (n - p.df[term] + 0.5) / (p.df[term] + 0.5))
+                tf = counts[term]
+                norm = tf + self.K1 * (1 - self.B + self.B * length / average)
+                score += idf * tf * (self.K1 + 1) / norm
+            if score >= self.min_score:
+                scored.append((score, i))
+        scored.sort(key=lambda s: (-s[0], -s[1]))
+        return [p.statements[i] for _, i in scored[:limit]]
+
+    def forget(self, participant_id: str) -> None:
+        self._by_participant.pop(participant_id, None)
+
+
+def superseded(found: list[Statement]) -> set[int]:
+    """``seq`` of each statement in ``found`` that a newer correction in ``found`` about
+    the same thing (sharing a search term) replaces."""
+    out: set[int] = set()
+    for newer in found:
+        if not newer.correction:
+            continue
+        newer_terms = set(terms(newer.text))
+        for older in found:
+            if older.timestamp_us < newer.timestamp_us and newer_terms & set(terms(older.text)):
+                out.add(older.seq)
+    return out
+
+
+class Recall:
+    """Builds a participant's recalled block for a request, within ``budget_bytes``."""
+
+    def __init__(
+        self,
+        index: RecallIndex,
+        budget_bytes: int,
+        renderer: Renderer,
+        limit: int = DEFAULT_RECALL_LIMIT,
+    ) -> None:
+        self.index = index
+        self.budget_bytes = budget_bytes
+        self.renderer = renderer
+        self.limit = limit
+
+    def add(self, statement: Statement) -> None:
+        if self.budget_bytes > 0 and statement.text.strip():
+            self.index.add(statement)
+
+    def select(self, participant_id: str, request: str, in_view: InView) -> list[Statement]:
+        """The statements to recall for ``request``, newest first."""
+        if self.budget_bytes <= 0:
+            return []
+        found = self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
+        replaced = superseded(found)
+        chosen: list[Statement] = []
+        seen: set[str] = set()
+        for s in found:
+            key = s.text.strip().lower()
+            if s.seq in replaced or key in seen or in_view.shows(s):
+                continue
+            seen.add(key)
+            chosen.append(s)
+            if len(chosen) == self.limit:
+                break
+        return sorted(chosen, key=lambda s: (s.timestamp_us, s.seq), reverse=True)
+
+    def line(self, statement: Statement) -> str:
+        when = self.renderer.time(statement.timestamp_us)
+        who = "The user said" if statement.source == "dialogue" else statement.source
+        return f"[{when}] {who}: {statement.text}"
+
+    def block(self, participant_id: str, request: str, in_view: InView) -> ContextBlock | None:
+        """The recalled block (None when nothing relevant is out of view); at most
+        ``budget_bytes`` of text: the newest statements first, a long one clipped."""
+        chosen = self.select(participant_id, request, in_view)
+        lines: list[str] = []
+        room = self.budget_bytes - nbytes(RECALL_HEADER)
+        for statement in chosen:
+            text = self.line(statement)
+            cost = nbytes(text) + 1
+            if cost > room:
+                if lines or room < 64:
+                    break
+                text = clip_middle(text, room - 1)
+                cost = nbytes(text) + 1
+            lines.append(text)
+            room -= cost
+        if not lines:
+            return None
+        text = "\n".join([RECALL_HEADER, *lines])
+        newest = max(s.timestamp_us for s in chosen)
+        return ContextBlock("recalled", RECALL_SECTION, text, newest)
+
+
+class InView:
+    """What the model already sees: entry ``seq`` numbers kept verbatim and summary texts."""
+
+    def __init__(self, seqs: set[int], summaries: list[str]) -> None:
+        self.seqs = seqs
+        self.summaries = [s.lower() for s in summaries]
+
+    def shows(self, statement: Statement) -> bool:
+        if statement.seq in self.seqs:
+            return True
+        text = statement.text.strip().replace('"', "'").lower()
+        return any(text in summary for summary in self.summaries)
+
+
+def in_view(part: ParticipantContext) -> InView:
+    """What ``part``'s rendered context holds: its entries and its summaries."""
+    sections = part.sections.values()
+    return InView({e.seq for s in sections for e in s.entries}, [s.summary for s in sections])
