@@ -118,7 +118,7 @@ class MemoryRecallIndex:
                 tf = counts[term]
                 norm = tf + self.K1 * (1 - self.B + self.B * length / average)
                 score += idf * tf * (self.K1 + 1) / norm
-            if score >= self.min_score:
+            if score > 0 and score >= self.min_score:
                 scored.append((score, i))
         scored.sort(key=lambda s: (-s[0], -s[1]))
         return [p.statements[i] for _, i in scored[:limit]]
@@ -161,14 +161,21 @@ class Recall:
             self.index.add(statement)
 
     def select(self, participant_id: str, request: str, in_view: InView) -> list[Statement]:
-        """The statements to recall for ``request``, newest first."""
+        """The statements to recall for ``request``, newest first. A statement found
+        brings along the newer corrections about it, which replace it."""
         if self.budget_bytes <= 0:
             return []
         found = self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
-        replaced = superseded(found)
+        candidates = {s.seq: s for s in found}
+        for s in found[: self.limit * 2]:
+            for related in self.index.search(participant_id, s.text, self.limit * SEARCH_WIDTH):
+                if related.correction and related.timestamp_us > s.timestamp_us:
+                    candidates.setdefault(related.seq, related)
+        ranked = list(candidates.values())
+        replaced = superseded(ranked)
         chosen: list[Statement] = []
         seen: set[str] = set()
-        for s in found:
+        for s in ranked:
             key = s.text.strip().lower()
             if s.seq in replaced or key in seen or in_view.shows(s):
                 continue

@@ -1,0 +1,299 @@
+"""Memory of what the participant said (issue 14), with a scripted model: the summary
+check, the extractive fallback, recall ranking with corrections, and byte budgets."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from conversation_helpers import Clock, eventually, manager, responder
+
+from edge.conversation._context import Entry
+from edge.conversation._eval_recall import (
+    DESIGN,
+    HELD_OUT,
+    RECALL_CASES,
+    profile_budgets,
+    run_recall_case,
+    split,
+)
+from edge.conversation._extractive import extractive_summary, previous_items, summary_gaps
+from edge.conversation._memory import is_correction, key_details
+from edge.conversation._recall import (
+    RECALL_HEADER,
+    InView,
+    MemoryRecallIndex,
+    Recall,
+    RecallIndex,
+    Statement,
+)
+from edge.conversation._render import Renderer
+from edge.llm import ScriptedLLM
+
+pytestmark = pytest.mark.anyio
+
+SMALL = {"dialogue_budget_bytes": 1000, "compaction_input_budget_bytes": 800}
+
+
+def exchange(seq: int, user: str, assistant: str = "Okay.") -> Entry:
+    return Entry(seq, seq * 1_000_000, f"User: {user}\nAssistant: {assistant}", "", user, assistant)
+
+
+def idle(ctx) -> bool:
+    return ctx.pending() == 0 and not ctx._jobs._running
+
+
+# ----------------------------------------------------------------- summary check
+
+
+def test_key_details_are_numbers_codes_and_names_not_sentence_starts() -> None:
+    assert key_details("My locker code is 4711.") == {"4711"}
+    assert key_details("Sample B7 goes to Dr. Okafor.") == {"b7", "okafor", "dr"}
+    assert key_details('The user said: "Thanks." "What is it?"') == set()
+    assert key_details("Ich heiße Jürgen Müller.") == {"jürgen", "müller"}
+
+
+def test_summary_gaps_name_what_a_summary_dropped() -> None:
+    entries = [exchange(1, "My locker code is 4711 and I am Priya."), exchange(2, "Thanks.")]
+    assert summary_gaps("The user chatted.", "", entries) == ["4711", "priya"]
+    assert summary_gaps("Priya's locker code is 4711.", "", entries) == []
+    # the previous summary's details count too
+    assert summary_gaps("Priya, 4711.", "Room 310 is booked.", entries) == ["310"]
+
+
+def test_corrections_are_recognised() -> None:
+    assert is_correction("Sorry, I meant 15 millilitres, not 12.")
+    assert is_correction("Actually my supervisor changed.")
+    assert not is_correction("My locker code is 4711.")
+
+
+# ----------------------------------------------------------------- extractive summary
+
+
+def test_extractive_summary_keeps_statements_verbatim_most_important_first() -> None:
+    entries = [
+        exchange(1, "Tell me a fun fact.", "Octopuses have three hearts. " * 5),
+        exchange(2, "My locker code is 4711."),
+        exchange(3, "What rhymes with bench?"),
+        exchange(4, "The review is in room 204."),
+        exchange(5, "Correction: the review moved to room 310."),
+    ]
+    summary = extractive_summary("", entries, 100, dialogue=True)
+    assert len(summary.encode()) <= 100
+    assert '"My locker code is 4711."' in summary
+    assert '"Correction: the review moved to room 310."' in summary
+    assert "Octopuses" not in summary  # the assistant's replies go first
+    assert "204" not in summary  # the corrected statement goes before other statements
+    # shown in the order they were said, and parsed back as items
+    assert previous_items(summary) == [
+        "My locker code is 4711.",
+        "Correction: the review moved to room 310.",
+    ]
+
+
+def test_extractive_summary_measures_bytes_and_rolls_over_the_previous_one() -> None:
+    accents = "Ünïcödé ñame Zoë Ørsted, Raum 12 — Grüße " * 3  # ~2 bytes a character
+    entries = [exchange(1, accents), exchange(2, "Zoë's badge is 0815.")]
+    summary = extractive_summary(
+        'The user said: "Earlier: Freezer B is at -80."', entries, 90, dialogue=True
+    )
+    assert len(summary.encode()) <= 90 < len(summary) * 2
+    assert "0815" in summary
+    one = extractive_summary("", [exchange(1, accents * 4)], 64, dialogue=True)
+    assert len(one.encode()) <= 64 and "[…]" in one  # one huge statement keeps start and end
+
+
+async def test_model_summary_that_drops_a_number_is_replaced() -> None:
+    llm = ScriptedLLM(responder("The user talked about lockers and asked questions."))
+    async with manager(llm, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay. " + "x" * 300)
+        for i in range(5):
+            await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcde'[i]}", "Ok")
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        report = ctx.last_compaction("p")
+        assert '"My locker code is 4711."' in ctx.summary("p")
+    assert report.ok and report.method == "extractive"
+    assert report.reason == "model summary lacked 4711"
+
+
+async def test_model_summary_that_keeps_the_details_is_used() -> None:
+    llm = ScriptedLLM(responder("The user's locker code is 4711."))
+    async with manager(llm, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+        for i in range(6):
+            await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcdef'[i]}", "Ok")
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        assert ctx.last_compaction("p").method == "llm"
+        assert ctx.summary("p") == "The user's locker code is 4711."
+
+
+# ----------------------------------------------------------------- recall
+
+
+def statement(seq: int, text: str, source: str = "dialogue") -> Statement:
+    return Statement("p", seq, seq * 60_000_000, source, text)
+
+
+def test_memory_index_ranks_by_relevance_and_keeps_participants_apart() -> None:
+    index = MemoryRecallIndex()
+    assert isinstance(index, RecallIndex)
+    for i, text in enumerate(
+        [
+            "My locker code is 4711.",
+            "Tell me a fun fact.",
+            "The locker room is on floor 2.",
+            "What rhymes with bench?",
+            "How long should the autoclave run?",
+            "Say something encouraging.",
+        ]
+    ):
+        index.add(statement(i, text))
+    index.add(Statement("other", 99, 0, "dialogue", "My locker code is 1234."))
+    found = index.search("p", "What is my locker code?", 5)
+    assert [s.seq for s in found] == [0]  # "locker" alone is too common to count
+    index.min_score = 0.0
+    assert [s.seq for s in index.search("p", "What is my locker code?", 5)] == [0, 2]
+    assert all(s.participant_id == "p" for s in found)
+    assert index.search("p", "what is it?", 5) == []  # no topic words: nothing
+    index.forget("p")
+    assert index.search("p", "locker code", 5) == []
+
+
+def test_recall_puts_corrections_first_and_drops_what_they_replace() -> None:
+    index = MemoryRecallIndex()
+    said = [
+        "The buffer needs 12 millilitres of saline.",
+        "Tell me a fun fact.",
+        "Sorry, I meant 15 millilitres of saline, not 12.",
+        "How do I spell centrifuge?",
+        "The saline bottle is on shelf 3.",
+        "What rhymes with bench?",
+    ]
+    for i, text in enumerate(said):
+        index.add(statement(i, text))
+    recall = Recall(index, 400, Renderer(), limit=3)
+    chosen = recall.select("p", "How much saline does the buffer need?", InView(set(), []))
+    assert 0 not in [s.seq for s in chosen]  # replaced by the newer correction
+    assert [s.seq for s in chosen] == [2]  # found through what it corrects
+    block = recall.block("p", "Where is the saline bottle, and the buffer?", InView(set(), []))
+    assert block is not None and block.text.startswith(RECALL_HEADER)
+    assert "12 millilitres of saline." not in block.text
+    assert block.text.index("shelf 3") < block.text.index("15 millilitres")  # newest first
+    # what the model already sees is not recalled again
+    in_view = InView({2}, ['The user said: "The saline bottle is on shelf 3."'])
+    assert recall.select("p", "saline buffer", in_view) == []
+
+
+def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> None:
+    index = MemoryRecallIndex()
+    names = ["Jürgen", "Zoë", "Ørsted", "Søren", "Märta", "Öztürk", "Ñúñez", "Élodie"]
+    for i, name in enumerate(names):
+        index.add(statement(i, f"Der Kühlschrank von {name} ist ünglaublich groß — {'ß' * 60}."))
+    query = "Wo ist der Kühlschrank von Zoë, Søren und Märta?"
+    for budget in (150, 200, 333):
+        block = Recall(index, budget, Renderer(), limit=3).block("p", query, InView(set(), []))
+        assert block is not None and len(block.text.encode()) <= budget < len(block.text) * 2
+    assert Recall(index, 0, Renderer()).block("p", query, InView(set(), [])) is None
+
+
+async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() -> None:
+    clock = Clock()
+    llm = ScriptedLLM(responder(lambda m: "Chat."))  # drops the code: extractive summary
+    async with manager(llm, clock=clock, recall_budget_bytes=300, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+        for i in range(12):
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something nice, take {'x' * i}", "Sure.")
+            await eventually(lambda: idle(ctx))
+        # the code survives in the summary (extractive) or is recalled; never lost
+        messages = ctx.messages("p", system="S", request="What is my locker code?")
+        assert "4711" in messages[1].content
+        stable = ctx._renderer.context_message(ctx.blocks("p"), None)
+        assert messages[1].content.startswith(stable)
+        ctx._participants["p"].sections["dialogue"].summary = "The user chatted."
+        recalled = ctx.recalled("p", "What is my locker code?")
+        assert recalled is not None and "4711" in recalled.text
+        messages = ctx.messages("p", system="S", request="What is my locker code?")
+        context = messages[1].content
+        assert context.startswith(ctx._renderer.context_message(ctx.blocks("p"), None))
+        assert context.index(recalled.text) < context.index("Current time:")
+    await ctx.clear("p")
+    assert ctx.recalled("p", "locker code") is None
+
+
+async def test_notes_are_recalled_like_statements() -> None:
+    llm = ScriptedLLM(responder("Notes."))
+    async with manager(
+        llm, incremental_context_topics=("notes",), topic_budget_bytes=400, **SMALL
+    ) as ctx:
+        await ctx.update("p", "notes", "Note: the guest wifi password is tulip42.")
+        for i in range(8):
+            await ctx.update("p", "notes", f"Note: routine check {'abcdefgh'[i]} passed fine.")
+        await eventually(lambda: idle(ctx) and ctx.summary("p", "notes"))
+        assert "tulip42" in ctx.render("p")  # kept by the summary check
+        ctx._participants["p"].sections["notes"].summary = "Routine checks."
+        recalled = ctx.recalled("p", "What is the guest wifi password?")
+    assert (
+        recalled is not None and "notes: Note: the guest wifi password is tulip42." in recalled.text
+    )
+
+
+async def test_a_long_session_with_a_failing_model_keeps_every_section_in_budget() -> None:
+    clock = Clock()
+    llm = ScriptedLLM(responder(lambda m: ""))  # the model never writes a summary
+    budgets = {"dialogue_budget_bytes": 1200, "topic_budget_bytes": 600}
+    async with manager(
+        llm,
+        clock=clock,
+        incremental_context_topics=("notes",),
+        summary_context_topics=("scene",),
+        compaction_input_budget_bytes=900,
+        recall_budget_bytes=256,
+        **budgets,
+    ) as ctx:
+        for i in range(60):
+            clock.advance(30)
+            await ctx.record_exchange("p", f"Fact {i}: bin {i} holds Größe {i * 7}.", "Noted " * 20)
+            if i % 5 == 0:
+                await ctx.update("p", "notes", f"Note {i}: shelf {i} is empty — ünd leer.")
+                await ctx.update("p", "scene", f"Looking at bench {i}.")
+            await eventually(lambda: idle(ctx))
+            sizes: dict[str, int] = {}
+            for block in ctx.blocks("p"):
+                sizes[block.section] = sizes.get(block.section, 0) + len(block.text.encode())
+            assert sizes["dialogue"] <= 1200 and sizes.get("notes", 0) <= 600
+            recalled = ctx.recalled("p", f"Which bin holds Größe {i * 7 - 70}?")
+            assert recalled is None or len(recalled.text.encode()) <= 256
+        reports = []
+        ctx.add_hook("post_compact", reports.append)
+        assert ctx.last_compaction("p").ok
+        assert ctx.last_compaction("p").method == "extractive"
+        assert ctx.recalled("p", "Which bin holds Größe 7?") is not None
+
+
+# ----------------------------------------------------------------- device budgets, eval
+
+
+def test_device_budgets_derive_a_recall_budget_within_the_warm_target() -> None:
+    kwargs = profile_budgets("ci-2core-24gb")
+    assert 128 <= kwargs["recall_budget_bytes"] <= kwargs["topic_budget_bytes"] // 2 + 64
+
+
+def test_recall_cases_split_deterministically_into_halves() -> None:
+    names = [c.name for c in RECALL_CASES]
+    assert split(names) == split(list(reversed(names)))
+    assert DESIGN | HELD_OUT == set(names) and not DESIGN & HELD_OUT
+    assert abs(len(DESIGN) - len(HELD_OUT)) <= 1
+    assert {c.kind for c in RECALL_CASES} == {"fact", "correction", "note", "scene"}
+
+
+@pytest.mark.parametrize("name", ["locker-code", "buffer-volume-corrected", "toolbox-scene"])
+async def test_recall_case_probes_control_and_after_10_and_30_turns(name) -> None:
+    case = next(c for c in RECALL_CASES if c.name == name)
+    llm = ScriptedLLM(responder("The user chatted.", answer=case.expect[0]))
+    result = await run_recall_case(llm, case, profile_budgets())
+    assert not result.error
+    assert [p.turns for p in result.probes] == [0, 10, 30]
+    assert all(p.score == 1.0 for p in result.probes)
+    assert result.compactions and all(c["ok"] for c in result.compactions)
+    assert result.over_budget == []
+    await anyio.sleep(0)
