@@ -3,7 +3,6 @@ check, the extractive fallback, recall ranking with corrections, and byte budget
 
 from __future__ import annotations
 
-import anyio
 import pytest
 from conversation_helpers import Clock, eventually, manager, responder
 
@@ -171,16 +170,15 @@ def test_recall_puts_corrections_first_and_drops_what_they_replace() -> None:
     for i, text in enumerate(said):
         index.add(statement(i, text))
     recall = Recall(index, 400, Renderer(), limit=3)
-    chosen = recall.select("p", "How much saline does the buffer need?", InView(set(), []))
+    chosen = recall.select("p", "How much saline does the buffer need?", InView(set()))
     assert 0 not in [s.seq for s in chosen]  # replaced by the newer correction
     assert [s.seq for s in chosen] == [2]  # found through what it corrects
-    block = recall.block("p", "Where is the saline bottle, and the buffer?", InView(set(), []))
+    block = recall.block("p", "Where is the saline bottle, and the buffer?", InView(set()))
     assert block is not None and block.text.startswith(RECALL_HEADER)
     assert "12 millilitres of saline." not in block.text
     assert block.text.index("shelf 3") < block.text.index("15 millilitres")  # newest first
     # what the model already sees is not recalled again
-    in_view = InView({2}, ['The user said: "The saline bottle is on shelf 3."'])
-    assert recall.select("p", "saline buffer", in_view) == []
+    assert recall.select("p", "saline buffer", InView({2, 4})) == []
 
 
 def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> None:
@@ -190,9 +188,9 @@ def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> No
         index.add(statement(i, f"Der Kühlschrank von {name} ist ünglaublich groß — {'ß' * 60}."))
     query = "Wo ist der Kühlschrank von Zoë, Søren und Märta?"
     for budget in (150, 200, 333):
-        block = Recall(index, budget, Renderer(), limit=3).block("p", query, InView(set(), []))
+        block = Recall(index, budget, Renderer(), limit=3).block("p", query, InView(set()))
         assert block is not None and len(block.text.encode()) <= budget < len(block.text) * 2
-    assert Recall(index, 0, Renderer()).block("p", query, InView(set(), [])) is None
+    assert Recall(index, 0, Renderer()).block("p", query, InView(set())) is None
 
 
 async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() -> None:
@@ -296,4 +294,3 @@ async def test_recall_case_probes_control_and_after_10_and_30_turns(name) -> Non
     assert all(p.score == 1.0 for p in result.probes)
     assert result.compactions and all(c["ok"] for c in result.compactions)
     assert result.over_budget == []
-    await anyio.sleep(0)

@@ -81,7 +81,7 @@ def run_conversation(args: argparse.Namespace) -> int:
     from edge.conversation import EVAL_CASES as CASES
     from edge.conversation import RECALL_EVAL_CASES as RECALL_CASES
 
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
         logging.getLogger("edge.conversation").setLevel(logging.ERROR)
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from ._context import Entry
-from ._memory import importance, is_correction, missing_details, terms
+from ._memory import importance, is_correction, key_details, missing_details, terms
 from ._text import clip_middle, nbytes
 
 PREFIX = "The user said:"
@@ -54,6 +54,12 @@ def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) 
     return missing_details(summary, [previous_summary, *statements(entries)])
 
 
+def bare_question(text: str) -> bool:
+    """A question without numbers or names: it states nothing to keep (its answer is the
+    assistant's, which is shortened first), and lists of them confuse a small model."""
+    return text.rstrip().endswith("?") and not key_details(text)
+
+
 def _ranked(items: list[str]) -> list[tuple[int, int]]:
     """(importance, index) of each item; an item a later correction shares a term with
     loses importance."""
@@ -83,6 +89,8 @@ def extractive_summary(
     room = limit - nbytes(prefix)
     chosen: list[int] = []
     for _, i in sorted(_ranked(items), key=lambda r: (-r[0], -r[1])):
+        if bare_question(items[i]):
+            continue
         cost = nbytes(items[i]) + 3  # space and quotes
         if cost <= room:
             chosen.append(i)

@@ -214,20 +214,19 @@ class Recall:
 
 
 class InView:
-    """What the model already sees: entry ``seq`` numbers kept verbatim and summary texts."""
+    """What the model already sees verbatim: the ``seq`` numbers of uncompacted entries.
 
-    def __init__(self, seqs: set[int], summaries: list[str]) -> None:
+    A statement that only a summary holds is still recalled: the summary is condensed
+    (a model's paraphrase, or an extractive list among other statements), while the
+    recalled block puts the participant's exact words next to the request they answer."""
+
+    def __init__(self, seqs: set[int]) -> None:
         self.seqs = seqs
-        self.summaries = [s.lower() for s in summaries]
 
     def shows(self, statement: Statement) -> bool:
-        if statement.seq in self.seqs:
-            return True
-        text = statement.text.strip().replace('"', "'").lower()
-        return any(text in summary for summary in self.summaries)
+        return statement.seq in self.seqs
 
 
 def in_view(part: ParticipantContext) -> InView:
-    """What ``part``'s rendered context holds: its entries and its summaries."""
-    sections = part.sections.values()
-    return InView({e.seq for s in sections for e in s.entries}, [s.summary for s in sections])
+    """The entries ``part``'s rendered context shows verbatim."""
+    return InView({e.seq for s in part.sections.values() for e in s.entries})
