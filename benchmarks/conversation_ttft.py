@@ -7,7 +7,10 @@ Scenarios (same participant context, real default model):
   priority (the scheduler preempts it at the next step);
 * ``compacted+rewarm``: the first answer after the participant's own summary changed, with
   the manager's re-warm of the prompt prefix done while idle;
-* ``compacted-cold``: the same with ``rewarm=False`` (the whole context is evaluated).
+* ``compacted-cold``: the same with ``rewarm=False`` (the whole context is evaluated);
+* ``recall-on`` / ``recall-off``: a long session (facts, ordinary turns, compaction) then
+  ten questions, half about the earlier facts, with the CI profile's recall budget and
+  with recall off: p50 TTFT of each, and the time to select the recalled statements.
 
 Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--json out.json] [--png out.png]``
 Timings on a shared machine are noisy; run it on an idle device.
@@ -115,13 +118,86 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
     return result
 
 
+FACTS = (
+    "My locker code is 4711.",
+    "Sample B7 goes to the incubator after lunch.",
+    "The design review is in room 204.",
+    "Correction: the design review moved to room 310.",
+    "My flight home leaves at 18:45 tomorrow.",
+)
+QUESTIONS = (
+    "What is my locker code?",
+    "Tell me a fun fact.",
+    "Where does sample B7 go?",
+    "What rhymes with bench?",
+    "Which room is the design review in?",
+    "How do I spell centrifuge?",
+    "When does my flight home leave?",
+    "Say something encouraging.",
+    "What's my locker code again?",
+    "What does PPE stand for?",
+)
+
+
+async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
+    from edge.conversation._eval_recall import FILLERS
+
+    ctx = ContextManager(
+        llm,
+        compaction_quiet_s=0,
+        timezone=UTC,
+        dialogue_budget_bytes=2048,
+        compaction_input_budget_bytes=1792,
+        recall_budget_bytes=recall_budget,
+    )
+    # the same summary in both runs, without the facts (the worst case for recall)
+    ctx.add_hook("pre_compact", lambda request: "The user chatted about lab routines.")
+    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    pid = f"recall-{recall_budget}"
+    for fact in FACTS:
+        await ctx.record_exchange(pid, fact, "Okay, noted.")
+    for user, assistant in FILLERS * 2:
+        await ctx.record_exchange(pid, user, assistant)
+    ttfts, selects, recalled = [], [], 0
+    async with ctx:
+        await idle(ctx)
+        await ask(conv, pid, "Hello again.")  # fills the participant's cache
+        for question in QUESTIONS:
+            await idle(ctx)
+            while ctx._participants[pid].warm_pending or ctx._jobs.running(pid):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+            started = time.perf_counter()
+            block = ctx.recalled(pid, question)
+            selects.append(time.perf_counter() - started)
+            recalled += block is not None
+            ttfts.append((await ask(conv, pid, question))["ttft_s"])
+    ttfts.sort()
+    selects.sort()
+    return {
+        "ttft_s": ttfts[len(ttfts) // 2],
+        "ttfts_s": ttfts,
+        "select_p50_s": selects[len(selects) // 2],
+        "turns_with_recall": recalled,
+        "queue_wait_s": 0.0,
+        "prompt_tokens": None,
+        "reused_tokens": None,
+    }
+
+
 async def main(args: argparse.Namespace) -> dict:
     llm = LlamaCppLLM(n_ctx=4096, temperature=0.0, n_threads=args.threads)
     await llm.load()
     try:
+        if args.only_recall:
+            return {
+                "recall-on": await scenario_recall(llm, 320),
+                "recall-off": await scenario_recall(llm, 0),
+            }
         results = await scenario_warm_and_backlog(llm)
         results["compacted+rewarm"] = await scenario_after_compaction(llm, True)
         results["compacted-cold"] = await scenario_after_compaction(llm, False)
+        results["recall-on"] = await scenario_recall(llm, 320)  # the CI profile's budget
+        results["recall-off"] = await scenario_recall(llm, 0)
     finally:
         await llm.close()
     return results
@@ -143,6 +219,14 @@ def report(results: dict, args: argparse.Namespace) -> None:
             str(r["reused_tokens"]),
         )
     Console().print(table)
+    if "recall-on" in results and "recall-off" in results:
+        on, off = results["recall-on"], results["recall-off"]
+        print(
+            f"recall: p50 TTFT {on['ttft_s'] * 1000:.0f} ms vs {off['ttft_s'] * 1000:.0f} ms off "
+            f"(+{(on['ttft_s'] - off['ttft_s']) * 1000:.0f} ms); selection p50 "
+            f"{on['select_p50_s'] * 1000:.2f} ms; {on['turns_with_recall']} of "
+            f"{len(on['ttfts_s'])} turns recalled something"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.png:
@@ -164,5 +248,6 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
+    parser.add_argument("--only-recall", action="store_true", help="only the recall scenarios")
     ns = parser.parse_args()
     report(anyio.run(partial(main, ns)), ns)

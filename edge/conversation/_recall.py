@@ -214,11 +214,14 @@ class Recall:
 
 
 class InView:
-    """What the model already sees verbatim: the ``seq`` numbers of uncompacted entries.
+    """What the model sees verbatim close to the request: the ``seq`` numbers of the
+    newest uncompacted entries.
 
-    A statement that only a summary holds is still recalled: the summary is condensed
-    (a model's paraphrase, or an extractive list among other statements), while the
-    recalled block puts the participant's exact words next to the request they answer."""
+    A statement that only a summary holds is still recalled: the summary is condensed (a
+    model's paraphrase, or an extractive list among other statements). So is an older
+    entry still shown verbatim further up (a note dictated many turns ago sits at its
+    recorded time, above every exchange since): a small model uses what is next to the
+    request, and the recalled block puts the participant's exact words there."""
 
     def __init__(self, seqs: set[int]) -> None:
         self.seqs = seqs
@@ -227,6 +230,12 @@ class InView:
         return statement.seq in self.seqs
 
 
-def in_view(part: ParticipantContext) -> InView:
-    """The entries ``part``'s rendered context shows verbatim."""
-    return InView({e.seq for s in part.sections.values() for e in s.entries})
+RECENT_ENTRIES = 4
+"""Entries this close to the request (newest across sections) are not recalled again."""
+
+
+def in_view(part: ParticipantContext, recent: int = RECENT_ENTRIES) -> InView:
+    """The newest ``recent`` entries of ``part``'s rendered context, across sections."""
+    entries = [e for s in part.sections.values() if s.kind != "summary" for e in s.entries]
+    entries.sort(key=lambda e: e.key)
+    return InView({e.seq for e in entries[-recent:]} if recent > 0 else set())

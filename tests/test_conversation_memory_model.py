@@ -1,0 +1,60 @@
+"""Memory with the real default model through the service (``edge serve``'s EdgeService)
+on the CI profile's budgets: a fact stated, ten ordinary turns with idle pauses so
+compaction runs, then the question."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import LlamaCppLLM
+from edge.server import EdgeClient, EdgeService
+from tests.server_helpers import settings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+ORDINARY = (
+    "What's a good way to stay focused in the afternoon?",
+    "Tell me a fun fact.",
+    "How do I spell centrifuge?",
+    "What rhymes with bench?",
+    "Give me a quick tip for writing clear notes.",
+    "How many minutes are in three hours?",
+    "What does PPE stand for?",
+    "Can you suggest a name for a lab mascot?",
+    "What's the capital of Canada?",
+    "Say something encouraging.",
+)
+
+
+async def settle(service: EdgeService, limit_s: float = 120.0) -> None:
+    """Wait (bounded) until the idle device has compacted everything pending."""
+    context = service.context
+    with anyio.fail_after(limit_s):
+        await anyio.sleep(0.2)
+        while context.pending() or context._jobs._running:  # noqa: ASYNC110
+            await anyio.sleep(0.1)
+
+
+async def test_a_fact_is_recalled_after_ten_turns_through_the_service() -> None:
+    service = EdgeService(
+        settings(voice=False, notes=False, profile="ci-2core-24gb"),
+        llm=LlamaCppLLM(n_ctx=4096, default_max_tokens=40, temperature=0.0),
+        decisions=ScriptedDecisions(default="conversation"),  # routing has its own tests
+    )
+    reports = []
+    service.context.add_hook("post_compact", reports.append)
+    assert service.context.budgets["dialogue"] == 2048  # the CI profile's
+    async with service, EdgeClient(service.websocket_url, participant_id="lab") as client:
+        await client.ask("My locker code is 4711.", limit_s=60)
+        for text in ORDINARY:
+            await client.ask(text, limit_s=60)
+            await settle(service)
+        entries = [b.text for b in service.context.blocks("lab") if b.kind == "exchange"]
+        assert not any("4711" in e for e in entries)  # the fact has left the verbatim dialogue
+        recalled = service.context.recalled("lab", "What is my locker code?")
+        answer = await client.ask("What is my locker code?", limit_s=60)
+    assert reports and all(r.ok for r in reports)  # usable summaries (model or extractive)
+    assert recalled is not None and "My locker code is 4711." in recalled.text
+    assert "4711" in answer.text
