@@ -22,11 +22,10 @@ from datetime import UTC
 from importlib import resources
 from typing import Any
 
-import anyio
-
 from edge.llm import LLMService, Priority
 
 from ._conversation import Conversation
+from ._eval import _idle, score
 from ._manager import ContextManager
 
 MINUTE = 60 * 1_000_000
@@ -116,19 +115,6 @@ def profile_budgets(profile: str = DEFAULT_PROFILE) -> dict[str, int]:
     from edge.device import load_device_config
 
     return load_device_config(profile).context_manager_kwargs()
-
-
-def score(answer: str, expect: Sequence[str], stale: Sequence[str]) -> float:
-    text = answer.lower()
-    hit = any(e.lower() in text for e in expect)
-    old = any(s.lower() in text for s in stale)
-    return 1.0 if hit and not old else 0.5 if hit else 0.0
-
-
-async def _idle(ctx: ContextManager, timeout_s: float) -> None:
-    with anyio.move_on_after(timeout_s):
-        while ctx.pending() or ctx._jobs._running:  # noqa: ASYNC110 (polling state)
-            await anyio.sleep(0.05)
 
 
 def section_bytes(ctx: ContextManager, pid: str, request: str) -> dict[str, int]:
