@@ -12,7 +12,7 @@ import anyio
 import pytest
 from conversation_helpers import eventually
 
-from edge.conversation import ContextManager, Conversation
+from edge.conversation import ContextManager, Conversation, MemoryRecallIndex
 from edge.llm import LlamaCppLLM
 from edge.routing import AgentTurn
 
@@ -62,6 +62,9 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
         summary_context_topics=("window",),
         incremental_context_topics=("notes",),
         compaction_quiet_s=0,
+        # the whole-conversation recall index is bounded by its statement cap, reached here
+        # by exchange 100, where the flatness check starts
+        recall_index=MemoryRecallIndex(max_statements=100),
         **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)

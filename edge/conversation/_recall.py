@@ -33,8 +33,9 @@ DEFAULT_RECALL_LIMIT = 3
 SEARCH_WIDTH = 4
 """Search this many times the limit, so statements already in view can be skipped and
 corrections compared."""
-MAX_STATEMENTS = 20_000
-"""Statements an in-memory index keeps per participant (oldest dropped first)."""
+MAX_STATEMENTS = 5_000
+"""Statements an in-memory index keeps per participant, oldest dropped first (about 0.7 KB
+each: a few MB per participant at most; a durable store keeps every one on disk)."""
 
 
 @dataclass(frozen=True)
