@@ -33,6 +33,8 @@ DEFAULT_RECALL_LIMIT = 3
 SEARCH_WIDTH = 4
 """Search this many times the limit, so statements already in view can be skipped and
 corrections compared."""
+MAX_CORRECTIONS = 64
+"""The newest corrections compared with what a search found."""
 MAX_STATEMENTS = 5_000
 """Statements an in-memory index keeps per participant, oldest dropped first (about 0.7 KB
 each: a few MB per participant at most; a durable store keeps every one on disk)."""
@@ -66,19 +68,48 @@ class RecallIndex(Protocol):
         """The participant's statements most relevant to ``query``, best first."""
         ...
 
+    def corrections(self, participant_id: str, limit: int) -> list[Statement]:
+        """The participant's newest ``limit`` corrections (:attr:`Statement.correction`)."""
+        ...
+
     def forget(self, participant_id: str) -> None: ...
 
 
 @dataclass
 class _Postings:
-    statements: list[Statement] = field(default_factory=list)
-    terms: list[Counter[str]] = field(default_factory=list)
-    df: Counter[str] = field(default_factory=Counter)
+    """One participant's statements (by a running number) and which contain each term."""
+
+    statements: dict[int, tuple[Statement, Counter[str]]] = field(default_factory=dict)
+    postings: dict[str, set[int]] = field(default_factory=dict)
+    corrections: dict[int, Statement] = field(default_factory=dict)
     total_terms: int = 0
+    next_id: int = 0
+
+    def add(self, statement: Statement) -> None:
+        counts = Counter(terms(statement.text))
+        self.statements[self.next_id] = (statement, counts)
+        if statement.correction:
+            self.corrections[self.next_id] = statement
+        for term in counts:
+            self.postings.setdefault(term, set()).add(self.next_id)
+        self.total_terms += sum(counts.values())
+        self.next_id += 1
+
+    def drop_oldest(self) -> None:
+        oldest = next(iter(self.statements))  # dicts keep insertion order
+        _, counts = self.statements.pop(oldest)
+        self.corrections.pop(oldest, None)
+        for term in counts:
+            ids = self.postings[term]
+            ids.discard(oldest)
+            if not ids:
+                del self.postings[term]
+        self.total_terms -= sum(counts.values())
 
 
 class MemoryRecallIndex:
-    """An in-memory :class:`RecallIndex` ranking by BM25 (k1 1.2, b 0.75)."""
+    """An in-memory :class:`RecallIndex` ranking by BM25 (k1 1.2, b 0.75); a search only
+    visits the statements that share a term with the query."""
 
     K1 = 1.2
     B = 0.75
@@ -92,40 +123,44 @@ class MemoryRecallIndex:
 
     def add(self, statement: Statement) -> None:
         p = self._by_participant.setdefault(statement.participant_id, _Postings())
-        counts = Counter(terms(statement.text))
-        p.statements.append(statement)
-        p.terms.append(counts)
-        p.df.update(counts.keys())
-        p.total_terms += sum(counts.values())
+        p.add(statement)
         if len(p.statements) > self._max:
-            p.statements.pop(0)
-            gone = p.terms.pop(0)
-            p.df.subtract(gone.keys())
-            p.total_terms -= sum(gone.values())
+            p.drop_oldest()
 
     def search(self, participant_id: str, query: str, limit: int) -> list[Statement]:
         p = self._by_participant.get(participant_id)
-        wanted = set(terms(query))
-        if p is None or not wanted or not p.statements:
+        wanted = set(terms(query)) & (p.postings.keys() if p else set())
+        if p is None or not wanted:
             return []
         n = len(p.statements)
         average = max(p.total_terms / n, 1.0)
-        scored = []
-        for i, counts in enumerate(p.terms):
-            score = 0.0
-            length = sum(counts.values())
-            for term in wanted & counts.keys():
-                idf = math.log(1 + (n - p.df[term] + 0.5) / (p.df[term] + 0.5))
+        scores: dict[int, float] = {}
+        for term in wanted:
+            ids = p.postings[term]
+            idf = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
+            for i in ids:
+                counts = p.statements[i][1]
                 tf = counts[term]
-                norm = tf + self.K1 * (1 - self.B + self.B * length / average)
-                score += idf * tf * (self.K1 + 1) / norm
-            if score > 0 and score >= self.min_score:
-                scored.append((score, i))
-        scored.sort(key=lambda s: (-s[0], -s[1]))
-        return [p.statements[i] for _, i in scored[:limit]]
+                norm = tf + self.K1 * (1 - self.B + self.B * sum(counts.values()) / average)
+                scores[i] = scores.get(i, 0.0) + idf * tf * (self.K1 + 1) / norm
+        ranked = sorted(
+            ((score, i) for i, score in scores.items() if score >= self.min_score),
+            key=lambda s: (-s[0], -s[1]),
+        )
+        return [p.statements[i][0] for _, i in ranked[:limit]]
+
+    def corrections(self, participant_id: str, limit: int) -> list[Statement]:
+        p = self._by_participant.get(participant_id)
+        return list(p.corrections.values())[-limit:][::-1] if p and limit > 0 else []
 
     def forget(self, participant_id: str) -> None:
         self._by_participant.pop(participant_id, None)
+
+
+def corrects(fix: Statement, found: list[Statement]) -> bool:
+    """Whether ``fix`` is about something in ``found`` said before it (shares a term)."""
+    fix_terms = set(terms(fix.text))
+    return any(s.timestamp_us < fix.timestamp_us and fix_terms & set(terms(s.text)) for s in found)
 
 
 def superseded(found: list[Statement]) -> set[int]:
@@ -163,15 +198,16 @@ class Recall:
 
     def select(self, participant_id: str, request: str, in_view: InView) -> list[Statement]:
         """The statements to recall for ``request``, newest first. A statement found
-        brings along the newer corrections about it, which replace it."""
+        brings along the newer corrections about it (sharing a term), which replace it."""
         if self.budget_bytes <= 0:
             return []
         found = self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
         candidates = {s.seq: s for s in found}
-        for s in found[: self.limit * 2]:
-            for related in self.index.search(participant_id, s.text, self.limit * SEARCH_WIDTH):
-                if related.correction and related.timestamp_us > s.timestamp_us:
-                    candidates.setdefault(related.seq, related)
+        if found:
+            oldest = min(s.timestamp_us for s in found)
+            for fix in self.index.corrections(participant_id, MAX_CORRECTIONS):
+                if fix.timestamp_us > oldest and corrects(fix, found):
+                    candidates.setdefault(fix.seq, fix)
         ranked = list(candidates.values())
         replaced = superseded(ranked)
         chosen: list[Statement] = []
