@@ -106,7 +106,8 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
     # the budgets above held because compaction worked, not because entries were dropped:
     # every section compacted successfully, and most attempts succeeded
     ok = [r for r in reports if r.ok]
-    assert {r.section for r in ok} >= {"dialogue", "notes", "window"}, [r.reason for r in reports]
+    # (a summary topic such as "window" never compacts: each update replaces its state)
+    assert {r.section for r in ok} >= {"dialogue", "notes"}, [r.reason for r in reports]
     assert len(ok) * 2 > len(reports), [r.reason for r in reports if not r.ok]
     # flat: what the manager holds stops growing once sections reach steady state
     assert max(samples[3:]) - samples[3] < 64 * 1024, samples
