@@ -523,3 +523,13 @@ def test_edge_device_calibrate_stores_and_reuses(
     assert main(["device", "--profile", "ci-2core-24gb", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "reused from" in out["calibration_note"]
+
+
+def test_the_five_speed_figures_are_declared_once() -> None:
+    from edge.device import BudgetInputs, Speed
+    from edge.device._profile import ExpectedSpeed
+
+    for model in (ExpectedSpeed, Measurement, BudgetInputs):
+        assert issubclass(model, Speed)
+    assert list(Speed.formats()) == list(Speed.model_fields)
+    assert fake_measurement().speed() == Speed(**fake_measurement().speed().model_dump())

@@ -99,6 +99,8 @@ def _mib(n: float) -> str:
 
 
 def _print(console: Console, config: Any) -> None:
+    from edge.device import Speed
+
     prof = config.profile
     t = Table(title=f"Profile {prof.name}", show_header=False)
     t.add_row("chosen by", f"{config.choice.how}: {config.choice.reason}")
@@ -139,13 +141,7 @@ def _print(console: Console, config: Any) -> None:
     for col in ("figure", "profile expects", "calibration", "used"):
         c.add_column(col)
     cal, exp, inp = config.calibration, prof.expected, config.inputs
-    for name, fmt in (
-        ("prompt_tokens_per_s", "{:.0f}"),
-        ("generation_tokens_per_s", "{:.1f}"),
-        ("text_bytes_per_token", "{:.2f}"),
-        ("kv_bytes_per_token", "{:,}"),
-        ("state_overhead_bytes", "{:,}"),
-    ):
+    for name, fmt in Speed.formats().items():
         c.add_row(
             name,
             fmt.format(getattr(exp, name)),

@@ -21,11 +21,12 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from edge.catalogue import ModelEntry
 
 from ._detect import HardwareInfo
+from ._profile import Speed
 
 STORE_VERSION = 1
 
@@ -34,16 +35,11 @@ class CalibrationError(RuntimeError):
     """Calibration could not run or its store is unreadable."""
 
 
-class Measurement(BaseModel):
-    """What one calibration run measured."""
+class Measurement(Speed):
+    """What one calibration run measured: the model's :class:`Speed` and how it went."""
 
     model_config = ConfigDict(frozen=True)
 
-    prompt_tokens_per_s: float = Field(gt=0)
-    generation_tokens_per_s: float = Field(gt=0)
-    text_bytes_per_token: float = Field(gt=0)
-    kv_bytes_per_token: int = Field(gt=0)
-    state_overhead_bytes: int = Field(ge=0)
     load_s: float = Field(ge=0)
     prompt_tokens: int = Field(gt=0)
     generated_tokens: int = Field(gt=0)

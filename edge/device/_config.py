@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ._calibration import (
     model_key,
 )
 from ._detect import HardwareInfo, detect_hardware
-from ._profile import GIB, DeviceProfile, ProfileError, find_profile, load_profiles
+from ._profile import GIB, DeviceProfile, ProfileError, Speed, find_profile, load_profiles
 from ._select import ProfileChoice, choose_profile
 
 # A calibration whose model got less CPU time than this share of its threads competed
@@ -131,18 +132,9 @@ def budget_inputs(
             f"this process may use {hardware.memory_bytes / GIB:.2f} GiB, less than the "
             f"profile's {profile.device.service_memory_gib:g} GiB; budgets use the detected limit"
         )
-    speed: Any = profile.expected
-    origin = "profile estimate"
-    if calibration is not None:
-        speed, origin = calibration, "calibrated"
-    for name in (
-        "prompt_tokens_per_s",
-        "generation_tokens_per_s",
-        "text_bytes_per_token",
-        "kv_bytes_per_token",
-        "state_overhead_bytes",
-    ):
-        sources[name] = origin
+    speed = (calibration or profile.expected).speed()
+    origin = "calibrated" if calibration is not None else "profile estimate"
+    sources.update(dict.fromkeys(Speed.model_fields, origin))
     model_bytes = 0
     for role in ("llm", "stt", "tts"):
         entry = catalogue.get(getattr(profile.models, role))
@@ -166,11 +158,7 @@ def budget_inputs(
         typical_exchange_bytes=llm.typical_exchange_bytes,
         context_topics=llm.context_topics,
         max_participants=llm.max_participants,
-        prompt_tokens_per_s=speed.prompt_tokens_per_s,
-        generation_tokens_per_s=speed.generation_tokens_per_s,
-        text_bytes_per_token=speed.text_bytes_per_token,
-        kv_bytes_per_token=speed.kv_bytes_per_token,
-        state_overhead_bytes=speed.state_overhead_bytes,
+        **speed.model_dump(),
         memory_bytes=memory,
         model_bytes=model_bytes,
         cold_ttft_s=profile.latency.cold_ttft_s,
@@ -196,6 +184,133 @@ def derive_for_profile(
         raise type(exc)(f"profile {profile.name!r}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class _Models:
+    """The profile's models and where they are installed; a note per missing one."""
+
+    entries: dict[str, ModelEntry]
+    paths: dict[str, str | None]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Threads and GPU layers the LLM gets here; a note per figure the hardware lowered."""
+
+    threads: int
+    gpu_layers: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _CalibrationFound:
+    """The calibration the budgets use (None: the profile's figures) and why."""
+
+    calibration: Calibration | None
+    note: str
+
+
+def _choose(
+    profile: str | None,
+    hardware: HardwareInfo | None,
+    env: dict[str, str],
+    cfg_dir: Path,
+    catalogue: Catalogue,
+) -> ProfileChoice:
+    """``profile`` beats ``EDGE_PROFILE``, which beats detection."""
+    profiles = load_profiles(cfg_dir, catalogue)
+    if hardware is None:
+        name = profile or env.get("EDGE_PROFILE")
+        if not name:
+            raise ProfileError("name a profile when hardware detection is off")
+        chosen = profiles.get(name) or find_profile(name, cfg_dir, catalogue)
+        return ProfileChoice(profile=chosen, how="argument", reason=f"profile {name} named")
+    return choose_profile(
+        profiles,
+        hardware,
+        requested=profile,
+        env=env,
+        load=lambda n: find_profile(n, cfg_dir, catalogue),
+    )
+
+
+def _locate_models(prof: DeviceProfile, catalogue: Catalogue) -> _Models:
+    entries = {role: catalogue.get(getattr(prof.models, role)) for role in ("llm", "stt", "tts")}
+    paths: dict[str, str | None] = {}
+    notes: list[str] = []
+    for role, entry in entries.items():
+        try:
+            paths[role] = str(entry.locate())
+        except ModelMissingError as exc:
+            paths[role] = None
+            notes.append(str(exc))
+    return _Models(entries, paths, tuple(notes))
+
+
+def _place(prof: DeviceProfile, hardware: HardwareInfo | None) -> _Placement:
+    threads, gpu_layers = prof.llm.threads, prof.llm.gpu_layers
+    if hardware is None:
+        return _Placement(threads, gpu_layers)
+    notes: list[str] = []
+    if threads > hardware.cpus:
+        notes.append(
+            f"llm.threads {threads} lowered to the {hardware.cpus} cores this process may use"
+        )
+        threads = hardware.cpus
+    if gpu_layers and not hardware.cuda:
+        notes.append(f"llm.gpu_layers {gpu_layers} ignored: no CUDA ({hardware.cuda_source})")
+        gpu_layers = 0
+    return _Placement(threads, gpu_layers, tuple(notes))
+
+
+def _find_calibration(
+    models: _Models,
+    place: _Placement,
+    hardware: HardwareInfo | None,
+    store: CalibrationStore | None,
+    env: dict[str, str],
+) -> _CalibrationFound:
+    """The stored calibration of this model on this hardware, if any."""
+    if hardware is None:
+        return _CalibrationFound(
+            None, "not looked up (hardware detection off): using the profile's expected figures"
+        )
+    llm_path = models.paths["llm"]
+    if llm_path is None:
+        return _CalibrationFound(None, "LLM not installed: using the profile's expected figures")
+    store = store or CalibrationStore.default(env)
+    mkey = model_key(models.entries["llm"], Path(llm_path))
+    hkey = hardware_key(hardware, threads=place.threads, gpu_layers=place.gpu_layers)
+    calibration = store.get(mkey, hkey)
+    if calibration is not None:
+        return _CalibrationFound(
+            calibration, f"reused from {store.path} (measured {calibration.measured_at})"
+        )
+    if store.load_all():
+        return _CalibrationFound(
+            None,
+            f"{store.path} has no entry for this model and hardware: using the "
+            "profile's expected figures; run edge device --calibrate",
+        )
+    return _CalibrationFound(
+        None, "none stored: using the profile's expected figures; run edge device --calibrate"
+    )
+
+
+def _busy_note(calibration: Calibration | None, place: _Placement) -> tuple[str, ...]:
+    """A note when the calibration competed with other work for the CPU."""
+    if calibration is None or calibration.cpu_share is None or place.gpu_layers:
+        return ()
+    if calibration.cpu_share >= BUSY_CPU_SHARE:
+        return ()
+    return (
+        f"the machine was busy while calibrating (the model got "
+        f"{calibration.cpu_share:.0%} of its {place.threads} threads' CPU time; load average "
+        f"{calibration.load_average or 0:.1f} before), so the measured speeds are "
+        "pessimistic: run edge device --calibrate --force when it is idle",
+    )
+
+
 def load_device_config(
     profile: str | None = None,
     *,
@@ -214,76 +329,18 @@ def load_device_config(
     """
     env = dict(os.environ) if env is None else dict(env)
     catalogue = catalogue or Catalogue.load()
-    cfg_dir = config_dir(env)
-    profiles = load_profiles(cfg_dir, catalogue)
     hardware = detect_hardware(root) if detect else None
-    if hardware is None:
-        name = profile or env.get("EDGE_PROFILE")
-        if not name:
-            raise ProfileError("name a profile when hardware detection is off")
-        chosen = profiles.get(name) or find_profile(name, cfg_dir, catalogue)
-        choice = ProfileChoice(profile=chosen, how="argument", reason=f"profile {name} named")
-    else:
-        choice = choose_profile(
-            profiles,
-            hardware,
-            requested=profile,
-            env=env,
-            load=lambda n: find_profile(n, cfg_dir, catalogue),
-        )
+    choice = _choose(profile, hardware, env, config_dir(env), catalogue)
     prof = choice.profile
-    models = {role: catalogue.get(getattr(prof.models, role)) for role in ("llm", "stt", "tts")}
-    paths: dict[str, str | None] = {}
-    notes: list[str] = []
-    for role, entry in models.items():
-        try:
-            paths[role] = str(entry.locate())
-        except ModelMissingError as exc:
-            paths[role] = None
-            notes.append(str(exc))
-
-    threads, gpu_layers = prof.llm.threads, prof.llm.gpu_layers
-    if hardware is not None:
-        if threads > hardware.cpus:
-            notes.append(
-                f"llm.threads {threads} lowered to the {hardware.cpus} cores this process may use"
-            )
-            threads = hardware.cpus
-        if gpu_layers and not hardware.cuda:
-            notes.append(f"llm.gpu_layers {gpu_layers} ignored: no CUDA ({hardware.cuda_source})")
-            gpu_layers = 0
-
-    note = "not looked up (hardware detection off): using the profile's expected figures"
-    if calibration is not None:
-        note = "given by the caller"
-    elif hardware is not None:
-        store = store or CalibrationStore.default(env)
-        llm_path = paths["llm"]
-        if llm_path is None:
-            note = "LLM not installed: using the profile's expected figures"
-        else:
-            mkey = model_key(models["llm"], Path(llm_path))
-            hkey = hardware_key(hardware, threads=threads, gpu_layers=gpu_layers)
-            calibration = store.get(mkey, hkey)
-            if calibration is not None:
-                note = f"reused from {store.path} (measured {calibration.measured_at})"
-            elif store.load_all():
-                note = (
-                    f"{store.path} has no entry for this model and hardware: using the "
-                    "profile's expected figures; run edge device --calibrate"
-                )
-            else:
-                note = (
-                    "none stored: using the profile's expected figures; run edge device --calibrate"
-                )
-    if calibration is not None and calibration.cpu_share is not None and not gpu_layers:
-        if calibration.cpu_share < BUSY_CPU_SHARE:
-            notes.append(
-                f"the machine was busy while calibrating (the model got "
-                f"{calibration.cpu_share:.0%} of its {threads} threads' CPU time; load average "
-                f"{calibration.load_average or 0:.1f} before), so the measured speeds are "
-                "pessimistic: run edge device --calibrate --force when it is idle"
-            )
+    models = _locate_models(prof, catalogue)
+    place = _place(prof, hardware)
+    found = (
+        _CalibrationFound(calibration, "given by the caller")
+        if calibration is not None
+        else _find_calibration(models, place, hardware, store, env)
+    )
+    calibration = found.calibration
+    notes = [*models.notes, *place.notes, *_busy_note(calibration, place)]
     inputs, input_notes = budget_inputs(prof, catalogue, hardware, calibration)
     try:
         budgets = derive_budgets(inputs)
@@ -295,11 +352,11 @@ def load_device_config(
         choice=choice,
         hardware=hardware,
         calibration=calibration,
-        calibration_note=note,
-        models=models,
-        model_paths=paths,
-        threads=threads,
-        gpu_layers=gpu_layers,
+        calibration_note=found.note,
+        models=models.entries,
+        model_paths=models.paths,
+        threads=place.threads,
+        gpu_layers=place.gpu_layers,
         inputs=inputs,
         budgets=budgets,
         notes=notes + input_notes,

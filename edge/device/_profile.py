@@ -87,16 +87,47 @@ class LLMSettings(_Strict):
     temperature: float = Field(default=0.2, ge=0, le=2)
 
 
-class ExpectedSpeed(_Strict):
+class Speed(BaseModel):
+    """The five figures of the LLM on a machine that the budgets follow from: expected by
+    a profile (:class:`ExpectedSpeed`), measured by a calibration
+    (:class:`~edge.device.Measurement`), used by the derivation
+    (:class:`~edge.device.BudgetInputs`). ``format`` is how ``edge device`` shows each."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens_per_s: float = Field(gt=0, json_schema_extra={"format": "{:.0f}"})
+    generation_tokens_per_s: float = Field(gt=0, json_schema_extra={"format": "{:.1f}"})
+    text_bytes_per_token: float = Field(gt=0.5, le=16, json_schema_extra={"format": "{:.2f}"})
+    kv_bytes_per_token: int = Field(
+        gt=0,
+        description="f16 K+V bytes per token, all layers",
+        json_schema_extra={"format": "{:,}"},
+    )
+    state_overhead_bytes: int = Field(
+        default=2**20,
+        ge=0,
+        description="fixed part of a saved llama.cpp state (logits etc.)",
+        json_schema_extra={"format": "{:,}"},
+    )
+
+    def speed(self) -> Speed:
+        """Just the five figures (of a measurement, a profile's expectation, ...)."""
+        return Speed(**{name: getattr(self, name) for name in Speed.model_fields})
+
+    @staticmethod
+    def formats() -> dict[str, str]:
+        """Each figure's display format, in declaration order."""
+        return {
+            name: str(f.json_schema_extra["format"])  # type: ignore[index]
+            for name, f in Speed.model_fields.items()
+        }
+
+
+class ExpectedSpeed(Speed):
     """The chosen LLM on this hardware class, until a calibration replaces these figures."""
 
-    prompt_tokens_per_s: float = Field(gt=0)
-    generation_tokens_per_s: float = Field(gt=0)
-    text_bytes_per_token: float = Field(gt=0.5, le=16)
-    kv_bytes_per_token: int = Field(gt=0, description="f16 K+V bytes per token, all layers")
-    state_overhead_bytes: int = Field(
-        default=2**20, ge=0, description="fixed part of a saved llama.cpp state (logits etc.)"
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     source: str = ""
 
 
