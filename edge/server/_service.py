@@ -422,7 +422,7 @@ class EdgeService:
                 ", ".join(s.wyoming_allow)
             )
         else:
-            wyoming = "loopback only (set EDGE_WYOMING_ALLOW to let Home Assistant in)"
+            wyoming = "loopback only (--wyoming-allow ADDRESS lets Home Assistant in)"
         return {"token": token_note, "wyoming access": wyoming}
 
     def describe(self) -> dict[str, Any]:
