@@ -167,10 +167,11 @@ async def _talk(args: argparse.Namespace, console: Console) -> int:
     if answer.first_audio_at is not None and listener.stats:
         endpoint = listener.stats[-1].speech_end_at
         silence = voice.config.vad.end_silence_ms / 1000
+        # the endpoint, not the end of speech: benchmarks/voice_latency.py measures that
+        # from the audio itself (benchmarks/README.md)
         console.print(
-            f"[dim]endpoint → first answer audio {answer.first_audio_at - endpoint:.2f} s "
-            f"(+ {silence:.1f} s of end-of-utterance silence = end of speech → first audio "
-            f"{answer.first_audio_at - endpoint + silence:.2f} s); "
+            f"[dim]endpoint ({silence:.1f} s of silence after the speech) → first answer "
+            f"audio {answer.first_audio_at - endpoint:.2f} s; "
             f"{answer.duration_s:.1f} s of answer → {args.output}[/]"
         )
     return 0
