@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
+from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncClient
+from wyoming.event import Event
+from wyoming.handle import HandledChunk, HandledStart, HandledStop
+from wyoming.tts import SynthesizeStopped
 
 from edge.interaction import PARTICIPANT_LEFT_TOPIC, ParticipantLeft
 from edge.llm import ChatMessage, ScriptedReply
@@ -49,3 +55,71 @@ def answer_for(messages: list[ChatMessage]) -> str | ScriptedReply:
     if "Write plain text only" in messages[0].content:
         return "Summary."
     return ScriptedReply(f"You said: {request}. That is all.", delay_s=0.005)
+
+
+async def read_answer(client: AsyncClient) -> tuple[list[str], Event | None]:
+    """A Wyoming ``handle`` answer: the streamed ``handled-chunk`` texts (checked to come
+    as start, chunks, stop) and the whole-answer event that follows them."""
+    chunks: list[str] = []
+    state = "before"
+    while True:
+        event = await client.read_event()
+        if event is None:
+            return chunks, None
+        if HandledStart.is_type(event.type):
+            assert state == "before", "handled-start twice"
+            state = "streaming"
+        elif HandledChunk.is_type(event.type):
+            assert state == "streaming", "handled-chunk outside handled-start/-stop"
+            chunks.append(HandledChunk.from_event(event).text)
+        elif HandledStop.is_type(event.type):
+            assert state == "streaming", "handled-stop without handled-start"
+            state = "stopped"
+        else:
+            assert state in ("before", "stopped"), f"{event.type} inside the stream"
+            return chunks, event
+
+
+async def read_transcript(client: AsyncClient) -> tuple[list[str], str]:
+    """A streamed transcript (``transcript-start``, chunks, ``-stop``, then ``transcript``):
+    the chunk texts and the final text."""
+    types: list[str] = []
+    chunks: list[str] = []
+    while True:
+        event = await client.read_event()
+        assert event is not None, "connection closed before the transcript"
+        types.append(event.type)
+        if TranscriptChunk.is_type(event.type):
+            chunks.append(TranscriptChunk.from_event(event).text)
+        elif Transcript.is_type(event.type):
+            assert TranscriptStart.is_type(types[0]) and TranscriptStop.is_type(types[-2]), types
+            return chunks, Transcript.from_event(event).text
+        else:
+            assert TranscriptStart.is_type(event.type) or TranscriptStop.is_type(event.type), types
+
+
+async def read_spoken(client: AsyncClient, *, until_stopped: bool = True) -> list[bytes]:
+    """Speech as ``audio-start``, ``audio-chunk``..., ``audio-stop`` per sentence: one PCM
+    blob per sentence, until ``synthesize-stopped`` (or after one sentence)."""
+    sentences: list[bytes] = []
+    current: bytearray | None = None
+    while True:
+        event = await client.read_event()
+        assert event is not None, "connection closed during speech"
+        if AudioStart.is_type(event.type):
+            assert current is None, "audio-start inside a sentence"
+            current = bytearray()
+        elif AudioChunk.is_type(event.type):
+            assert current is not None, "audio-chunk outside audio-start/-stop"
+            current += AudioChunk.from_event(event).audio
+        elif AudioStop.is_type(event.type):
+            assert current is not None, "audio-stop without audio-start"
+            sentences.append(bytes(current))
+            current = None
+            if not until_stopped:
+                return sentences
+        elif SynthesizeStopped.is_type(event.type):
+            assert current is None, "synthesize-stopped inside a sentence"
+            return sentences
+        else:
+            raise AssertionError(f"unexpected {event.type} in speech")

@@ -10,7 +10,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.handle import Handled
 from wyoming.info import Describe, Info
-from wyoming.tts import Synthesize
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
@@ -25,7 +25,7 @@ from edge.voice import (
     pcm16_to_float,
     resample,
 )
-from tests.server_helpers import settings, wait_for
+from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
 from tests.voice_helpers import words
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
@@ -101,9 +101,8 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
                     AudioChunk(rate=rate, width=2, channels=1, audio=piece).event()
                 )
             await client.write_event(AudioStop().event())
-            event = await client.read_event()
-            assert event is not None and Transcript.is_type(event.type), event
-            assert words(Transcript.from_event(event).text) == words(QUESTION)
+            chunks, text = await read_transcript(client)  # streamed, then whole
+            assert words(text) == words(QUESTION) and "".join(chunks) == text
 
             await client.write_event(Synthesize(text="The lab is open today.").event())
             event = await client.read_event()
@@ -123,9 +122,34 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
             assert words(heard.text) == words("The lab is open today.")
 
             await client.write_event(Transcript(text=QUESTION).event())
-            event = await client.read_event()
+            chunks, event = await read_answer(client)
             assert event is not None and Handled.is_type(event.type), event
             assert Handled.from_event(event).text
+
+
+async def test_wyoming_streams_handle_and_synthesize_with_real_models(models) -> None:  # type: ignore[no-untyped-def]
+    """As Home Assistant drives a streaming service: the answer arrives as handled-chunks,
+    and a synthesize stream speaks its first sentence before the text stream ends."""
+    async with real_service(models, wyoming_port=0) as service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        async with AsyncTcpClient("127.0.0.1", port, read_timeout=60) as client:
+            await client.write_event(Transcript(text=QUESTION).event())
+            chunks, event = await read_answer(client)
+            assert event is not None and Handled.is_type(event.type), event
+            assert len(chunks) > 1 and "".join(chunks) == Handled.from_event(event).text
+
+        first, second = "The lab is open today. ", "It closes at six in the evening."
+        async with AsyncTcpClient("127.0.0.1", port, read_timeout=60) as client:
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk(text=first).event())
+            spoken = await read_spoken(client, until_stopped=False)  # before synthesize-stop
+            await client.write_event(SynthesizeChunk(text=second).event())
+            await client.write_event(SynthesizeStop().event())
+            spoken += await read_spoken(client)
+        stt, _ = models
+        heard = [stt.transcribe(resample(pcm16_to_float(pcm), 22050, 16_000)) for pcm in spoken]
+        assert [words(h.text) for h in heard] == [words(first), words(second)]
 
 
 async def test_product_path_routes_notes_and_questions_with_the_real_model() -> None:

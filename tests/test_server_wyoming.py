@@ -17,7 +17,7 @@ from edge import __version__
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, discover
-from tests.server_helpers import Departures, answer_for, settings, wait_for
+from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -55,9 +55,10 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
 
             for question in ("turn on the lights", "and the fan"):
                 await client.write_event(Transcript(text=question).event())
-                event = await client.read_event()
+                chunks, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
                 assert Handled.from_event(event).text == f"You said: {question}. That is all."
+                assert "".join(chunks) == Handled.from_event(event).text
             (pid,) = service.hub.connected()  # a random id of its own, namespaced
             assert pid.startswith("wyoming:anon-") and len(pid) == len("wyoming:anon-") + 12
             assert "and the fan" in service.context.render(pid)
@@ -119,7 +120,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
         for question in ("where is the lab", "and the cafeteria"):
             async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
                 await client.write_event(Transcript(text=question, context=context).event())
-                event = await client.read_event()
+                _, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
                 handled = Handled.from_event(event)
                 assert handled.text == f"You said: {question}. That is all."

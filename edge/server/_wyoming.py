@@ -37,7 +37,7 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.handle import Handled, NotHandled
+from wyoming.handle import Handled, HandledStop, NotHandled
 from wyoming.info import (
     AsrModel,
     AsrProgram,
@@ -69,13 +69,13 @@ from edge.voice import (
 )
 
 from ._access import address_allowed
-from ._client import reply_text
 from ._conversations import HaConversationParticipants
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
 from ._protocol import Reply, ServerMessage, Status, new_participant_id
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
+from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -137,6 +137,7 @@ class WyomingBackend:
                     AsrProgram,
                     "edge-asr",
                     "faster-whisper speech to text",
+                    supports_transcript_streaming=True,
                     models=[
                         program(
                             AsrModel,
@@ -156,6 +157,7 @@ class WyomingBackend:
                     TtsProgram,
                     "edge-tts",
                     "Piper text to speech",
+                    supports_synthesize_streaming=True,
                     voices=[
                         program(
                             TtsVoice, self.models.get("tts", "tts"), "voice", languages=["en_US"]
@@ -171,6 +173,7 @@ class WyomingBackend:
                 HandleProgram,
                 "edge-agent",
                 "router + conversation on the local LLM",
+                supports_handled_streaming=True,
                 models=[
                     program(
                         HandleModel, self.models.get("llm", "llm"), "conversation", languages=["en"]
@@ -204,8 +207,10 @@ class WyomingHandler(AsyncEventHandler):
         self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
         self._format: tuple[int, int] | None = None  # (rate, channels)
         self._joined = False
-        self._frames: list[Reply] = []
-        self._idle = anyio.Event()
+        self._feed = ReplyFeed()  # the current handle request's reply
+        self._synthesis = SynthesizeStream(
+            self.write_event, backend.tts, backend.limits.max_synthesize_chars
+        )
 
     # -- hub sink -------------------------------------------------------------------------
 
@@ -213,9 +218,9 @@ class WyomingHandler(AsyncEventHandler):
 
     def deliver(self, message: ServerMessage, payload: bytes | None = None) -> None:
         if isinstance(message, Reply):
-            self._frames.append(message)
+            self._feed.push(message)
         elif isinstance(message, Status) and message.state == "idle":
-            self._idle.set()
+            self._feed.finish()
 
     # -- events -----------------------------------------------------------------------------
 
@@ -272,6 +277,8 @@ class WyomingHandler(AsyncEventHandler):
             raise ClientError(f"malformed {event.type!r} event: {exc!r}"[:200]) from None
 
     async def _dispatch(self, event: Event) -> None:
+        if await self._synthesis.on_event(event):  # streaming synthesize
+            return
         if Describe.is_type(event.type):
             await self.write_event(self.backend.info().event())
         elif Transcribe.is_type(event.type):
@@ -359,7 +366,7 @@ class WyomingHandler(AsyncEventHandler):
         audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         del parts
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
-        await self.write_event(Transcript(text=result.text.strip(), language="en").event())
+        await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
         """Speak sentence by sentence: the voice's lock is held one sentence at a time (so
@@ -424,13 +431,17 @@ class WyomingHandler(AsyncEventHandler):
             raise ClientError(str(exc)) from None
 
     async def _answer(self, participant_id: str, text: str, context: dict | None) -> None:
+        """Stream the answer (``handled-start``/``-chunk``/``-stop``), then send it whole
+        in ``handled`` (or ``not-handled``) for clients without streaming."""
         gateway = self.backend.gateway
-        self._frames, self._idle = [], anyio.Event()
+        self._feed = feed = ReplyFeed()
         turn_id = await gateway.query(participant_id, text, SOURCE)
-        with anyio.move_on_after(self.backend.handle_timeout_s) as scope:
-            await self._idle.wait()
-        answer = reply_text([f for f in self._frames if f.request_id == turn_id])
-        if scope.cancelled_caught:
+        limit = self.backend.handle_timeout_s
+        streamed, timed_out = await stream_handled(self.write_event, feed, turn_id, context, limit)
+        if streamed:
+            await self.write_event(HandledStop().event())
+        answer = feed.text(turn_id)
+        if timed_out:
             await gateway.interrupt(participant_id, turn_id, SOURCE)
             await self.write_event(
                 NotHandled(text=answer or "Sorry, that took too long.", context=context).event()

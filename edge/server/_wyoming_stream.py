@@ -1,0 +1,191 @@
+"""Wyoming's streaming events, as the ``wyoming`` package defines them.
+
+* ``handle``: the answer goes out as it is generated — ``handled-start`` (the context),
+  one ``handled-chunk`` per piece of reply text, ``handled-stop`` — followed, for clients
+  that predate streaming, by the whole answer in one ``handled`` (or ``not-handled``).
+* ``tts``: ``synthesize-start``, ``synthesize-chunk``..., ``synthesize-stop``: each
+  sentence is spoken (``audio-start``, ``audio-chunk``..., ``audio-stop``) as soon as its
+  text is complete, then ``synthesize-stopped``. A ``synthesize`` inside the stream (Home
+  Assistant sends one for older servers) is ignored, as ``wyoming-piper`` does.
+* ``asr``: ``transcript-start``, ``transcript-chunk`` (one per sentence of the recognised
+  text), ``transcript-stop``, then the ``transcript`` every client reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.event import Event
+from wyoming.handle import HandledChunk, HandledStart
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+
+from edge.voice import (
+    NothingToSpeakError,
+    SentenceSplitter,
+    TextToSpeech,
+    chunk_pcm,
+    float_to_pcm16,
+)
+
+from ._client import ROUTER_SOURCE, reply_text
+from ._gateway import ClientError
+from ._protocol import Reply
+
+CHUNK_MS = 100
+
+Write = Callable[[Event], Awaitable[None]]
+
+
+@dataclass
+class ReplyFeed:
+    """The reply frames of a Wyoming turn as the hub delivers them, and whether it is over."""
+
+    frames: list[Reply] = field(default_factory=list)
+    idle: bool = False
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def push(self, frame: Reply) -> None:
+        self.frames.append(frame)
+        self._wake()
+
+    def finish(self) -> None:
+        self.idle = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def text(self, turn_id: str) -> str:
+        return reply_text([f for f in self.frames if f.request_id == turn_id])
+
+    async def pieces(self, turn_id: str):  # type: ignore[no-untyped-def]
+        """The turn's reply text, piece by piece as it arrives, until the turn is idle."""
+        seen = 0
+        started = False
+        while True:
+            changed = self._changed
+            new, seen = self.frames[seen:], len(self.frames)
+            for frame in new:
+                if frame.request_id != turn_id or not frame.text:
+                    continue
+                piece = frame.text.strip() + " " if frame.source == ROUTER_SOURCE else frame.text
+                if not started:
+                    piece = piece.lstrip()
+                if piece:
+                    started = True
+                    yield piece
+            if self.idle:
+                return
+            await changed.wait()
+
+
+async def stream_handled(
+    write: Write, feed: ReplyFeed, turn_id: str, context: dict | None, limit_s: float
+) -> tuple[bool, bool]:
+    """Send the turn's reply as ``handled-start`` and ``handled-chunk`` events as it comes.
+
+    Returns (whether anything was sent, whether ``limit_s`` ran out first); the caller
+    ends the stream with ``handled-stop``.
+    """
+    started = False
+    with anyio.move_on_after(limit_s) as scope:
+        async for piece in feed.pieces(turn_id):
+            if not started:
+                await write(HandledStart(context=context).event())
+                started = True
+            await write(HandledChunk(text=piece).event())
+    return started, scope.cancelled_caught
+
+
+async def speak_sentence(write: Write, tts: TextToSpeech, sentence: str) -> bool:
+    """One sentence as ``audio-start``, ``audio-chunk``..., ``audio-stop``; False when
+    there was nothing to speak in it."""
+    try:
+        synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
+    except NothingToSpeakError:
+        return False
+    rate = synthesis.sample_rate
+    await write(AudioStart(rate=rate, width=2, channels=1).event())
+    for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
+        await write(AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+    await write(AudioStop().event())
+    return True
+
+
+class SynthesizeStream:
+    """The streaming ``synthesize`` requests of one connection."""
+
+    def __init__(self, write: Write, tts: TextToSpeech | None, max_chars: int) -> None:
+        self.write = write
+        self.tts = tts
+        self.max_chars = max_chars  # text one stream may carry
+        self._splitter: SentenceSplitter | None = None
+        self._chars = 0
+
+    @property
+    def open(self) -> bool:
+        return self._splitter is not None
+
+    async def on_event(self, event: Event) -> bool:
+        """Handle a streaming synthesize event; False for any other event."""
+        if SynthesizeStart.is_type(event.type):
+            if self.tts is None:
+                raise ClientError("this server runs without tts")
+            self._splitter, self._chars = SentenceSplitter(), 0
+        elif SynthesizeChunk.is_type(event.type):
+            await self._chunk(event)
+        elif SynthesizeStop.is_type(event.type):
+            splitter = self._need_stream("synthesize-stop")
+            self._splitter = None
+            for sentence in splitter.flush():
+                await self._speak(sentence)
+            await self.write(SynthesizeStopped().event())
+        elif Synthesize.is_type(event.type):
+            return self.open  # the whole text again, for servers without streaming
+        else:
+            return False
+        return True
+
+    def _need_stream(self, what: str) -> SentenceSplitter:
+        if self._splitter is None:
+            raise ClientError(f"{what} without synthesize-start")
+        return self._splitter
+
+    async def _chunk(self, event: Event) -> None:
+        splitter = self._need_stream("synthesize-chunk")
+        text = (event.data or {}).get("text")
+        if not isinstance(text, str):
+            raise ClientError("synthesize-chunk needs a text string")
+        self._chars += len(text)
+        if self._chars > self.max_chars:
+            self._splitter = None
+            raise ClientError(
+                f"synthesize stream longer than {self.max_chars} characters; it was dropped"
+            )
+        for sentence in splitter.feed(text):
+            await self._speak(sentence)
+
+    async def _speak(self, sentence: str) -> None:
+        assert self.tts is not None
+        await speak_sentence(self.write, self.tts, sentence)
+
+
+async def write_transcript(write: Write, text: str, language: str = "en") -> None:
+    """The recognised text as a transcript stream (a chunk per sentence), then whole."""
+    await write(TranscriptStart(language=language).event())
+    splitter = SentenceSplitter()
+    for i, sentence in enumerate([*splitter.feed(text), *splitter.flush()]):
+        await write(TranscriptChunk(text=sentence if i == 0 else " " + sentence).event())
+    await write(TranscriptStop().event())
+    await write(Transcript(text=text, language=language).event())
