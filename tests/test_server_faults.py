@@ -25,7 +25,7 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.server import EdgeClient, EdgeService
 from edge.voice import Recognition, Synthesis, VoiceConfig
-from tests.server_helpers import Departures, answer_for, settings, wait_for
+from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, tone
 
 pytestmark = pytest.mark.anyio
@@ -106,7 +106,7 @@ async def test_stt_and_tts_failures_are_errors_and_the_connection_goes_on() -> N
             event = await client.read_event()
             assert event is not None and "the limit is 2000" in Error.from_event(event).text
             await client.write_event(Transcript(text="still answering?").event())
-            event = await client.read_event()
+            _, event = await read_answer(client)  # streamed, then whole
             assert event is not None and event.type == "handled"
 
 
