@@ -139,7 +139,7 @@ async def test_wyoming_streams_handle_and_synthesize_with_real_models(models) ->
             assert event is not None and Handled.is_type(event.type), event
             assert len(chunks) > 1 and "".join(chunks) == Handled.from_event(event).text
 
-        first, second = "The lab is open today. ", "It closes at six in the evening."
+        first, second = "The lab is open today. ", "It closes in the evening."
         async with AsyncTcpClient("127.0.0.1", port, read_timeout=60) as client:
             await client.write_event(SynthesizeStart().event())
             await client.write_event(SynthesizeChunk(text=first).event())
