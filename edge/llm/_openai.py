@@ -5,7 +5,7 @@ the service at it; nothing else changes, because this backend speaks the same
 :class:`~edge.llm.LLMService` protocol as the local one.
 
 What crosses the wire (``POST {base_url}/chat/completions``, streamed as server-sent
-events):
+events, which ``httpx-sse`` parses):
 
 * ``max_tokens``, ``temperature``, ``stop``, ``stream: true`` and
   ``stream_options: {"include_usage": true}`` (token counts come from the usage chunk when
@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from ._activity import ActivityTracker
 from ._types import (
@@ -271,12 +272,12 @@ class OpenAICompatLLM(StreamingLLM):
                 body = {"model": model, **body}
             async with self._open(url, body) as response:
                 try:
-                    async for event, data in _sse_events(response.aiter_lines()):
-                        if data.strip() == "[DONE]":
+                    async for sse in _events(response):
+                        if sse.data.strip() == "[DONE]":
                             done = True
                             break
                         events += 1
-                        chunk = _parse_chunk(url, event, data, counted)
+                        chunk = _parse_chunk(url, sse.event, sse.data, counted)
                         _read_usage(chunk, metrics)
                         text, reason = _first_choice(chunk)
                         if text:
@@ -385,25 +386,16 @@ async def _raise_for_status(url: str, response: httpx.Response) -> None:
     )
 
 
-async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
-    """Server-sent events as ``(event, data)``; comments (keep-alive pings) skipped."""
-    event, data = "", []
-    async for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-    if data:
-        yield event, "\n".join(data)
+async def _events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
+    """The response's server-sent events that carry data, parsed by ``httpx-sse``
+    (comments such as keep-alive pings are skipped). A response that is not an event
+    stream yields none, so the caller asks again without streaming."""
+    try:
+        async for sse in EventSource(response).aiter_sse():
+            if sse.data:
+                yield sse
+    except SSEError:  # raised before reading: the content type is not text/event-stream
+        return
 
 
 def _parse_chunk(url: str, event: str, data: str, counted: int) -> dict[str, Any]:

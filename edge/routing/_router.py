@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from anyio.abc import TaskGroup
 
 from edge.decisions import DecisionError, DecisionService, validate_answer
+from edge.runtime import BackgroundTasks
 
 from ._acknowledge import Acknowledger, Acknowledgment, validate_acknowledgment_config
 from ._choice import CLARIFY_TEXT, best_scored, clarification, routing_question
@@ -132,29 +131,23 @@ class AgentRouter:
         self._departures: dict[str, OwnedOperation] = {}
         self._closed: set[str] = set()  # departed, awaiting a participant-joined event
         self._shutdown: OwnedOperation | None = None
-        self._stack: AsyncExitStack | None = None
-        self._tasks: TaskGroup | None = None
+        self._tasks = BackgroundTasks("the router")
         self._subscriber: Agent | None = None
         self._warned_inline = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> AgentRouter:
-        if self._stack is not None:
+        if self._tasks.running:
             raise RuntimeError("the router is already entered")
-        stack = AsyncExitStack()
-        self._tasks = await stack.enter_async_context(anyio.create_task_group())
-        self._stack = stack
+        await self._tasks.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        stack, self._stack = self._stack, None
         try:
             await self.stop()
-        finally:
-            self._tasks = None
-            if stack is not None:
-                await stack.aclose()
+        finally:  # turns arriving from now on run inline; the router's own ones finish
+            await self._tasks.close(cancel=False)
 
     # ------------------------------------------------------------------ public API
 
@@ -580,7 +573,7 @@ class AgentRouter:
             log.warning("dropping query %s: %s", turn.turn_id, exc)
             return None
         out = TopicOutput(runtime, self._output_topic, turn)
-        if self._tasks is not None:
+        if self._tasks.running:
             self._tasks.start_soon(self._runtime_turn, run, out)
             return None
         if not self._warned_inline:
