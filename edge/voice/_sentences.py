@@ -5,10 +5,11 @@ as soon as it is known to be complete: a ``.``, ``!``, ``?`` or ``…`` (with an
 quotes or brackets) followed by whitespace, or a line break. A period after a common
 abbreviation or a single initial does not end a sentence, nor does one inside a number
 ("3.5"). A sentence running past ``max_chars`` is cut at its last comma, semicolon or
-space so long run-ons still start speaking early, and a first sentence longer than
-``first_max_chars`` is cut at a comma, semicolon or colon (the first audio of a reply
-waits for its first piece). :meth:`SentenceSplitter.flush` returns whatever is left when
-the stream ends.
+space so long run-ons still start speaking early. A reply's *first* piece is its first
+clause: it ends at the first comma, semicolon, colon or dash once it holds at least
+``first_min_chars`` characters (the floor keeps "Sure," or "Well," from being spoken
+alone), because the first audio of a reply waits for its first piece.
+:meth:`SentenceSplitter.flush` returns whatever is left when the stream ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _ABBREVIATIONS = frozenset(
     inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec mt ft""".split()
 )
 _END = re.compile(r"""([.!?…]+)(["'”’)\]]*)(\s+)|(\n\s*)""")
+_CLAUSE = re.compile(r"[,;:—](\s+)")
 _MARKUP = re.compile(r"[*_#`~|<>\[\]{}^=\\]+")
 _URL = re.compile(r"https?://\S+")
 _WORDY = re.compile(r"[^\W_]", re.UNICODE)
@@ -62,15 +64,15 @@ class SentenceSplitter:
     """Incremental sentence boundary detection over streamed text; see the module doc."""
 
     def __init__(
-        self, max_chars: int = 220, min_chars: int = 2, first_max_chars: int | None = 100
+        self, max_chars: int = 220, min_chars: int = 2, first_min_chars: int | None = 20
     ) -> None:
         if max_chars < 20:
             raise ValueError("max_chars must be at least 20")
-        if first_max_chars is not None and first_max_chars < 20:
-            raise ValueError("first_max_chars must be at least 20")
+        if first_min_chars is not None and not 1 <= first_min_chars <= max_chars:
+            raise ValueError("first_min_chars must be between 1 and max_chars")
         self.max_chars = max_chars
         self.min_chars = min_chars
-        self.first_max_chars = first_max_chars
+        self.first_min_chars = first_min_chars
         self._buffer = ""
         self._emitted = 0
 
@@ -97,9 +99,8 @@ class SentenceSplitter:
                 out.append(sentence)
         while len(self._buffer) > self.max_chars:
             out.append(self._cut_long())
-        first = self.first_max_chars
-        if not out and not self._emitted and first and len(self._buffer) > first:
-            clause = self._first_clause(first)
+        if not out and not self._emitted and self.first_min_chars:
+            clause = self._first_clause(self.first_min_chars)
             if clause:
                 out.append(clause)
         self._emitted += len(out)
@@ -127,13 +128,12 @@ class SentenceSplitter:
         # A single initial ("J. Smith"), not a one-letter word like "I" at a sentence end.
         return not (len(token) == 1 and token.isalpha() and token not in ("i", "a"))
 
-    def _first_clause(self, limit: int) -> str:
-        """Cut a long first sentence at a clause break, so speech can start sooner."""
-        head = self._buffer[:limit]
-        at = max(head.rfind(sep) for sep in (", ", "; ", ": "))
-        if at < limit // 3:
+    def _first_clause(self, floor: int) -> str:
+        """The reply's first clause, once complete and at least ``floor`` characters."""
+        match = _CLAUSE.search(self._buffer, max(floor - 1, 0))
+        if match is None:
             return ""
-        piece, self._buffer = self._buffer[: at + 1].strip(), self._buffer[at + 2 :]
+        piece, self._buffer = self._buffer[: match.start() + 1].strip(), self._buffer[match.end() :]
         return piece
 
     def _cut_long(self) -> str:
