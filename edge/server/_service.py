@@ -202,7 +202,8 @@ class EdgeService:
         self.runtime.register("router", self.router.runtime_subscriber())
         if self.voice is not None:
             self.runtime.register("voice", self.voice)
-            self.runtime.register("speculator", self.speculator)
+            if self.settings.speculative_answers:
+                self.runtime.register("speculator", self.speculator)
 
     def _make_gateway(self) -> Gateway:
         summary, incremental = self._context_topics

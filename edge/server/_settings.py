@@ -66,6 +66,10 @@ class ServiceSettings(BaseSettings):
     llm_model: str | None = Field(default=None, description="model name on the remote server")
     voice: bool = Field(default=True, description="run the voice pipeline (STT, TTS, VAD)")
     notes: bool = Field(default=True, description="offer the notes destination")
+    speculative_answers: bool = Field(
+        default=True,
+        description="start routing and the answer during the end-of-utterance pause",
+    )
     instructions: str = Field(
         default=DEFAULT_INSTRUCTIONS, description="the conversation's instructions to the model"
     )

@@ -60,6 +60,8 @@ class VoiceConfig(BaseModel):
       real time, 0 sends as fast as synthesized); ``playback_lead_s`` is how far ahead of
       the playing position chunks may be sent;
     * ``tts_lookahead``: sentences synthesized ahead of the one playing;
+    * ``first_clause_chars``: a reply's first piece of speech ends at its first clause
+      break once it holds this many characters (None: at the first sentence end);
     * ``speculative_final``: start the final transcription once a pause has lasted
       ``speculative_after_ms`` instead of at the endpoint (the result is reused when
       speech does not resume; the short wait skips the pauses inside sentences).
@@ -74,5 +76,6 @@ class VoiceConfig(BaseModel):
     playback_speed: float = Field(default=1.0, ge=0.0)
     playback_lead_s: float = Field(default=0.2, ge=0.0)
     tts_lookahead: int = Field(default=2, ge=1)
+    first_clause_chars: int | None = Field(default=20, ge=1, le=220)
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=150, ge=0)
