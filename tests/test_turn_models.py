@@ -14,7 +14,6 @@ from edge.voice import (
     PiperTTS,
     VadConfig,
     VoiceConfig,
-    WhisperSTT,
     chunk_pcm,
     float_to_pcm16,
     resample,
