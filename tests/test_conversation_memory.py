@@ -178,7 +178,10 @@ def test_recall_puts_corrections_first_and_drops_what_they_replace() -> None:
     assert "12 millilitres of saline." not in block.text
     assert block.text.index("shelf 3") < block.text.index("15 millilitres")  # newest first
     # what the model already sees is not recalled again
-    assert recall.select("p", "saline buffer", InView({2, 4})) == []
+    # what the model sees next to the request is not repeated, unless it replaces
+    # something found: the correction is shown where the request can see it
+    assert [s.seq for s in recall.select("p", "saline bottle buffer", InView({2, 4}))] == [2]
+    assert recall.select("p", "saline bottle", InView({2, 4})) == []
 
 
 def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> None:
@@ -216,6 +219,19 @@ async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() 
         assert context.index(recalled.text) < context.index("Current time:")
     await ctx.clear("p")
     assert ctx.recalled("p", "locker code") is None
+
+
+async def test_a_newer_topic_state_replaces_an_older_statement_in_recall() -> None:
+    clock = Clock()
+    llm = ScriptedLLM(responder(lambda m: "Chat."))
+    async with manager(llm, clock=clock, summary_context_topics=("door",), **SMALL) as ctx:
+        await ctx.record_exchange("p", "The lab door code is 1234.", "Okay.")
+        for i in range(10):
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something nice {'abcdefghij'[i]}", "Sure.")
+        await ctx.update("p", "door", "The lab door code is 4812 since this morning.")
+        recalled = ctx.recalled("p", "What is the lab door code?")
+    assert recalled is not None and "4812" in recalled.text and "1234" not in recalled.text
 
 
 async def test_notes_are_recalled_like_statements() -> None:

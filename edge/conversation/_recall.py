@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ._context import ParticipantContext
-from ._memory import is_correction, terms
+from ._memory import is_correction, key_details, terms
 from ._render import ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
@@ -157,24 +157,29 @@ class MemoryRecallIndex:
         self._by_participant.pop(participant_id, None)
 
 
-def corrects(fix: Statement, found: list[Statement]) -> bool:
-    """Whether ``fix`` is about something in ``found`` said before it (shares a term)."""
-    fix_terms = set(terms(fix.text))
-    return any(s.timestamp_us < fix.timestamp_us and fix_terms & set(terms(s.text)) for s in found)
+def replaces(newer: Statement, older: Statement) -> bool:
+    """Whether ``newer`` replaces ``older``: said later about the same thing, either a
+    correction sharing a term with it, or an update sharing two terms that states its own
+    number or name ("The door code is 4812 since this morning" after "... is 1234")."""
+    if newer.timestamp_us <= older.timestamp_us:
+        return False
+    shared = set(terms(newer.text)) & set(terms(older.text))
+    if newer.correction:
+        return bool(shared)
+    return len(shared) >= 2 and bool(key_details(newer.text)) and bool(key_details(older.text))
 
 
-def superseded(found: list[Statement]) -> set[int]:
-    """``seq`` of each statement in ``found`` that a newer correction in ``found`` about
-    the same thing (sharing a search term) replaces."""
-    out: set[int] = set()
-    for newer in found:
-        if not newer.correction:
-            continue
-        newer_terms = set(terms(newer.text))
-        for older in found:
-            if older.timestamp_us < newer.timestamp_us and newer_terms & set(terms(older.text)):
-                out.add(older.seq)
-    return out
+def superseded(pool: list[Statement]) -> tuple[set[int], set[int]]:
+    """``seq`` of the statements in ``pool`` that a newer one replaces, and of those that
+    replace one."""
+    replaced: set[int] = set()
+    replacers: set[int] = set()
+    for newer in pool:
+        for older in pool:
+            if replaces(newer, older):
+                replaced.add(older.seq)
+                replacers.add(newer.seq)
+    return replaced, replacers - replaced
 
 
 class Recall:
@@ -197,24 +202,31 @@ class Recall:
             self.index.add(statement)
 
     def select(self, participant_id: str, request: str, in_view: InView) -> list[Statement]:
-        """The statements to recall for ``request``, newest first. A statement found
-        brings along the newer corrections about it (sharing a term), which replace it."""
+        """The statements to recall for ``request``, newest first.
+
+        What a newer statement replaces (see :func:`replaces`) is left out, and the newer
+        one is recalled in its place, even when it is in view (a correction must win where
+        the request can see it); otherwise what is in view is not repeated."""
         if self.budget_bytes <= 0:
             return []
         found = self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
-        candidates = {s.seq: s for s in found}
+        pool = {s.seq: s for s in found}
         if found:
-            oldest = min(s.timestamp_us for s in found)
-            for fix in self.index.corrections(participant_id, MAX_CORRECTIONS):
-                if fix.timestamp_us > oldest and corrects(fix, found):
-                    candidates.setdefault(fix.seq, fix)
-        ranked = list(candidates.values())
-        replaced = superseded(ranked)
+            newer = self.index.corrections(participant_id, MAX_CORRECTIONS) + in_view.shown
+            for s in newer:
+                if any(replaces(s, f) for f in found):
+                    pool.setdefault(s.seq, s)
+        replaced, replacers = superseded(list(pool.values()))
+        ordered = [pool[i] for i in pool if i in replacers] + [
+            s for s in pool.values() if s.seq not in replacers
+        ]
         chosen: list[Statement] = []
         seen: set[str] = set()
-        for s in ranked:
+        for s in ordered:
             key = s.text.strip().lower()
-            if s.seq in replaced or key in seen or in_view.shows(s):
+            if s.seq in replaced or key in seen:
+                continue
+            if in_view.shows(s) and s.seq not in replacers:
                 continue
             seen.add(key)
             chosen.append(s)
@@ -251,8 +263,9 @@ class Recall:
 
 
 class InView:
-    """What the model sees verbatim close to the request: the ``seq`` numbers of the
-    newest uncompacted entries.
+    """What the model sees verbatim close to the request: the newest uncompacted entries
+    (``seqs``) and, in ``shown``, those and every summary topic's current state as
+    statements (a newer one there can replace an older statement found).
 
     A statement that only a summary holds is still recalled: the summary is condensed (a
     model's paraphrase, or an extractive list among other statements). So is an older
@@ -260,8 +273,9 @@ class InView:
     recorded time, above every exchange since): a small model uses what is next to the
     request, and the recalled block puts the participant's exact words there."""
 
-    def __init__(self, seqs: set[int]) -> None:
+    def __init__(self, seqs: set[int], shown: list[Statement] | None = None) -> None:
         self.seqs = seqs
+        self.shown = shown or []
 
     def shows(self, statement: Statement) -> bool:
         return statement.seq in self.seqs
@@ -272,7 +286,14 @@ RECENT_ENTRIES = 4
 
 
 def in_view(part: ParticipantContext, recent: int = RECENT_ENTRIES) -> InView:
-    """The newest ``recent`` entries of ``part``'s rendered context, across sections."""
-    entries = [e for s in part.sections.values() if s.kind != "summary" for e in s.entries]
-    entries.sort(key=lambda e: e.key)
-    return InView({e.seq for e in entries[-recent:]} if recent > 0 else set())
+    """The newest ``recent`` entries of ``part``'s rendered context, across sections, and
+    the summary topics' states."""
+    entries = [(s, e) for s in part.sections.values() if s.kind != "summary" for e in s.entries]
+    entries.sort(key=lambda se: se[1].key)
+    newest = entries[-recent:] if recent > 0 else []
+    states = [(s, e) for s in part.sections.values() if s.kind == "summary" for e in s.entries]
+    shown = [
+        Statement(part.participant_id, e.seq, e.timestamp_us, s.name, e.user or e.text)
+        for s, e in newest + states
+    ]
+    return InView({e.seq for _, e in newest}, shown)
