@@ -82,8 +82,6 @@ def run_conversation(args: argparse.Namespace) -> int:
     from edge.conversation import RECALL_EVAL_CASES as RECALL_CASES
 
     console = Console(width=max(Console().width, 140))
-    if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
-        logging.getLogger("edge.conversation").setLevel(logging.ERROR)
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
     halves = {"both": (False, True), "design": (False,), "held-out": (True,)}[args.half]
     recall = [
@@ -100,6 +98,8 @@ def run_conversation(args: argparse.Namespace) -> int:
             half = "held-out" if r.held_out else "design"
             console.print(f"{r.name}  [dim](recall, {r.kind}, {half})[/]")
         return 0 if args.list else 2
+    if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
+        logging.getLogger("edge.conversation").setLevel(logging.ERROR)
     results, recalled = anyio.run(_run, args, cases, recall)
     out: dict = {}
     scores = [r.score for r in results]
