@@ -121,10 +121,23 @@ def _exit_after(limit_s: float, console: Console) -> None:
     timer.start()
 
 
+def _raise_open_files_limit(wanted: int = 65_536) -> None:
+    """Many devices start services with 1,024 open files: raise the soft limit towards the
+    hard one, so connections still in their handshake (before any per-address cap can
+    see them) cannot use up the descriptors that accepting /health and clients needs."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 async def _serve(args: argparse.Namespace, console: Console) -> int:
     from edge.server import EdgeService
 
     settings = settings_from_args(args)
+    _raise_open_files_limit()
     console.print("[dim]loading models…[/]")
     service = EdgeService(settings)
     async with service:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 PROTOCOL_VERSION = 2
 SUPPORTED_PROTOCOLS = (1, 2)
+MAX_TEXT_CHARS = 16_000  # one typed (or Wyoming handle) turn
 
 PARTICIPANT_ID_RULE = (
     "1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
@@ -90,7 +91,7 @@ class TextTurn(_Message):
     """A typed turn: published as a ``UserQuery`` for the participant."""
 
     type: Literal["text"]
-    text: str = Field(max_length=16_000)
+    text: str = Field(max_length=MAX_TEXT_CHARS)
 
     @field_validator("text")
     @classmethod

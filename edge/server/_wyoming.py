@@ -73,7 +73,7 @@ from ._conversations import HaConversationParticipants
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
-from ._protocol import Reply, ServerMessage, Status, new_participant_id
+from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
 
@@ -403,6 +403,8 @@ class WyomingHandler(AsyncEventHandler):
         gateway = self.backend.gateway
         if not text.strip():
             raise ClientError("transcript has no text to handle")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ClientError(f"transcript is over {MAX_TEXT_CHARS} characters")
         cid = (context or {}).get("conversation_id")
         if cid is None:  # this connection is the participant
             if not self._joined:
