@@ -140,7 +140,7 @@ QUESTIONS = (
 
 
 async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
-    from edge.conversation._eval_recall import FILLERS
+    from edge.conversation import RECALL_EVAL_FILLERS as FILLERS
 
     ctx = ContextManager(
         llm,

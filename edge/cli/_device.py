@@ -99,8 +99,17 @@ def _mib(n: float) -> str:
 
 
 def _print(console: Console, config: Any) -> None:
-    from edge.device import Speed
+    console.print(_profile_table(config))
+    if config.hardware is not None:
+        console.print(_hardware_table(config.hardware))
+    console.print(_speed_table(config))
+    console.print(_budget_table(config.budgets))
+    console.print(_implied_table(config.budgets))
+    for note in [*config.notes, *config.budgets.warnings]:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
+
+def _profile_table(config: Any) -> Table:
     prof = config.profile
     t = Table(title=f"Profile {prof.name}", show_header=False)
     t.add_row("chosen by", f"{config.choice.how}: {config.choice.reason}")
@@ -125,18 +134,23 @@ def _print(console: Console, config: Any) -> None:
         f"{a.endpoint_silence_ms} ms ({a.endpoint_min_silence_ms}–{a.endpoint_max_silence_ms} "
         f"adaptive), STT {a.stt_compute_type} beam {a.stt_beam_size}",
     )
-    console.print(t)
+    return t
 
-    hw = config.hardware
-    if hw is not None:
-        h = Table(title="Detected hardware", show_header=False)
-        h.add_row("arch", hw.arch)
-        h.add_row("memory", f"{hw.memory_bytes / 2**30:.2f} GiB — {escape(hw.memory_source)}")
-        h.add_row("cores", f"{hw.cpus} — {escape(hw.cpus_source)}")
-        h.add_row("CUDA", f"{'yes' if hw.cuda else 'no'} — {escape(hw.cuda_source)}")
-        h.add_row("board / CPU", escape(f"{hw.board or '-'} / {hw.cpu_model or '-'}"))
-        console.print(h)
 
+def _hardware_table(hw: Any) -> Table:
+    h = Table(title="Detected hardware", show_header=False)
+    h.add_row("arch", hw.arch)
+    h.add_row("memory", f"{hw.memory_bytes / 2**30:.2f} GiB — {escape(hw.memory_source)}")
+    h.add_row("cores", f"{hw.cpus} — {escape(hw.cpus_source)}")
+    h.add_row("CUDA", f"{'yes' if hw.cuda else 'no'} — {escape(hw.cuda_source)}")
+    h.add_row("board / CPU", escape(f"{hw.board or '-'} / {hw.cpu_model or '-'}"))
+    return h
+
+
+def _speed_table(config: Any) -> Table:
+    from edge.device import Speed
+
+    prof = config.profile
     c = Table(title="Model speed and sizes")
     for col in ("figure", "profile expects", "calibration", "used"):
         c.add_column(col)
@@ -151,9 +165,10 @@ def _print(console: Console, config: Any) -> None:
     c.caption = escape(
         f"calibration: {config.calibration_note}; profile figures: {exp.source or '-'}"
     )
-    console.print(c)
+    return c
 
-    b = config.budgets
+
+def _budget_table(b: Any) -> Table:
     bt = Table(title=f"Derived budgets (bound by {b.bound_by})")
     for col in ("budget", "value", "from"):
         bt.add_column(col)
@@ -178,8 +193,10 @@ def _print(console: Console, config: Any) -> None:
         _mib(b.kv_cache_budget_bytes),
         escape(b.explain["kv_cache_budget_bytes"]),
     )
-    console.print(bt)
+    return bt
 
+
+def _implied_table(b: Any) -> Table:
     f = Table(title="What the budgets imply", show_header=False)
     f.add_row(
         "context window",
@@ -198,9 +215,7 @@ def _print(console: Console, config: Any) -> None:
     f.add_row("expected warm TTFT", f"{b.expected_warm_ttft_s:.2f} s")
     f.add_row("one compaction", f"{b.expected_compaction_s:.1f} s (background, preemptible)")
     f.add_row("memory left after models", _mib(b.memory_left_bytes))
-    console.print(f)
-    for note in [*config.notes, *b.warnings]:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+    return f
 
 
 def _all_table(rows: dict[str, dict[str, Any]]) -> Table:

@@ -27,6 +27,7 @@ from ._conversation import DEFAULT_DESCRIPTION, DEFAULT_SYSTEM_PROMPT, ROUTE_EXA
 from ._eval import CASES as EVAL_CASES
 from ._eval import CaseResult as EvalCaseResult
 from ._eval import run_eval
+from ._eval_recall import FILLERS as RECALL_EVAL_FILLERS
 from ._eval_recall import RECALL_CASES as RECALL_EVAL_CASES
 from ._eval_recall import RecallResult as RecallCaseResult
 from ._eval_recall import profile_budgets as recall_eval_budgets
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "EVAL_CASES",
     "RECALL_EVAL_CASES",
+    "RECALL_EVAL_FILLERS",
     "ROUTE_EXAMPLES",
     "CompactionAttempt",
     "CompactionPrompts",

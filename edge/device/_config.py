@@ -147,22 +147,13 @@ def budget_inputs(
             notes.append(f"{role} model {entry.id} has no size in the catalogue and is missing")
         model_bytes += size
     sources["model_bytes"] = "catalogue"
-    llm = profile.llm
     inputs = BudgetInputs(
-        context_window=llm.context_window,
-        reserved_output_tokens=llm.reserved_output_tokens,
-        prompt_overhead_tokens=llm.prompt_overhead_tokens,
-        routing_overhead_tokens=llm.routing_overhead_tokens,
-        compaction_overhead_tokens=llm.compaction_overhead_tokens,
-        request_tokens=llm.request_tokens,
-        typical_exchange_bytes=llm.typical_exchange_bytes,
-        context_topics=llm.context_topics,
-        max_participants=llm.max_participants,
+        # the profile's LLM figures and latency targets the derivation uses, by name
+        **profile.llm.model_dump(include=set(BudgetInputs.model_fields)),
+        **profile.latency.model_dump(),
         **speed.model_dump(),
         memory_bytes=memory,
         model_bytes=model_bytes,
-        cold_ttft_s=profile.latency.cold_ttft_s,
-        warm_ttft_s=profile.latency.warm_ttft_s,
         overrides=profile.budgets,
         sources=sources,
         strict_latency=calibration is None,
