@@ -1,21 +1,7 @@
 """``EdgeService``: the whole product in one runtime, with a lifecycle you can see.
 
-Data flow (every arrow is a typed runtime topic unless named otherwise)::
-
-    WebSocket / Wyoming client
-      │ PCM16 ─► voice.audio.in ─► VoicePipeline: VAD ─► STT ─► voice.transcript ─► client
-      │                                                   └────► user.query
-      │ text ───────────────────────────────────────────────────► user.query
-      ▼
-    user.query ─► AgentRouter ─► Conversation ─► LLM (LlamaCppLLM | OpenAICompatLLM)
-                     │    └────► NotesAgent ─► notes (context topic)
-                     ▼                 ▲
-                voice.output ◄─────────┘   context topics ─► ContextManager ─► prompts
-                     ├─► OutputHub ─► client (reply text, JSON)
-                     └─► VoicePipeline (only if hub.wants_audio(participant)):
-                            sentences ─► TTS ─► voice.audio.out ─► OutputHub ─► client (audio)
-
-    participant.joined ─► PrefixWarmer ─► llm.warm(system prompt, that participant's key)
+The packages, the topics between them and the data flow of a spoken turn are drawn once,
+in ``docs/architecture.md``; the construction below follows it step by step.
 
 Startup: the LLM and the voice models load, the voice pipeline and runtime start, the
 context manager and router open, then the servers listen and mDNS advertises them.
