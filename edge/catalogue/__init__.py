@@ -9,6 +9,7 @@ from ._catalogue import (
     ModelEntry,
     ModelMissingError,
     default_model_path,
+    read_toml,
     sha256_file,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "ModelEntry",
     "ModelMissingError",
     "default_model_path",
+    "read_toml",
     "sha256_file",
 ]

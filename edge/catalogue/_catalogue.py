@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -165,13 +165,19 @@ class Catalogue:
         raise CatalogueError(f"the catalogue has no default {role} model")
 
 
-def read_catalogue(file: Path) -> list[ModelEntry]:
+def read_toml(path: Path, error: type[Exception], what: str) -> dict[str, Any]:
+    """The TOML file at ``path``; ``error`` names ``what`` it is when it is missing or
+    not valid TOML (shared by the catalogue and the device profiles)."""
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CatalogueError(f"catalogue file {file} does not exist") from None
+        raise error(f"{what} {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
-        raise CatalogueError(f"catalogue file {file} is not valid TOML: {exc}") from None
+        raise error(f"{what} {path} is not valid TOML: {exc}") from None
+
+
+def read_catalogue(file: Path) -> list[ModelEntry]:
+    data = read_toml(file, CatalogueError, "catalogue file")
     unknown = set(data) - {"model"}
     if unknown:
         raise CatalogueError(

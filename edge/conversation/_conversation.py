@@ -9,7 +9,7 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics, TokenCounter
+from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics, TextStream, TokenCounter
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -267,11 +267,9 @@ class Conversation:
         return "".join(parts)
 
     @staticmethod
-    async def _drain(stream: object) -> None:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True):
-                await aclose()
+    async def _drain(stream: TextStream) -> None:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
 
     async def _final(self, turn: AgentTurn, sequence: int) -> None:
         """Close an open stream with an empty final frame, even while being cancelled."""

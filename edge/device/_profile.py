@@ -9,14 +9,13 @@ derived byte budgets (they are still checked against the spec's rules).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from edge.catalogue import REPO_ROOT, Catalogue, CatalogueError
+from edge.catalogue import REPO_ROOT, Catalogue, CatalogueError, read_toml
 
 PROFILE_DIR = REPO_ROOT / "firmware-config"
 GIB = 2**30
@@ -237,12 +236,7 @@ def parse_profile(data: dict, *, origin: str, catalogue: Catalogue | None = None
 
 
 def load_profile_file(path: Path, catalogue: Catalogue | None = None) -> DeviceProfile:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"profile file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"profile file {path} is not valid TOML: {exc}") from None
+    data = read_toml(path, ProfileError, "profile file")
     data.setdefault("name", path.stem)
     if data["name"] != path.stem:
         raise ProfileError(
