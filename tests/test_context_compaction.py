@@ -322,11 +322,35 @@ async def test_long_session_stays_within_every_budget() -> None:
     )
 
 
-async def test_a_backlog_that_never_compacts_is_capped(caplog) -> None:
-    ctx = manager(ScriptedLLM(), dialogue_budget_bytes=400, compaction_input_budget_bytes=456)
-    for i in range(100):
-        await ctx.record_exchange("p", f"question {i:03d}", f"answer {i:03d}")
-    stored = ctx.transcript("p")
-    assert stored[-1].user == "question 099" and len(stored) < 100
-    assert sum(len(f"[00:00] User: {t.user}\nAssistant: {t.assistant}") for t in stored) <= 3200
-    assert "backlog over 8 x its budget" in caplog.text
+async def test_failing_compaction_never_deletes_stored_entries() -> None:
+    """The spec: entries left out of the prompt stay stored until compacted. Memory stays
+    bounded (the oldest are only in the store); once the model works again they compact."""
+    working = False
+    llm = ScriptedLLM(responder("Recovered."))
+    budgets = {"dialogue_budget_bytes": 400, "compaction_input_budget_bytes": 456}
+    async with manager(llm, keep_transcript=True, **budgets) as ctx:
+        ctx.add_hook("pre_compact", lambda request: None if working else False)
+        for i in range(100):
+            await ctx.record_exchange("p", f"question {i:03d}", f"answer {i:03d}")
+            await anyio.lowlevel.checkpoint()
+        await eventually(lambda: idle(ctx))
+        stored = ctx.transcript("p")
+        assert [t.user for t in stored] == [f"question {i:03d}" for i in range(100)]
+        section = ctx._participants["p"].sections["dialogue"]
+        assert section.pending_bytes <= 8 * 400 and section.evicted > 0
+        assert sum(len(b.text.encode()) for b in ctx.blocks("p")) <= 400
+        working = True
+        await ctx.record_exchange("p", "question 100", "answer 100")
+        await eventually(lambda: idle(ctx) and not ctx.pending())
+        view = ctx.store.load("p").view
+        assert len(ctx.transcript("p")) == 101 and len(view) < 10
+        assert ctx.summary("p") and ctx.last_compaction("p").ok and section.evicted == 0
+
+
+async def test_spec_usage_without_async_with_compacts() -> None:
+    llm = ScriptedLLM(responder("Without async with."))
+    ctx = manager(llm, **SMALL)
+    await fill(ctx)
+    await eventually(lambda: ctx.summary("p") == "Without async with.")
+    await ctx.close()
+    assert compactions(llm)

@@ -241,10 +241,10 @@ async def test_close_drops_later_writes() -> None:
 async def test_save_and_load_round_trip(tmp_path) -> None:
     clock = Clock()
     ctx = manager(ScriptedLLM(), clock, incremental_context_topics=("notes",), keep_transcript=True)
+    await ctx.record_exchange("p", "u0", "a0", exchange_id="turn-0")
     await ctx.record_exchange("p", "u", "a", exchange_id="turn-1")
     await ctx.update("p", "notes", "n")
-    ctx._participants["p"].sections["dialogue"].summary = "Earlier."
-    ctx._participants["p"].sections["dialogue"].span = (T0 - SECOND, T0)
+    await ctx.compact("p", section="dialogue", summary="Earlier.")
     ctx.messages("p", system="SYS", request="q")
     path = tmp_path / "ctx.json"
     ctx.save(path)
@@ -253,7 +253,7 @@ async def test_save_and_load_round_trip(tmp_path) -> None:
     )
     assert await other.load(path) == ["p"]
     assert other.render("p") == ctx.render("p")
-    assert len(other.transcript("p")) == 2
+    assert len(other.transcript("p")) == 3
     assert not await other.record_exchange("p", "u", "a", exchange_id="turn-1")
     # a manager without the topic drops it
     plain = manager(ScriptedLLM(), clock)

@@ -1,14 +1,30 @@
-"""When background work may run, and how a participant's running jobs are cancelled."""
+"""Background work of the context manager: when it may run (:class:`Quiet`), cancelling a
+participant's running jobs (:class:`Jobs`), and the compaction worker (:class:`Worker`).
+
+The worker lives in the manager's :class:`edge.runtime.BackgroundTasks`. ``async with
+ContextManager(...)`` opens them; used without ``async with`` (the spec's composition:
+``ContextManager(llm)`` ... ``await context.close()``), the manager starts the worker on
+its first write inside a running event loop, in a task of its own that ``close()`` stops.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import anyio
+import anyio.abc
 
 from edge.llm import ActivityTracker, ReportsActivity
+from edge.runtime import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+J = TypeVar("J")
 
 
 class Quiet:
@@ -83,3 +99,91 @@ class Jobs:
     async def cancel_all(self) -> None:
         for participant_id in list(self._running):
             await self.cancel(participant_id)
+
+
+class Worker(Generic[J]):
+    """One loop that takes the next job (``next_job()``; None when there is none), waits
+    for a quiet device, takes the job again (it may have changed) and runs it. A failing
+    job is logged and handed to ``failed``; the loop goes on."""
+
+    def __init__(
+        self,
+        quiet: Quiet,
+        next_job: Callable[[], J | None],
+        run_job: Callable[[J], Awaitable[None]],
+        failed: Callable[[J], None],
+    ) -> None:
+        self._quiet = quiet
+        self._next_job = next_job
+        self._run_job = run_job
+        self._failed = failed
+        self._tasks = BackgroundTasks("the context manager")
+        self._wake: anyio.Event | None = None
+        self._stop: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+        self._detached: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._tasks.running
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def open(self) -> None:
+        """Start the loop in the owner's lifecycle (``__aenter__``)."""
+        await self._tasks.open()
+        await self._tasks.start(self._serve, name="context-compaction")
+
+    async def close(self) -> None:
+        """Stop the loop (cancelling the job it runs) and wait for it."""
+        if self._stop is not None and self._detached is not None and not self._detached.done():
+            self._stop.set()
+            assert self._stopped is not None
+            with anyio.CancelScope(shield=True):
+                await self._stopped.wait()
+
+        await self._tasks.close()
+
+    def start_detached(self) -> bool:
+        """Start the loop in a task of its own (no ``async with``), unless it runs; False
+        when that is not possible here (not on asyncio, or already stopped)."""
+        if self._tasks.running or self._detached is not None:
+            return self._detached is not None and not self._detached.done()
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        self._detached = loop.create_task(self._own_lifecycle(self._stop, self._stopped))
+        return True
+
+    async def _own_lifecycle(self, stop: anyio.Event, stopped: anyio.Event) -> None:
+        try:
+            await self.open()
+            try:
+                await stop.wait()
+            finally:
+                await self._tasks.close()
+        finally:
+            stopped.set()
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            job = self._next_job()
+            if job is None:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            await self._quiet.wait()
+            job = self._next_job()
+            if job is None:
+                continue
+            try:
+                await self._run_job(job)
+            except Exception:
+                log.exception("background context job failed")
+                self._failed(job)

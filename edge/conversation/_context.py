@@ -10,6 +10,11 @@ since it was written. The state machine is small:
 * a compaction succeeds -> the summary is replaced and the entries it covered dropped;
 * a compaction fails -> the entries stay and the section *stalls* until its next entry.
 
+Nothing is ever dropped: every entry is in the store (``edge.store``) until a compaction
+covers it. Memory stays bounded: beyond ``BACKLOG_FACTOR`` budgets of uncompacted entries
+the oldest are *evicted* from memory only (``Section.evicted`` counts them); they are left
+out of the prompt anyway, and compaction reads them back from the store, oldest first.
+
 A summary topic is a section whose single state each update replaces; it never compacts.
 """
 
@@ -36,13 +41,15 @@ MIN_CLIP_BYTES = 64
 """The least a clipped block keeps, even when a section's budget is smaller."""
 
 BACKLOG_FACTOR = 8
-"""Uncompacted entries beyond this many section budgets are dropped, oldest first, so a
-model that keeps failing to compact cannot grow a device's memory without bound."""
+"""Uncompacted entries beyond this many section budgets are evicted from memory, oldest
+first (they stay stored until compacted), so a model that keeps failing to compact cannot
+grow a device's memory without bound."""
 
 
 @dataclass(eq=False)
 class Entry:
-    """One stored exchange or topic update, with its rendered text cached."""
+    """One stored exchange or topic update, with its rendered text cached; ``seq`` is the
+    store's record id."""
 
     seq: int
     timestamp_us: int
@@ -82,6 +89,7 @@ class Section:
     entries: list[Entry] = field(default_factory=list)
     stalled: bool = False
     draining: bool = False
+    evicted: int = 0
 
     @property
     def summary_limit(self) -> int:
@@ -98,41 +106,51 @@ class Section:
         keys = [e.key for e in self.entries]
         self.entries.insert(bisect.bisect(keys, entry.key), entry)
         self.stalled = False
-        dropped = 0
+        evicted = 0
         while len(self.entries) > 1 and self.pending_bytes > BACKLOG_FACTOR * self.budget:
             self.entries.pop(0)
-            dropped += 1
-        if dropped:
-            log.warning(
-                "section %r: compaction backlog over %d x its budget; %d oldest entr%s dropped",
+            evicted += 1
+        if evicted:
+            self.evicted += evicted
+            log.info(
+                "section %r: compaction backlog over %d x its budget; %d oldest entr%s kept "
+                "only in the store until compacted",
                 self.name,
                 BACKLOG_FACTOR,
-                dropped,
-                "y" if dropped == 1 else "ies",
+                evicted,
+                "y" if evicted == 1 else "ies",
             )
 
     def eligible(self) -> list[Entry]:
-        """Entries compaction may take: all but the newest dialogue exchange."""
+        """Entries in memory compaction may take: all but the newest dialogue exchange
+        (evicted entries, older than these, are read back from the store first)."""
         if self.kind == "summary":
             return []
         return self.entries[:-1] if self.kind == DIALOGUE else list(self.entries)
 
     def needs_compaction(self) -> bool:
-        if self.kind == "summary" or self.stalled or not self.eligible():
+        if self.kind == "summary" or self.stalled or not (self.eligible() or self.evicted):
             return False
-        if self.pending_bytes > self.budget // 2:
+        if self.evicted or self.pending_bytes > self.budget // 2:
             self.draining = True
         return self.draining
 
-    def apply_summary(self, summary: str, covered: list[Entry]) -> None:
-        """Replace the summary with one that covers the previous one and ``covered``."""
-        gone = {id(e) for e in covered}
-        self.entries = [e for e in self.entries if id(e) not in gone]
+    def span_with(self, covered: list[Entry]) -> tuple[int, int]:
+        """The time a summary covering the previous one and ``covered`` spans."""
         start = self.span[0] if self.span else min(e.timestamp_us for e in covered)
         end = max([e.timestamp_us for e in covered] + ([self.span[1]] if self.span else []))
+        return (start, end)
+
+    def apply_summary(self, summary: str, covered: list[Entry]) -> None:
+        """Replace the summary with one that covers the previous one and ``covered``."""
+        span = self.span_with(covered)
+        gone = {e.seq for e in covered}
+        kept = [e for e in self.entries if e.seq not in gone]
+        self.evicted = max(self.evicted - (len(covered) - (len(self.entries) - len(kept))), 0)
+        self.entries = kept
         self.summary = summary
-        self.span = (start, end)
-        if not self.eligible():
+        self.span = span
+        if not self.eligible() and not self.evicted:
             self.draining = False
 
     def fail(self) -> None:
@@ -157,6 +175,8 @@ class Section:
         return [(e, e.rendered, False) for e in kept]
 
     def oldest_key(self) -> tuple[int, int]:
+        if self.evicted:  # older than anything in memory
+            return (0, 0)
         return self.entries[0].key if self.entries else (2**63, 0)
 
     def blocks(self, renderer: Renderer, participant_id: str) -> list[ContextBlock]:
@@ -211,23 +231,16 @@ def content_identities(user: str, assistant: str, timestamp_us: int | None) -> l
 class ParticipantContext:
     """Everything the manager keeps for one participant."""
 
-    def __init__(
-        self, participant_id: str, sections: Iterable[Section], *, keep_transcript: bool
-    ) -> None:
+    def __init__(self, participant_id: str, sections: Iterable[Section]) -> None:
         self.participant_id = participant_id
         self.sections = {s.name: s for s in sections}
         self.identities: set[bytes] = set()
-        self.transcript: list[TranscriptEntry] | None = [] if keep_transcript else None
         self.system: str | None = None
         self.warm_pending = False
         self.last_compaction: CompactionReport | None = None
 
     def knows(self, identities: Iterable[bytes]) -> bool:
         return any(i in self.identities for i in identities)
-
-    def note(self, item: TranscriptEntry) -> None:
-        if self.transcript is not None:
-            self.transcript.append(item)
 
     def blocks(self, renderer: Renderer) -> list[ContextBlock]:
         """Summaries first (oldest span first), then entries in recorded-time order."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,9 +15,10 @@ import anyio.abc
 
 from edge.llm import ChatMessage, LLMError, LLMService, Priority, Warmable
 from edge.runtime import Agent, now_us
+from edge.store import Record, SessionStore, StoredSection
 
 from . import _persist
-from ._background import Jobs, Quiet
+from ._background import Jobs, Quiet, Worker
 from ._compaction import (
     CompactionPrompts,
     CompactionReport,
@@ -63,16 +63,23 @@ class ContextManager:
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
     background priority, drains the whole backlog oldest first, then re-warms the prompt
     prefix of each participant whose summary changed (``rewarm``, when the model has
-    ``warm``). ``keep_transcript`` keeps every recorded entry verbatim for
-    :meth:`transcript` (memory then grows with the session). ``timezone`` is the zone times
-    are shown in (local by default); ``clock`` returns Unix microseconds.
+    ``warm``). ``timezone`` is the zone times are shown in (local by default); ``clock``
+    returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
     is indexed in ``recall_index`` (in memory by default); each answer request gets a
     "recalled" block of up to ``recall_budget_bytes`` with the earlier statements most
     relevant to it that are no longer in the model's view (0 turns recall off).
 
-    Compaction runs while the manager is open: ``async with ContextManager(llm) as ctx:``.
+    Storage: ``store`` (an :class:`edge.store.SessionStore`) keeps every participant's
+    whole conversation and the model's view of it, durable when a write returns; the
+    manager keeps only a cache of the view in memory (:meth:`suspend` drops it, the next
+    use reloads it). Without ``store`` the manager uses an in-memory one of its own that
+    keeps compacted entries only with ``keep_transcript=True``.
+
+    Compaction runs in the background while the manager is open: ``async with
+    ContextManager(llm) as ctx:``, or, without ``async with``, from the first write inside
+    a running event loop until :meth:`close`.
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class ContextManager:
         clock: Callable[[], int] = now_us,
         recall_budget_bytes: int = 1_000,
         recall_index: RecallIndex | None = None,
+        store: SessionStore | None = None,
     ) -> None:
         self._llm = llm
         self._summary_topics = topic_names(summary_context_topics, "summary_context_topics")
@@ -120,7 +128,8 @@ class ContextManager:
         self._compactor = Compactor(llm, self._prompts)
         self._quiet = Quiet(llm, compaction_quiet_s)
         self._rewarm = rewarm
-        self._keep_transcript = keep_transcript
+        self._owns_store = store is None
+        self.store = store if store is not None else SessionStore(keep_history=keep_transcript)
         self._renderer = Renderer(timezone)
         if not (recall_budget_bytes == 0 or positive_int(recall_budget_bytes)):
             raise ValueError(
@@ -133,12 +142,9 @@ class ContextManager:
         self._participants: dict[str, ParticipantContext] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._jobs = Jobs()
-        self._seq = itertools.count()
         self._pre_hooks: list[PreCompactHook] = []
         self._post_hooks: list[PostCompactHook] = []
-        self._wake: anyio.Event | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._worker_scope: anyio.CancelScope | None = None
+        self._worker = Worker(self._quiet, self._next_job, self._run_job, self._job_failed)
         self._closed = False
         self._warned_not_running = False
 
@@ -178,49 +184,71 @@ class ContextManager:
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> ContextManager:
-        if self._tg is not None:
+        if self._worker.running:
             raise RuntimeError("the context manager is already running")
         if self._closed:
             raise RuntimeError("the context manager is closed")
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        await self._tg.start(self._run_worker, name="context-compaction")
+        await self._worker.open()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        tg = self._tg
-        try:
-            await self.close()
-        finally:
-            if tg is not None:  # the worker is cancelled: this only waits for it to end
-                await tg.__aexit__(None, None, None)
-            self._tg = None
+        await self.close()
         return None
 
-    async def _run_worker(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        with anyio.CancelScope() as scope:
-            self._worker_scope = scope
-            task_status.started()
-            await self._worker()
+    def _start_worker(self) -> None:
+        """The spec's usage without ``async with``: start compaction on the first write."""
+        if self._worker.running or self._closed or self._worker.start_detached():
+            return
+        if not self._warned_not_running:
+            self._warned_not_running = True
+            log.warning(
+                "the context manager cannot compact here (no asyncio loop); use "
+                "`async with ContextManager(...)` to compact in the background"
+            )
 
-    async def clear(self, participant_id: str) -> None:
-        """Cancel the participant's compaction, wait for it, and forget their context.
-        Idempotent; other participants are unaffected."""
+    async def suspend(self, participant_id: str) -> None:
+        """Cancel the participant's compaction, wait for it, and drop their context from
+        memory; it stays stored and comes back on the next use (a reconnect). Idempotent;
+        other participants are unaffected."""
         await self._jobs.cancel(participant_id)
         self._participants.pop(participant_id, None)
         self._locks.pop(participant_id, None)
+
+    async def clear(self, participant_id: str) -> None:
+        """Cancel the participant's compaction, wait for it, and forget their context
+        everywhere, the store and the recall index included. Idempotent; other
+        participants are unaffected."""
+        await self.suspend(participant_id)
         self._recall.index.forget(participant_id)
+        if not (self._closed and self._owns_store):  # the own store closes with the manager
+            await self.store.run(self.store.forget, participant_id)
+
+    async def resume(self, participant_id: str) -> bool:
+        """Load a returning participant's context now and re-warm their prompt prefix in
+        the background (after a restart the model's cache is cold). False when nothing is
+        stored for them."""
+        check_participant(participant_id)
+        if self._closed or not self.store.exists(participant_id):
+            return False
+        part = self._participant(participant_id)
+        if part.system is not None and self._rewarm:
+            part.warm_pending = True
+            self._start_worker()
+            self._worker.wake()
+        return True
 
     async def close(self) -> None:
-        """Stop compaction, forget every participant and drop later updates and exchanges."""
+        """Stop compaction and drop every participant from memory and later writes; what
+        is stored stays stored (the manager's own in-memory store is closed)."""
         self._closed = True
-        if self._worker_scope is not None:
-            self._worker_scope.cancel()
+        await self._worker.close()
         await self._jobs.cancel_all()
         for participant_id in self._participants:
             self._recall.index.forget(participant_id)
         self._participants.clear()
         self._locks.clear()
+        if self._owns_store:
+            self.store.close()
 
     # ----------------------------------------------------------------- activity
 
@@ -262,22 +290,34 @@ class ContextManager:
             log.debug("context manager closed; exchange for %r dropped", participant_id)
             return False
         ts = self._clock() if timestamp_us is None else int(timestamp_us)
-        content = content_identities(user, assistant, timestamp_us)
-        ids = content
-        part = self._participant(participant_id)
+        ids = content_identities(user, assistant, timestamp_us)
         if exchange_id is not None:
-            key = identity(("id", exchange_id))
-            if key in part.identities:
-                return False
-            ids = [key, *content]
-        elif content[0] in part.identities:
+            ids = [identity(("id", exchange_id)), *ids]
+        if ids[0] in self._participant(participant_id).identities:
             return False
+        record = Record("exchange", DIALOGUE, ts, user=user, assistant=assistant)
+        return await self._record(participant_id, record, ids)
+
+    async def _record(self, participant_id: str, record: Record, ids: list[bytes]) -> bool:
+        """Write ``record`` to the store (durable when this returns), then to the cached
+        view. False when the store already had its identity."""
+        self._start_worker()
+        stored = await self.store.run(self.store.add_record, participant_id, record, ids)
+        if stored is None:
+            return False
+        part = self._participants.get(participant_id)
+        if part is None or self._closed or (ids and ids[0] in part.identities):
+            return True  # not cached (suspended) or reloaded with it: the store has it
         part.identities.update(ids)
-        rendered = self._renderer.exchange(ts, user, assistant)
-        entry = Entry(next(self._seq), ts, rendered, user=user, assistant=assistant)
-        self._add(part, part.sections[DIALOGUE], entry)
-        self._recall.add(Statement(participant_id, entry.seq, ts, DIALOGUE, user))
-        part.note(TranscriptEntry("exchange", DIALOGUE, ts, user=user, assistant=assistant))
+        section = part.sections[record.section]
+        section.add(_persist.rendered(section, stored, self._renderer))
+        if record.kind != "state":
+            said = record.user if record.kind == "exchange" else record.text
+            self._recall.add(
+                Statement(participant_id, stored.id, record.timestamp_us, record.section, said)
+            )
+        if section.needs_compaction():
+            self._worker.wake()
         return True
 
     async def reconcile(
@@ -331,28 +371,16 @@ class ContextManager:
             log.debug("context manager closed; update of %r dropped", topic)
             return
         ts = self._clock() if timestamp_us is None else int(timestamp_us)
-        part = self._participant(participant_id)
-        section = part.sections[topic]
-        if section.kind == "summary":
-            room = section.budget - nbytes(self._renderer.state(topic, ts, ""))
-            clipped = clip_middle(text, max(room, 0))
-            entry = Entry(
-                next(self._seq), ts, self._renderer.state(topic, ts, clipped), text=clipped
-            )
-            section.add(entry)
-            part.note(TranscriptEntry("state", topic, ts, text=text))
-            return
-        entry = Entry(next(self._seq), ts, self._renderer.update(topic, ts, text), text=text)
-        self._add(part, section, entry)
-        self._recall.add(Statement(participant_id, entry.seq, ts, topic, text))
-        part.note(TranscriptEntry("update", topic, ts, text=text))
+        self._participant(participant_id)  # cached before the write, so the view gets it
+        kind = "state" if topic in self._summary_topics else "update"
+        await self._record(participant_id, Record(kind, topic, ts, text=text), [])
 
     # ----------------------------------------------------------------- reading
 
     def blocks(self, participant_id: str) -> list[ContextBlock]:
         """The model's view: summaries first, then entries in recorded-time order, each
         section within its budget (oldest uncompacted entries left out while over it)."""
-        part = self._participants.get(participant_id)
+        part = self._cached(participant_id)
         return part.blocks(self._renderer) if part else []
 
     def render(self, participant_id: str, *, now_us: int | None = None) -> str:
@@ -373,7 +401,10 @@ class ContextManager:
         ``system`` is remembered so compaction can re-warm the same prompt prefix."""
         check_participant(participant_id)
         if not self._closed:
-            self._participant(participant_id).system = system
+            part = self._participant(participant_id)
+            if part.system != system:  # once per participant and prompt: kept for re-warming
+                part.system = system
+                self.store.set_system(participant_id, system)
         blocks = self.blocks(participant_id)
         recalled = self.recalled(participant_id, request)
         context = self.render_blocks(blocks + ([recalled] if recalled else []), now_us=now_us)
@@ -392,29 +423,28 @@ class ContextManager:
             return None
         return self._recall.block(participant_id, request, in_view(part))
 
-    def transcript(self, participant_id: str) -> list[TranscriptEntry]:
-        """Everything recorded for the participant, verbatim, in recorded-time order: the
-        whole session with ``keep_transcript=True``, otherwise what is not yet compacted."""
-        part = self._participants.get(participant_id)
-        if part is None:
+    def transcript(
+        self, participant_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> list[TranscriptEntry]:
+        """The whole conversation, verbatim, in recorded-time order (from ``offset``, at
+        most ``limit`` entries): everything ever recorded with a durable store or
+        ``keep_transcript=True``, otherwise what is not yet compacted."""
+        if self._closed and self._owns_store:
             return []
-        if part.transcript is not None:
-            return sorted(part.transcript, key=lambda t: t.timestamp_us)
-        kinds = {"dialogue": "exchange", "incremental": "update", "summary": "state"}
-        out = [
-            TranscriptEntry(kinds[s.kind], s.name, e.timestamp_us, e.text, e.user, e.assistant)  # type: ignore[arg-type]
-            for s in part.sections.values()
-            for e in s.entries
-        ]
-        return sorted(out, key=lambda t: t.timestamp_us)
+        records, _ = self.store.history(participant_id, offset=offset, limit=limit or -1)
+        return [_persist.transcript_entry(r) for r in records]
 
     def summary(self, participant_id: str, section: str = DIALOGUE) -> str:
-        part = self._participants.get(participant_id)
+        part = self._cached(participant_id)
         return part.sections[section].summary if part and section in part.sections else ""
 
     def last_compaction(self, participant_id: str) -> CompactionReport | None:
         part = self._participants.get(participant_id)
-        return part.last_compaction if part else None
+        if part is not None or (self._closed and self._owns_store):
+            return part.last_compaction if part is not None else None
+        reports = self.store.compactions(participant_id, 1)
+
+        return _persist.report_from(reports[0]) if reports else None
 
     def pending(self) -> int:
         """Sections waiting for compaction, across participants."""
@@ -435,7 +465,7 @@ class ContextManager:
         """Compact now, without waiting for a quiet device: every compacted section, or
         ``section``, keeping the newest ``keep_last`` entries (at least the newest dialogue
         exchange). ``summary`` replaces the model's summary with your own."""
-        part = self._participants.get(participant_id)
+        part = self._cached(participant_id)
         if part is None:
             return []
         names = [section] if section else list(part.sections)
@@ -448,7 +478,7 @@ class ContextManager:
                 sec = part.sections[name]
                 keep = max(keep_last or 0, 1 if sec.kind == DIALOGUE else 0)
                 while self._participants.get(participant_id) is part:
-                    candidates = sec.entries[: max(len(sec.entries) - keep, 0)]
+                    candidates = self._candidates(part, sec, keep)
                     if not candidates:
                         break
                     report = await self._compact_step(part, sec, candidates, custom=summary)
@@ -498,16 +528,29 @@ class ContextManager:
             report.reason = report.reason or (
                 "cancelled" if report.method == "cancelled" else "no summary"
             )
-            section.fail()
             log.warning(
                 "compaction of %r for %r failed (%s); entries kept until the next one",
                 section.name,
                 part.participant_id,
                 report.reason,
             )
+            state, covered = StoredSection(section.summary, section.span, True), []
         else:
             report.ok = True
             report.summary_bytes = nbytes(result)
+            state = StoredSection(result, section.span_with(taken), False)
+            covered = [e.seq for e in taken]
+        await self.store.run(  # one transaction: a crash leaves it before or after
+            self.store.apply_compaction,
+            part.participant_id,
+            section.name,
+            state,
+            covered,
+            _persist.report_data(report),
+        )
+        if result is None:
+            section.fail()
+        else:
             section.apply_summary(result, taken)
             part.warm_pending = True
         part.last_compaction = report
@@ -516,7 +559,7 @@ class ContextManager:
                 await call_hook(hook, report)
             except Exception:
                 log.exception("post_compact hook failed")
-        self._notify()
+        self._worker.wake()
         return report
 
     async def _summarize(
@@ -546,20 +589,31 @@ class ContextManager:
                 return clip_middle(decision, limit) if decision.strip() else None
         return await self._compactor.summarize(section, previous, texts, report, taken)
 
-    # ----------------------------------------------------------------- background
+    # ----------------------------------------------------------------- the cached view
+
+    def _new_participant(self, participant_id: str) -> ParticipantContext:
+        sections = [Section(DIALOGUE, "dialogue", self._budgets[DIALOGUE])]
+        sections += [Section(t, "summary", self._budgets[t]) for t in self._summary_topics]
+        sections += [Section(t, "incremental", self._budgets[t]) for t in self._incremental_topics]
+        return ParticipantContext(participant_id, sections)
+
+    def _cached(self, participant_id: str) -> ParticipantContext | None:
+        """The participant's cached view, loaded from the store when they are stored."""
+        part = self._participants.get(participant_id)
+        if part is None and not self._closed:
+            stored = self.store.load(participant_id)
+            if stored is not None:
+                part = self._new_participant(participant_id)
+                _persist.restore(part, stored, self._renderer)
+                self._participants[participant_id] = part
+                if any(s.needs_compaction() for s in part.sections.values()):
+                    self._worker.wake()
+        return part
 
     def _participant(self, participant_id: str) -> ParticipantContext:
-        part = self._participants.get(participant_id)
+        part = self._cached(participant_id)
         if part is None:
-            sections = [Section(DIALOGUE, "dialogue", self._budgets[DIALOGUE])]
-            sections += [Section(t, "summary", self._budgets[t]) for t in self._summary_topics]
-            sections += [
-                Section(t, "incremental", self._budgets[t]) for t in self._incremental_topics
-            ]
-            part = ParticipantContext(
-                participant_id, sections, keep_transcript=self._keep_transcript
-            )
-            self._participants[participant_id] = part
+            part = self._participants[participant_id] = self._new_participant(participant_id)
         return part
 
     def _lock(self, participant_id: str) -> anyio.Lock:
@@ -568,22 +622,23 @@ class ContextManager:
             lock = self._locks[participant_id] = anyio.Lock()
         return lock
 
-    def _add(self, part: ParticipantContext, section: Section, entry: Entry) -> None:
-        section.add(entry)
-        if section.needs_compaction():
-            if self._tg is None and not self._warned_not_running:
-                self._warned_not_running = True
-                log.warning(
-                    "compaction is pending but the context manager is not running; "
-                    "use `async with ContextManager(...)` to compact in the background"
-                )
-            self._notify()
+    def _candidates(self, part: ParticipantContext, section: Section, keep: int) -> list[Entry]:
+        """The oldest uncompacted entries, leaving the newest ``keep`` in memory: those
+        evicted to the store first (read back, oldest first), then those in memory."""
+        if section.evicted:
+            records = self.store.view_records(part.participant_id, section.name, limit=64)
+            in_memory = {e.seq for e in section.entries}
+            older = [r for r in records if r.id not in in_memory]
+            if older:
+                return [_persist.rendered(section, r, self._renderer) for r in older]
+            section.evicted = 0
+        return section.entries[: max(len(section.entries) - keep, 0)]
 
-    def _notify(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+    # ----------------------------------------------------------------- background jobs
 
     def _next_job(self) -> tuple[str, ParticipantContext, Section | None] | None:
+        if self._closed:
+            return None
         best: tuple[tuple[int, int], ParticipantContext, Section] | None = None
         for pid, part in self._participants.items():
             if self._lock(pid).locked():
@@ -601,31 +656,22 @@ class ContextManager:
                     return ("warm", part, None)
         return None
 
-    async def _worker(self) -> None:
-        while not self._closed:
-            job = self._next_job()
-            if job is None:
-                self._wake = anyio.Event()
-                await self._wake.wait()
-                continue
-            await self._quiet.wait()
-            job = self._next_job()
-            if job is None:
-                continue
-            kind, part, section = job
-            try:
-                async with self._lock(part.participant_id):
-                    if self._participants.get(part.participant_id) is not part:
-                        continue
-                    if kind == "compact" and section is not None:
-                        await self._compact_step(part, section, section.eligible())
-                    else:
-                        await self._warm(part)
-            except Exception:
-                log.exception("background %s for %r failed", kind, part.participant_id)
-                if section is not None:
-                    section.fail()
-                part.warm_pending = False
+    async def _run_job(self, job: tuple[str, ParticipantContext, Section | None]) -> None:
+        kind, part, section = job
+        async with self._lock(part.participant_id):
+            if self._participants.get(part.participant_id) is not part:
+                return
+            if kind == "compact" and section is not None:
+                keep = 1 if section.kind == DIALOGUE else 0
+                await self._compact_step(part, section, self._candidates(part, section, keep))
+            else:
+                await self._warm(part)
+
+    def _job_failed(self, job: tuple[str, ParticipantContext, Section | None]) -> None:
+        _, part, section = job
+        if section is not None:
+            section.fail()
+        part.warm_pending = False
 
     async def _warm(self, part: ParticipantContext) -> None:
         """Evaluate the participant's stable prompt prefix (system prompt and context,
@@ -646,26 +692,25 @@ class ContextManager:
             except LLMError as exc:
                 log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
 
-    # ----------------------------------------------------------------- persistence
+    # ----------------------------------------------------------------- save and restore
 
-    def save(self, path: str | Path) -> None:
-        """Write every participant's context (summaries, entries, exchange identities,
-        transcript) to a JSON file. Configuration and hooks are not saved."""
-        _persist.save(Path(path), self._participants.values())
+    def save(self, path: str | Path, participant_ids: Sequence[str] | None = None) -> None:
+        """Write participants' exports (both views, summaries, topic states, identities,
+        compaction reports; every stored participant by default) to one JSON file.
+        Configuration and hooks are not saved."""
+        ids = list(participant_ids) if participant_ids is not None else None
+        if ids is None:
+            ids = [p.participant_id for p in self.store.participants()]
+        _persist.save(Path(path), self.store, ids)
 
     async def load(self, path: str | Path) -> list[str]:
-        """Replace the context with a file written by :meth:`save`; this manager's own
-        topics and budgets apply (sections it does not configure are dropped). Returns
-        the participants loaded."""
+        """Import a file written by :meth:`save`, replacing those participants' context;
+        this manager's own topics and budgets apply (sections it does not configure stay
+        in the history, out of the model's view). Returns the participants loaded."""
         if self._closed:
             raise RuntimeError("the context manager is closed")
-        data = _persist.read(Path(path))
-        for pid in list(self._participants):
-            await self.clear(pid)
-        loaded = []
-        for pid, saved in data.items():
-            part = self._participant(pid)
-            _persist.restore(part, saved, self._renderer, self._seq)
-            loaded.append(pid)
-        self._notify()
+        loaded = _persist.load(Path(path), self.store)
+        for pid in loaded:
+            await self.suspend(pid)  # the next use reads the imported context
+            self._cached(pid)
         return loaded

@@ -1,61 +1,129 @@
-"""Saving and restoring a manager's context as JSON (a snapshot, not a database)."""
+"""Between the in-memory context and the durable store (:mod:`edge.store`).
+
+The store is the truth: every write goes there first and the in-memory
+:class:`ParticipantContext` is a cache of the model's view, rebuilt by :func:`restore`
+when a participant is used again (after a reconnect, a restart, an import). The receiving
+manager's configuration applies: sections it does not configure stay in the stored history
+but are not in the model's view.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ._context import Entry, ParticipantContext, TranscriptEntry
+from edge.store import (
+    Record,
+    SessionStore,
+    StoredParticipant,
+    StoredSection,
+    dumps,
+    export_participant,
+    import_participant,
+)
+
+from ._compaction import CompactionAttempt, CompactionReport
+from ._context import Entry, ParticipantContext, Section, TranscriptEntry
 from ._render import Renderer
-from ._text import clip_middle
+from ._text import clip_middle, nbytes
 
 log = logging.getLogger(__name__)
 
-FORMAT = "edge.conversation.context/1"
+FORMAT = "edge.conversation.context/2"
 
 
-def _participant(part: ParticipantContext) -> dict[str, Any]:
-    return {
-        "system": part.system,
-        "identities": sorted(i.hex() for i in part.identities),
-        "transcript": None if part.transcript is None else [asdict(t) for t in part.transcript],
-        "sections": {
-            s.name: {
-                "kind": s.kind,
-                "summary": s.summary,
-                "span": list(s.span) if s.span else None,
-                "stalled": s.stalled,
-                "entries": [
-                    {
-                        "timestamp_us": e.timestamp_us,
-                        "text": e.text,
-                        "user": e.user,
-                        "assistant": e.assistant,
-                    }
-                    for e in s.entries
-                ],
-            }
-            for s in part.sections.values()
-        },
-    }
+def rendered(section: Section, record: Record, renderer: Renderer) -> Entry:
+    """The in-memory entry of a stored record (a state is clipped to its budget)."""
+    ts = record.timestamp_us
+    if section.kind == "dialogue":
+        text = renderer.exchange(ts, record.user, record.assistant)
+        return Entry(record.id, ts, text, user=record.user, assistant=record.assistant)
+    if section.kind == "summary":
+        clipped = clip_state(section, record.text, ts, renderer)
+        return Entry(record.id, ts, renderer.state(section.name, ts, clipped), text=clipped)
+    return Entry(record.id, ts, renderer.update(section.name, ts, record.text), text=record.text)
 
 
-def save(path: Path, participants: Iterable[ParticipantContext]) -> None:
+def clip_state(section: Section, text: str, timestamp_us: int, renderer: Renderer) -> str:
+    room = section.budget - nbytes(renderer.state(section.name, timestamp_us, ""))
+    return clip_middle(text, max(room, 0))
+
+
+def report_from(data: dict[str, Any] | None) -> CompactionReport | None:
+    if data is None:
+        return None
+    try:
+        attempts = [CompactionAttempt(**a) for a in data.get("attempts", ())]
+        return CompactionReport(**{**data, "attempts": attempts})
+    except TypeError:  # a report written by another version: not worth failing a load
+        log.warning("stored compaction report not understood; ignored")
+        return None
+
+
+def report_data(report: CompactionReport) -> dict[str, Any]:
+    return asdict(report)
+
+
+def restore(part: ParticipantContext, stored: StoredParticipant, renderer: Renderer) -> None:
+    """Fill a fresh participant from the store; unconfigured sections are left out."""
+    part.system = stored.system
+    part.identities = set(stored.identities)
+    part.last_compaction = report_from(stored.last_compaction)
+    skipped: set[str] = set()
+    for name, saved in stored.sections.items():
+        section = part.sections.get(name)
+        if section is None or section.kind == "summary":
+            skipped.add(name)
+            continue
+        section.summary = clip_middle(saved.summary, section.summary_limit)
+        section.span = saved.span
+        section.stalled = saved.stalled
+        part.warm_pending |= bool(section.summary)
+    for record in stored.view:
+        section = part.sections.get(record.section)
+        if section is None:
+            skipped.add(record.section)
+            continue
+        section.add(rendered(section, record, renderer))
+    for name, saved in stored.sections.items():  # add() un-stalls; keep the stored state
+        if name in part.sections:
+            part.sections[name].stalled = saved.stalled
+    if skipped:
+        log.warning(
+            "stored sections %s of %r are not configured here: kept in the history, left "
+            "out of the model's view",
+            sorted(skipped),
+            part.participant_id,
+        )
+
+
+def section_state(section: Section) -> StoredSection:
+    return StoredSection(section.summary, section.span, section.stalled)
+
+
+def transcript_entry(record: Record) -> TranscriptEntry:
+    return TranscriptEntry(
+        record.kind, record.section, record.timestamp_us, record.text, record.user, record.assistant
+    )
+
+
+def save(path: Path, store: SessionStore, participant_ids: list[str]) -> None:
+    """Every named participant's export in one JSON file (written atomically)."""
     data = {
         "format": FORMAT,
-        "participants": {p.participant_id: _participant(p) for p in participants},
+        "participants": {pid: export_participant(store, pid) for pid in participant_ids},
     }
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), "utf-8")
+    tmp.write_text(dumps(data), "utf-8")
     os.replace(tmp, path)
 
 
-def read(path: Path) -> dict[str, dict[str, Any]]:
+def load(path: Path, store: SessionStore) -> list[str]:
+    """Import every participant of a :func:`save` file, replacing stored ones."""
     try:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
@@ -65,48 +133,4 @@ def read(path: Path) -> dict[str, dict[str, Any]]:
     participants = data.get("participants")
     if not isinstance(participants, dict):
         raise ValueError(f"{path}: 'participants' must be an object")
-    return participants
-
-
-def restore(
-    part: ParticipantContext, saved: dict[str, Any], renderer: Renderer, seq: Iterator[int]
-) -> None:
-    """Fill a fresh participant from ``saved``; the receiving manager's sections apply."""
-    try:
-        part.system = saved.get("system")
-        part.identities = {bytes.fromhex(i) for i in saved.get("identities", ())}
-        if part.transcript is not None and saved.get("transcript"):
-            part.transcript = [TranscriptEntry(**t) for t in saved["transcript"]]
-        for name, sec in saved.get("sections", {}).items():
-            section = part.sections.get(name)
-            if section is None or section.kind != sec.get("kind"):
-                log.warning(
-                    "saved context section %r of %r is not configured here; dropped",
-                    name,
-                    part.participant_id,
-                )
-                continue
-            section.summary = clip_middle(sec.get("summary") or "", section.summary_limit)
-            section.span = tuple(sec["span"]) if sec.get("span") else None  # type: ignore[assignment]
-            for e in sec.get("entries", ()):
-                ts = int(e["timestamp_us"])
-                if section.kind == "dialogue":
-                    rendered = renderer.exchange(ts, e["user"], e["assistant"])
-                elif section.kind == "summary":
-                    rendered = renderer.state(name, ts, e["text"])
-                else:
-                    rendered = renderer.update(name, ts, e["text"])
-                section.add(
-                    Entry(
-                        next(seq),
-                        ts,
-                        rendered,
-                        e.get("text", ""),
-                        e.get("user", ""),
-                        e.get("assistant", ""),
-                    )
-                )
-            section.stalled = bool(sec.get("stalled", False))
-            part.warm_pending |= bool(section.summary)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"saved context of {part.participant_id!r} is malformed: {exc}") from exc
+    return [import_participant(store, doc, pid, replace=True) for pid, doc in participants.items()]

@@ -1,0 +1,49 @@
+"""Durable sessions: every participant's whole conversation and the model's view of it.
+
+:class:`SessionStore` is SQLite (stdlib ``sqlite3``), one file in WAL mode under the
+service's data directory, or in memory. Per participant it keeps every exchange, topic
+update and state ever recorded (the whole conversation), which of them are still in the
+model's view, each compacted section's rolling summary, exchange identities (no exchange
+is recorded twice), compaction reports and a SHA-256 of the session token. Writes are
+durable when the call returns; a compaction is one transaction.
+
+Example::
+
+    store = SessionStore(data_dir / STORE_FILE)
+    token, resumed = store.claim("alice", resume=None)
+    page, total = store.history("alice", offset=0, limit=50)
+    text = dumps(export_participant(store, "alice"))
+"""
+
+from ._export import EXPORT_FORMAT, dumps, export_participant, import_participant
+from ._schema import MIGRATIONS, SCHEMA_VERSION, migrate
+from ._store import STORE_FILE, SessionStore, token_hash
+from ._types import (
+    ParticipantInfo,
+    Record,
+    RecordKind,
+    Retention,
+    SessionRefused,
+    StoredParticipant,
+    StoredSection,
+)
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "STORE_FILE",
+    "ParticipantInfo",
+    "Record",
+    "RecordKind",
+    "Retention",
+    "SessionRefused",
+    "SessionStore",
+    "StoredParticipant",
+    "StoredSection",
+    "dumps",
+    "export_participant",
+    "import_participant",
+    "migrate",
+    "token_hash",
+]
