@@ -468,7 +468,11 @@ class ContextManager:
         part = self._cached(participant_id)
         if part is None:
             return []
-        names = [section] if section else list(part.sections)
+        names = (
+            [section]
+            if section
+            else [s.name for s in part.sections.values() if s.kind != "summary"]
+        )
         for name in names:
             if name not in part.sections or part.sections[name].kind == "summary":
                 raise ValueError(f"{name!r} is not a compacted section of this manager")

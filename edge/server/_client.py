@@ -17,8 +17,12 @@ from ._access import is_loopback, read_token
 from ._protocol import (
     AudioFormat,
     AudioMessage,
+    Compacted,
+    ContextView,
     ErrorMessage,
     Hello,
+    HistoryPage,
+    Imported,
     QueryEcho,
     Reply,
     ServerMessage,
@@ -28,6 +32,11 @@ from ._protocol import (
     parse_server_message,
 )
 from ._settings import default_data_dir
+
+
+class ClientRequestError(RuntimeError):
+    """The service answered a request with an error (the text is the server's)."""
+
 
 ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
 
@@ -105,6 +114,7 @@ class EdgeClient:
         want_audio: bool = False,
         open_timeout: float = 10.0,
         token: str | None = None,
+        resume: str | None = None,
     ) -> None:
         self.url = url
         if token is None:
@@ -116,6 +126,7 @@ class EdgeClient:
             audio=audio,
             want_audio=want_audio,
             token=token or None,
+            resume=resume,
         )
         self.open_timeout = open_timeout
         self.welcome: Welcome | None = None
@@ -127,6 +138,68 @@ class EdgeClient:
         if self.welcome is None:
             raise RuntimeError("not connected")
         return self.welcome.participant_id
+
+    @property
+    def session_token(self) -> str | None:
+        """What to pass as ``resume=`` to come back to this participant's context."""
+        if self.welcome is None:
+            raise RuntimeError("not connected")
+        return self.welcome.session_token
+
+    # -- session features ----------------------------------------------------------------
+
+    async def request(self, message: dict[str, Any], reply_type: str, limit_s: float = 30.0):  # type: ignore[no-untyped-def]
+        """Send a session request and return the server's ``reply_type`` answer (other
+        messages arriving meanwhile stay queued for :meth:`receive`); an ``error`` in
+        reply to it raises ``ClientRequestError``."""
+        await self.send(message)
+        kept: list[tuple[ServerMessage, bytes | None]] = []
+        try:
+            with anyio.fail_after(limit_s):
+                while True:
+                    reply, payload = await self._next()
+                    if reply.type == reply_type:
+                        return reply
+                    if isinstance(reply, ErrorMessage) and reply.in_reply_to == message["type"]:
+                        raise ClientRequestError(reply.message)
+                    kept.append((reply, payload))
+        finally:
+            self.backlog.extend(kept)
+
+    async def history(self, offset: int = 0, limit: int = 50) -> HistoryPage:
+        """A page of the whole conversation (everything recorded), oldest first."""
+        return await self.request({"type": "history", "offset": offset, "limit": limit}, "history")
+
+    async def context_view(self) -> ContextView:
+        """The model's current view: blocks, per-section bytes used against budgets."""
+        return await self.request({"type": "context_view"}, "context_view")
+
+    async def compact(
+        self,
+        *,
+        keep_last: int | None = None,
+        summary: str | None = None,
+        section: str | None = None,
+    ) -> Compacted:
+        message = {"type": "compact", "keep_last": keep_last, "summary": summary}
+        message["section"] = section
+        return await self.request({k: v for k, v in message.items() if v is not None}, "compacted")
+
+    async def last_compaction(self) -> dict[str, Any] | None:
+        reply = await self.request({"type": "last_compaction"}, "last_compaction")
+        return reply.report
+
+    async def export(self) -> dict[str, Any]:
+        """This participant as a versioned JSON document (``edge.session/1``)."""
+        return (await self.request({"type": "export"}, "export")).document
+
+    async def import_session(self, document: dict[str, Any]) -> Imported:
+        """Replace this participant's conversation with an exported one."""
+        return await self.request({"type": "import", "document": document}, "imported")
+
+    async def forget(self) -> None:
+        """Erase this participant on the service; the connection then closes."""
+        await self.request({"type": "forget"}, "bye")
 
     async def __aenter__(self) -> EdgeClient:
         self.ws = await connect(
@@ -191,10 +264,14 @@ class EdgeClient:
         return spoken_until
 
     async def receive(self) -> tuple[ServerMessage, bytes | None]:
-        assert self.ws is not None, "not connected"
         if self.backlog:
             return self.backlog.pop(0)
+        return await self._next()
+
+    async def _next(self) -> tuple[ServerMessage, bytes | None]:
+        assert self.ws is not None, "not connected"
         raw = await self.ws.recv()
+
         if isinstance(raw, bytes):
             raise ValueError("binary frame without an audio header")
         message = parse_server_message(raw)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,6 +29,9 @@ from edge.runtime import AgentRuntime, MessageMetadata, PayloadError, Topic
 from edge.voice import AUDIO_INPUT_TOPIC, END_OF_UTTERANCE_TOPIC, AudioInput, EndOfUtterance
 
 from ._hub import OutputHub
+
+if TYPE_CHECKING:
+    from ._sessions import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class Gateway:
     models: dict[str, str] = field(default_factory=dict)
     audio_out_rate: int | None = None
     speculation: SpeculationStats | None = None  # answers started before the endpoint
+    sessions: Sessions | None = None  # durable sessions (resume, history, export, ...)
 
     async def _publish(
         self, topic: Topic[Any], message: Any, participant_id: str, source: str

@@ -15,7 +15,15 @@ import re
 import secrets
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 PROTOCOL_VERSION = 2
 SUPPORTED_PROTOCOLS = (1, 2)
@@ -60,7 +68,9 @@ class Hello(_Message):
     ``participant_id`` None lets the server pick one (random, ``p-`` + 12 hex); a chosen
     id must follow :data:`PARTICIPANT_ID_RULE`. ``audio`` None means the client sends no
     microphone audio; ``want_audio`` asks for spoken replies (binary frames). ``token`` is
-    the device access token (protocol 2; may instead come as a bearer header).
+    the device access token (protocol 2; may instead come as a bearer header). ``resume``
+    is the participant's session token from an earlier ``welcome`` (protocol 2): naming an
+    existing participant needs it.
     """
 
     type: Literal["hello"]
@@ -70,6 +80,7 @@ class Hello(_Message):
     want_audio: bool = False
     protocol: int = PROTOCOL_VERSION
     token: str | None = Field(default=None, max_length=256, repr=False)
+    resume: str | None = Field(default=None, max_length=256, repr=False)
 
     @field_validator("participant_id")
     @classmethod
@@ -124,16 +135,92 @@ class ContextUpdate(_Message):
 
 
 class Bye(_Message):
-    """The participant leaves; the server answers ``bye`` and closes the connection."""
+    """The participant leaves (suspended: the context stays for a later ``resume``); the
+    server answers ``bye`` and closes the connection."""
 
     type: Literal["bye"]
 
 
+# -- session features (protocol 2; docs/server.md "Sessions") ------------------------------
+
+
+class Forget(_Message):
+    """Erase this participant everywhere (whole conversation, summaries, session token);
+    the server answers ``bye`` with reason ``forgotten`` and closes the connection."""
+
+    type: Literal["forget"]
+
+
+class HistoryRequest(_Message):
+    """A page of the whole conversation (everything ever recorded), oldest first."""
+
+    type: Literal["history"]
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=50, ge=1, le=500)
+
+
+class ContextViewRequest(_Message):
+    """The model's current view: summaries, entries, topic states, bytes vs budgets."""
+
+    type: Literal["context_view"]
+
+
+class CompactRequest(_Message):
+    """Compact now: keep the newest ``keep_last`` entries of each section (at least the
+    newest exchange), or install ``summary`` as the summary; ``section`` limits it."""
+
+    type: Literal["compact"]
+    keep_last: int | None = Field(default=None, ge=0, le=10_000)
+    summary: str | None = Field(default=None, max_length=16_000)
+    section: str | None = None
+
+
+class LastCompactionRequest(_Message):
+    type: Literal["last_compaction"]
+
+
+class ExportRequest(_Message):
+    """This participant as a versioned JSON document (``edge.session/1``)."""
+
+    type: Literal["export"]
+
+
+class ImportRequest(_Message):
+    """Replace this participant's conversation with an exported one (from this or another
+    device); the service's configuration is never changed by it."""
+
+    type: Literal["import"]
+    document: dict[str, Any]
+
+
+SessionRequest = (
+    Forget
+    | HistoryRequest
+    | ContextViewRequest
+    | CompactRequest
+    | LastCompactionRequest
+    | ExportRequest
+    | ImportRequest
+)
 ClientMessage = Annotated[
-    Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye,
+    Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye | SessionRequest,
     Field(discriminator="type"),
 ]
-CLIENT_TYPES = ("hello", "text", "interrupt", "end_of_utterance", "context", "bye")
+CLIENT_TYPES = (
+    "hello",
+    "text",
+    "interrupt",
+    "end_of_utterance",
+    "context",
+    "bye",
+    "forget",
+    "history",
+    "context_view",
+    "compact",
+    "last_compaction",
+    "export",
+    "import",
+)
 _CLIENT = TypeAdapter(ClientMessage)
 
 
@@ -143,7 +230,7 @@ class ProtocolError(ValueError):
 
 def parse_client_message(
     raw: str,
-) -> Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye:
+) -> Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye | SessionRequest:
     """Validate one JSON text frame from a client."""
     try:
         data: Any = json.loads(raw)
@@ -189,6 +276,56 @@ class Welcome(_Message):
     models: dict[str, str] = {}
     context_topics: list[str] = []
     audio_out_rate: int | None = None  # sample rate of spoken replies, when wanted
+    session_token: str | None = Field(default=None, repr=False)
+    resumed: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _v1_fields(self, handler: Any) -> dict[str, Any]:
+        """Protocol 1 clients never see the session fields (None: not sent at all)."""
+        data = handler(self)
+        for key in ("session_token", "resumed"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class HistoryPage(_Message):
+    """A page of the whole conversation: ``entries`` from ``offset`` of ``total``."""
+
+    type: Literal["history"] = "history"
+    offset: int
+    total: int
+    entries: list[dict[str, Any]]
+
+
+class ContextView(_Message):
+    """The model's view: ``blocks`` as rendered (summaries first), ``sections`` with their
+    summary, entry count, bytes used and budget."""
+
+    type: Literal["context_view"] = "context_view"
+    blocks: list[dict[str, Any]]
+    sections: dict[str, dict[str, Any]]
+
+
+class Compacted(_Message):
+    type: Literal["compacted"] = "compacted"
+    reports: list[dict[str, Any]]
+
+
+class LastCompaction(_Message):
+    type: Literal["last_compaction"] = "last_compaction"
+    report: dict[str, Any] | None
+
+
+class ExportMessage(_Message):
+    type: Literal["export"] = "export"
+    document: dict[str, Any]
+
+
+class Imported(_Message):
+    type: Literal["imported"] = "imported"
+    participant_id: str
+    records: int
 
 
 class QueryEcho(_Message):
@@ -272,7 +409,14 @@ ServerMessage = (
     | Status
     | ErrorMessage
     | Goodbye
+    | HistoryPage
+    | ContextView
+    | Compacted
+    | LastCompaction
+    | ExportMessage
+    | Imported
 )
+
 _SERVER = TypeAdapter(Annotated[ServerMessage, Field(discriminator="type")])
 
 

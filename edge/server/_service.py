@@ -31,12 +31,14 @@ from edge.llm import LLMService, Loadable, SpeculativeLLM
 from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime
+from edge.store import STORE_FILE, Retention, SessionStore
 
 from ._access import is_loopback, load_or_create_token
 from ._gateway import Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
 from ._protocol import PROTOCOL_VERSION
+from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
 from ._warmup import PrefixWarmer
@@ -44,6 +46,10 @@ from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 
 log = logging.getLogger(__name__)
+
+
+def _days(days: float | None) -> float | None:
+    return None if days is None else days * 86_400.0
 
 
 class EdgeService:
@@ -153,14 +159,25 @@ class EdgeService:
         return s.summary_context_topics, incremental
 
     def _make_context(self) -> ContextManager:
+        """The context manager over the sessions store (``self.store``, ``self.sessions``)."""
+        s = self.settings
+        self.store = SessionStore(s.data_dir / STORE_FILE if s.durable_sessions else None)
         summary, incremental = self._context_topics
         kwargs = self.device.context_manager_kwargs() if self.device is not None else {}
-        return ContextManager(
+        context = ContextManager(
             self.llm,
             summary_context_topics=summary,
             incremental_context_topics=incremental,
+            store=self.store,
             **kwargs,
         )
+        retention = Retention(
+            history_bytes=s.session_history_bytes,
+            history_age_s=_days(s.session_history_days),
+            idle_expiry_s=_days(s.session_idle_days),
+        )
+        self.sessions = Sessions(self.store, context, retention)
+        return context
 
     def _make_router(self) -> AgentRouter:
         destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
@@ -176,7 +193,7 @@ class EdgeService:
             participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
             participant_left_topic=PARTICIPANT_LEFT_TOPIC,
             interrupted_topic=INTERRUPTED_TOPIC,
-            cleanup_participant=self.context.clear,
+            cleanup_participant=self.context.suspend,  # a departure suspends; forget erases
             set_status=self.hub.status,
             **kwargs,
         )
@@ -202,6 +219,7 @@ class EdgeService:
             profile=self.profile_name,
             models=self.models,
             speculation=self.answers.stats,
+            sessions=self.sessions,
         )
 
     def _make_websocket(self) -> WebSocketServer:
@@ -331,7 +349,10 @@ class EdgeService:
                     self.voice.config.output_rate or self.voice.tts.sample_rate
                 )
             await stack.enter_async_context(self.runtime)
+            stack.callback(self.store.close)  # after the context manager's last write
             await stack.enter_async_context(self.context)  # closed before runtime stop
+            await stack.enter_async_context(self.sessions.retention_task(self.hub.connected))
+
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)  # router.stop() first
             if preload:

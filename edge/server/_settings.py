@@ -93,6 +93,20 @@ class ServiceSettings(BaseSettings):
         description="longest wait for an answer to a Wyoming handle request",
         json_schema_extra={"metavar": "SECONDS"},
     )
+    # -- sessions (docs/server.md "Sessions") -------------------------------------------
+    durable_sessions: bool = Field(
+        default=True,
+        description="keep sessions in <data_dir>/sessions.sqlite3 (false: in memory only)",
+    )
+    session_history_bytes: int | None = Field(
+        default=None, ge=0, description="compacted history kept per participant, in bytes"
+    )
+    session_history_days: float | None = Field(
+        default=None, gt=0, description="compacted history older than this is erased"
+    )
+    session_idle_days: float | None = Field(
+        default=None, gt=0, description="participants not seen for this long are erased"
+    )
     # -- access (docs/server.md "Access") ------------------------------------------------
     token: SecretStr | None = Field(
         default=None,

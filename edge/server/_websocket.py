@@ -36,16 +36,19 @@ from ._protocol import (
     ContextUpdate,
     EndOfUtterance,
     ErrorMessage,
+    Forget,
     Goodbye,
     Hello,
     Interrupt,
     ProtocolError,
     ServerMessage,
+    SessionRequest,
     TextTurn,
     Welcome,
     new_participant_id,
     parse_client_message,
 )
+from ._sessions import Sessions
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -103,6 +106,7 @@ class WebSocketSession:
         self._last_audio_error = ""
         self._close: tuple[int, str] | None = None  # code and reason, when we end it
         self._pacer = AudioPacer(self.access.audio_burst_s, self.access.audio_rate)
+        self._departed = False
 
     @property
     def wants_audio(self) -> bool:
@@ -132,7 +136,7 @@ class WebSocketSession:
                 await self.ws.close(*self._close)
         finally:
             self._send.close()
-            if self.participant_id is not None and self.hello is not None:
+            if self.participant_id is not None and self.hello is not None and not self._departed:
                 self.gateway.hub.detach(self.participant_id, self)
                 await self.gateway.leave(self.participant_id, self._leave_reason, SOURCE)
 
@@ -197,6 +201,11 @@ class WebSocketSession:
                 self._leave_reason = "bye"
                 self.deliver(Goodbye(reason="bye"))
                 return False
+            elif isinstance(message, Forget):
+                await self._forget()
+                return False
+            elif isinstance(message, SessionRequest):
+                self.deliver(await self._sessions().answer(self.participant_id, message))
         except ClientError as exc:
             self._error(str(exc), message.type)
         except _Refused:
@@ -231,6 +240,15 @@ class WebSocketSession:
             self.gateway.hub.attach(pid, self)
         except ParticipantTaken as exc:
             raise ClientError(str(exc)) from None
+        token, resumed = None, None
+        if self.gateway.sessions is not None:
+            try:
+                token, resumed = await self.gateway.sessions.open(pid, hello.resume)
+            except BaseException:
+                self.gateway.hub.detach(pid, self)
+                raise
+            if hello.protocol < 2:  # protocol 1 clients never see the session fields
+                token, resumed = None, None
         self.participant_id, self.hello = pid, hello
         g = self.gateway
         self.deliver(
@@ -241,14 +259,33 @@ class WebSocketSession:
                 models=g.models,
                 context_topics=list(g.context_topics),
                 audio_out_rate=g.audio_out_rate if self.wants_audio else None,
+                session_token=token,
+                resumed=resumed,
             )
         )
+
         try:
             await g.join(pid, hello.display_name, SOURCE)
         except ClientError:
             g.hub.detach(pid, self)
             self.participant_id, self.hello = None, None
             raise
+
+    def _sessions(self) -> Sessions:
+        if self.gateway.sessions is None:
+            raise ClientError("this server keeps no sessions")
+        return self.gateway.sessions
+
+    async def _forget(self) -> None:
+        """Leave (the running answer drains), erase the participant, then say bye."""
+        pid = self.participant_id
+        assert pid is not None
+        sessions = self._sessions()
+        self.gateway.hub.detach(pid, self)
+        self._departed = True
+        await self.gateway.leave(pid, "forget", SOURCE)
+        await sessions.forget(pid)
+        self.deliver(Goodbye(reason="forgotten"))
 
     async def _audio(self, pcm: bytes) -> None:
         if self.hello is None or self.participant_id is None:
@@ -332,6 +369,7 @@ class WebSocketServer:
             "sessions": len(self.sessions),
             "participants": len(g.hub.connected()),
             **({"speculation": g.speculation.as_dict()} if g.speculation is not None else {}),
+            **({"store": g.sessions.health()} if g.sessions is not None else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:

@@ -17,7 +17,7 @@ Example::
 
 from ._export import EXPORT_FORMAT, dumps, export_participant, import_participant
 from ._schema import MIGRATIONS, SCHEMA_VERSION, migrate
-from ._store import STORE_FILE, SessionStore, token_hash
+from ._store import STORE_FILE, SessionStore, StoreError, token_hash
 from ._types import (
     ParticipantInfo,
     Record,
@@ -39,6 +39,7 @@ __all__ = [
     "Retention",
     "SessionRefused",
     "SessionStore",
+    "StoreError",
     "StoredParticipant",
     "StoredSection",
     "dumps",

@@ -45,6 +45,10 @@ MAX_REPORTS = 50
 _RECORD_COLUMNS = "id, kind, section, timestamp_us, text, user, assistant, in_view"
 
 
+class StoreError(OSError):
+    """The store's file cannot be opened or written; the text names it."""
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -90,6 +94,12 @@ class SessionStore:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA busy_timeout=5000")
             self.schema_version = migrate(self._db)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise StoreError(
+                f"cannot open the sessions store {target}: {exc} (is the data directory "
+                "writable, the disk not full?)"
+            ) from exc
         except BaseException:
             self._db.close()
             raise

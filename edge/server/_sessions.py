@@ -1,0 +1,180 @@
+"""Sessions that outlive connections, and the session features of the protocol.
+
+:class:`Sessions` sits between the protocol adapters and the durable store
+(:mod:`edge.store`) plus the :class:`~edge.conversation.ContextManager`: it opens a
+participant's session (a new participant gets a session token; an existing one must
+present it), answers the session requests (history, context view, compact, last
+compaction, export, import), erases a participant on ``forget``, enforces retention and
+reports the store for ``/health``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+
+from edge.conversation import ContextManager
+from edge.runtime import BackgroundTasks
+from edge.store import (
+    Retention,
+    SessionRefused,
+    SessionStore,
+    export_participant,
+    import_participant,
+)
+
+from ._gateway import ClientError
+from ._protocol import (
+    Compacted,
+    CompactRequest,
+    ContextView,
+    ContextViewRequest,
+    ExportMessage,
+    ExportRequest,
+    HistoryPage,
+    HistoryRequest,
+    Imported,
+    ImportRequest,
+    LastCompaction,
+    LastCompactionRequest,
+    ServerMessage,
+)
+
+log = logging.getLogger(__name__)
+
+RETENTION_INTERVAL_S = 3600.0
+
+
+class Sessions:
+    """The service's participants' sessions, over one store and one context manager."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        context: ContextManager,
+        retention: Retention | None = None,
+    ) -> None:
+        self.store = store
+        self.context = context
+        self.retention = retention or Retention()
+
+    async def open(self, participant_id: str, resume: str | None) -> tuple[str, bool]:
+        """``(session_token, resumed)`` for a hello; a resumed participant's context is
+        loaded and their prompt prefix re-warmed in the background."""
+        try:
+            token, resumed = await self.store.run(self.store.claim, participant_id, resume)
+        except SessionRefused as exc:
+            raise ClientError(str(exc)) from None
+        if resumed:
+            await self.context.resume(participant_id)
+        return token, resumed
+
+    async def forget(self, participant_id: str) -> None:
+        await self.context.clear(participant_id)
+
+    async def answer(self, participant_id: str, request: Any) -> ServerMessage:
+        """The reply to one session request of the connection that owns the participant."""
+        if isinstance(request, HistoryRequest):
+            records, total = self.store.history(
+                participant_id, offset=request.offset, limit=request.limit
+            )
+            return HistoryPage(
+                offset=request.offset, total=total, entries=[asdict(r) for r in records]
+            )
+        if isinstance(request, ContextViewRequest):
+            return self.view(participant_id)
+        if isinstance(request, CompactRequest):
+            return await self._compact(participant_id, request)
+        if isinstance(request, LastCompactionRequest):
+            report = self.context.last_compaction(participant_id)
+            return LastCompaction(report=asdict(report) if report is not None else None)
+        if isinstance(request, ExportRequest):
+            return ExportMessage(document=self.export(participant_id))
+        if isinstance(request, ImportRequest):
+            return await self._import(participant_id, request.document)
+        raise ClientError(f"not a session request: {getattr(request, 'type', request)!r}")
+
+    def view(self, participant_id: str) -> ContextView:
+        blocks = self.context.blocks(participant_id)
+        sections: dict[str, dict[str, Any]] = {}
+        for name, budget in self.context.budgets.items():
+            mine = [b for b in blocks if b.section == name]
+            sections[name] = {
+                "budget_bytes": budget,
+                "used_bytes": sum(len(b.text.encode()) for b in mine),
+                "entries": sum(b.kind != "summary" for b in mine),
+                "summary": self.context.summary(participant_id, name),
+            }
+        return ContextView(blocks=[asdict(b) for b in blocks], sections=sections)
+
+    async def _compact(self, participant_id: str, request: CompactRequest) -> Compacted:
+        try:
+            reports = await self.context.compact(
+                participant_id,
+                section=request.section,
+                summary=request.summary,
+                keep_last=request.keep_last,
+            )
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        return Compacted(reports=[asdict(r) for r in reports])
+
+    def export(self, participant_id: str) -> dict[str, Any]:
+        try:
+            return export_participant(self.store, participant_id)
+        except KeyError:
+            raise ClientError("nothing is stored for this participant yet") from None
+
+    async def _import(self, participant_id: str, document: dict[str, Any]) -> Imported:
+        await self.context.suspend(participant_id)
+        try:
+            await self.store.run(
+                lambda: import_participant(self.store, document, participant_id, replace=True)
+            )
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        await self.context.resume(participant_id)
+        return Imported(participant_id=participant_id, records=len(document.get("records", ())))
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    async def enforce_retention(self, active: list[str]) -> dict[str, int]:
+        result = await self.store.run(self.store.enforce, self.retention, active)
+        if any(result.values()):
+            log.info("retention: %s", json.dumps(result))
+        return result
+
+    @asynccontextmanager
+    async def retention_task(
+        self, active: Callable[[], list[str]], interval_s: float = RETENTION_INTERVAL_S
+    ) -> AsyncIterator[None]:
+        """While open, enforce retention now and every ``interval_s``; ``active()`` names
+        the participants that must not be erased (those connected)."""
+        tasks = BackgroundTasks("session retention")
+        await tasks.open()
+        try:
+            tasks.start_soon(self._retention_loop, active, interval_s)
+            yield
+        finally:
+            await tasks.close()
+
+    async def _retention_loop(self, active: Callable[[], list[str]], interval_s: float) -> None:
+        while True:
+            try:
+                await self.enforce_retention(list(active()))
+            except Exception:
+                log.exception("enforcing session retention failed")
+            await anyio.sleep(interval_s)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "durable": self.store.on_disk,
+            "store_bytes": self.store.size_bytes(),
+            "stored_participants": len(self.store.participants()),
+        }

@@ -1,0 +1,156 @@
+"""Durable sessions over the WebSocket protocol: resume, ownership, forget, the two views,
+compact, last compaction, export/import, protocol 1 clients, a restart of the service."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from server_helpers import answer_for, settings
+from websockets.asyncio.client import connect
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import ClientRequestError, EdgeClient, EdgeService
+from edge.server._client import local_token
+from edge.store import dumps
+
+pytestmark = pytest.mark.anyio
+
+
+def service(**kw: object) -> EdgeService:
+    return EdgeService(
+        settings(**kw), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions("conversation")
+    )
+
+
+def users(page) -> list[str]:  # type: ignore[no-untyped-def]
+    return [e["user"] for e in page.entries if e["kind"] == "exchange"]
+
+
+async def test_a_reconnect_with_the_token_keeps_the_context() -> None:
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            assert token and first.welcome is not None and first.welcome.resumed is False
+            await first.ask("my locker is number 42")
+        async with EdgeClient(url, participant_id="alice", resume=token) as again:
+            assert again.welcome is not None and again.welcome.resumed is True
+            assert again.session_token == token
+            await again.ask("which locker is mine?")
+            assert users(await again.history()) == [
+                "my locker is number 42",
+                "which locker is mine?",
+            ]
+            view = await again.context_view()
+            assert "locker is number 42" in "".join(b["text"] for b in view.blocks)
+        prompt = svc.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
+        assert "my locker is number 42" in prompt
+
+
+async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() -> None:
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as owner:
+            await owner.ask("secret plan")
+        cases = ((None, "resume it with the session_token"), ("x", "not it"))
+        for n, (resume, words) in enumerate(cases):
+            async with connect(url) as ws:
+                hello = {"type": "hello", "participant_id": "alice", "token": local_token(url)}
+                if resume:
+                    hello["resume"] = resume
+                await ws.send(json.dumps(hello))
+                error = json.loads(await ws.recv())
+                assert error["type"] == "error" and error["in_reply_to"] == "hello"
+                assert (
+                    "participant 'alice' exists" in error["message"] and words in error["message"]
+                )
+                hello["participant_id"] = f"mallory-{n}"  # the connection may say hello again
+                hello.pop("resume", None)
+                await ws.send(json.dumps(hello))
+                assert json.loads(await ws.recv())["type"] == "welcome", hello
+
+
+async def test_forget_erases_the_participant_everywhere() -> None:
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as client:
+            await client.ask("remember the blue door")
+            await client.forget()
+        assert not svc.store.exists("alice")
+        async with EdgeClient(url, participant_id="alice") as fresh:  # a new participant
+            assert fresh.welcome is not None and fresh.welcome.resumed is False
+            assert (await fresh.history()).total == 0
+
+
+async def test_compact_last_compaction_and_budgets_in_the_view() -> None:
+    async with service() as svc:
+        async with EdgeClient(svc.websocket_url, participant_id="alice") as client:
+            for i in range(4):
+                await client.ask(f"fact number {i}")
+            assert await client.last_compaction() is None
+            done = await client.compact(summary="Four facts were given.")
+            assert done.reports and done.reports[0]["method"] == "custom"
+            report = await client.last_compaction()
+            assert report is not None and report["ok"] and report["entries_compacted"] == 3
+            view = await client.context_view()
+            dialogue = view.sections["dialogue"]
+            assert dialogue["summary"] == "Four facts were given." and dialogue["entries"] == 1
+            assert dialogue["used_bytes"] <= dialogue["budget_bytes"]
+            assert len(users(await client.history())) == 4  # the whole conversation stays
+            with pytest.raises(ClientRequestError, match="not a compacted section"):
+                await client.compact(section="nope")
+
+
+async def test_export_import_round_trips_byte_for_byte_across_services(tmp_path) -> None:
+    async with service(data_dir=tmp_path / "a") as one:
+        async with EdgeClient(one.websocket_url, participant_id="alice", token=one.token) as client:
+            await client.send({"type": "context", "topic": "scene", "text": "A lab bench."})
+            for i in range(3):
+                await client.ask(f"question {i}")
+            await client.compact(keep_last=1)
+            exported = await client.export()
+    text = dumps(exported)
+    async with service(data_dir=tmp_path / "b", insecure=True) as two:  # another device
+        url = two.websocket_url
+        async with EdgeClient(url, participant_id="bob", token="") as client:
+            await client.ask("something of my own")
+            imported = await client.import_session(json.loads(text))
+            assert imported.records == len(exported["records"])
+            again = await client.export()
+            assert dumps({**again, "participant_id": "alice"}) == text
+            view = await client.context_view()
+            assert "A lab bench." in "".join(b["text"] for b in view.blocks)
+            with pytest.raises(ClientRequestError, match="not an exported session"):
+                await client.import_session({"format": "nope"})
+
+
+async def test_protocol_1_clients_never_see_the_session_fields() -> None:
+    async with service() as svc:
+        async with connect(svc.websocket_url) as ws:
+            token = local_token(svc.websocket_url)
+            await ws.send(json.dumps({"type": "hello", "protocol": 1, "token": token}))
+            welcome = json.loads(await ws.recv())
+            assert welcome["type"] == "welcome"
+            assert "session_token" not in welcome and "resumed" not in welcome
+
+
+async def test_sessions_survive_a_restart_and_health_reports_the_store(tmp_path) -> None:
+    async with service(data_dir=tmp_path) as first:
+        async with EdgeClient(
+            first.websocket_url, participant_id="alice", token=first.token
+        ) as client:
+            token = client.session_token
+            await client.ask("the freezer code is 5512")
+        health = first.websocket.health()["store"]
+        assert health["durable"] and health["store_bytes"] > 0
+    async with service(data_dir=tmp_path) as second:
+        url = second.websocket_url
+        async with EdgeClient(
+            url, participant_id="alice", resume=token, token=second.token
+        ) as client:
+            assert client.welcome is not None and client.welcome.resumed
+            await client.ask("what is the freezer code?")
+        prompt = second.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
+        assert "the freezer code is 5512" in prompt
