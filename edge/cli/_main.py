@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 
-COMMAND_MODULES = ("ask", "models", "device", "voice", "eval", "serve", "token")
+COMMAND_MODULES = ("ask", "models", "device", "voice", "eval", "serve", "token", "sessions")
 
 
 def build_parser() -> argparse.ArgumentParser:
