@@ -211,6 +211,7 @@ async def test_a_discarded_speculation_reaches_nobody_and_records_nothing() -> N
         turn_id = queries[0][1].message_id
         assert {m.request_id for m in rec.messages(VOICE_OUTPUT_TOPIC)} == {turn_id}
         assert {m.request_id for m in rec.messages(AUDIO_OUTPUT_TOPIC)} == {turn_id}
+        await wait_for(lambda: service.router.history("p1"))  # recorded (durably) after
         assert [e.user for e in service.router.history("p1")] == ["tone 880"]
         # guessed "tone 440", retracted when speech resumed, then guessed the real words
         guesses = [t.text for t in rec.messages(SPECULATION_TOPIC)]
