@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ class Server:
             buffer += chunk.decode()
             *lines, buffer = buffer.split("\n")
             for line in lines:
-                if line.startswith("PORT "):
-                    self.port = int(line.split()[1])
+                if line.startswith("PORT ") or line.startswith("serving on ws://"):
+                    self.port = int(line.rsplit(":", 1)[-1].split()[-1])
                     self.ready.set()
                 elif line.startswith("COMPACT "):
                     self.compactions += 1
@@ -80,7 +81,9 @@ async def check(client: EdgeClient, answered: list[str]) -> int:
     return len(compacted)
 
 
-async def drive(client: EdgeClient, pid: str, answered: list[str], counter: list[int]) -> None:
+async def drive(
+    client: EdgeClient, pid: str, answered: list[str], counter: list[int], limit_s: float
+) -> None:
     try:
         while True:
             counter[0] += 1
@@ -88,30 +91,39 @@ async def drive(client: EdgeClient, pid: str, answered: list[str], counter: list
             if n % 7 == 0:
                 await client.send({"type": "context", "topic": "scene", "text": f"scene {n}"})
             text = f"{pid} question {n}: " + "words " * (n % 5)
-            await client.ask(text.strip(), limit_s=10)
+            await client.ask(text.strip(), limit_s=limit_s)
             answered.append(text.strip())
     except Exception:  # the server was killed mid-turn
         return
 
 
+@dataclass
+class Plan:
+    """How runs go: the service's command line, who talks, when the kill comes."""
+
+    command: list[str]
+    participants: tuple[str, ...] = PARTICIPANTS
+    kill_after_s: tuple[float, float] = (0.05, 0.6)
+    turn_limit_s: float = 10.0
+    start_limit_s: float = 60.0
+
+
 async def one_run(
-    data_dir: Path, tokens: dict[str, str], answered: dict[str, list[str]], rng: random.Random,
+    plan: Plan, tokens: dict[str, str], answered: dict[str, list[str]], rng: random.Random,
     kill_in_compaction: bool, counter: list[int],
 ) -> tuple[int, int]:  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    process = await anyio.open_process(
-        [sys.executable, str(SERVER), str(data_dir)], env=env, stderr=subprocess.DEVNULL
-    )
+    process = await anyio.open_process(plan.command, env=env, stderr=subprocess.DEVNULL)
     server = Server(process)
     clients: list[EdgeClient] = []
     compacted = 0
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.read)
-            with anyio.fail_after(60):
+            with anyio.fail_after(plan.start_limit_s):
                 await server.ready.wait()
             url = f"ws://127.0.0.1:{server.port}"
-            for pid in PARTICIPANTS:
+            for pid in plan.participants:
                 client = EdgeClient(url, participant_id=pid, resume=tokens.get(pid), token="")
                 await client.__aenter__()
                 clients.append(client)
@@ -119,9 +131,9 @@ async def one_run(
                 assert client.welcome.resumed is (pid in tokens)
                 tokens[pid] = client.session_token or ""
                 compacted += await check(client, answered[pid])
-            for client, pid in zip(clients, PARTICIPANTS, strict=True):
-                tg.start_soon(drive, client, pid, answered[pid], counter)
-            await anyio.sleep(rng.uniform(0.05, 0.6))
+            for client, pid in zip(clients, plan.participants, strict=True):
+                tg.start_soon(drive, client, pid, answered[pid], counter, plan.turn_limit_s)
+            await anyio.sleep(rng.uniform(*plan.kill_after_s))
             if kill_in_compaction:
                 server.compacting = anyio.Event()
                 with anyio.move_on_after(5):
@@ -138,15 +150,44 @@ async def one_run(
     return compacted, server.compactions
 
 
-async def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path) -> None:
-    rng = random.Random(9)
+async def kill_and_resume(
+    plan: Plan, kills: int, rng: random.Random
+) -> tuple[dict[str, list[str]], int, int]:
+    """``kills`` runs ended by SIGKILL (every other one as a compaction starts), then one
+    more run that checks the last; returns what was answered, the exchanges compacted at
+    the last check and the compactions started."""
     tokens: dict[str, str] = {}
-    answered: dict[str, list[str]] = {pid: [] for pid in PARTICIPANTS}
+    answered: dict[str, list[str]] = {pid: [] for pid in plan.participants}
     counter = [0]
     compactions = compacted = 0
+    for run in range(kills + 1):
+        seen, started = await one_run(plan, tokens, answered, rng, run % 2 == 1, counter)
+        compacted, compactions = seen, compactions + started
+    return answered, compacted, compactions
+
+
+async def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path) -> None:
+    plan = Plan([sys.executable, str(SERVER), str(tmp_path)])
     with anyio.fail_after(240):
-        for run in range(KILLS + 1):
-            seen, started = await one_run(tmp_path, tokens, answered, rng, run % 2 == 1, counter)
-            compacted, compactions = seen, compactions + started
+        answered, compacted, compactions = await kill_and_resume(plan, KILLS, random.Random(9))
     assert all(len(a) > 10 for a in answered.values())  # long sessions, every run checked
     assert compactions >= KILLS // 2 and compacted > 0  # kills landed while compacting
+
+
+@pytest.mark.model
+async def test_sigkill_edge_serve_with_the_real_model(tmp_path) -> None:
+    """The same with ``edge serve`` itself and the real default model (fewer runs: each
+    start loads the model)."""
+    command = [sys.executable, "-m", "edge", "serve", "--host", "127.0.0.1", "--port", "0",
+               "--no-wyoming", "--no-mdns", "--no-voice", "--insecure",
+               "--data-dir", str(tmp_path)]  # fmt: skip
+    plan = Plan(
+        command,
+        participants=("alice", "bob"),
+        kill_after_s=(2.0, 6.0),
+        turn_limit_s=60.0,
+        start_limit_s=180.0,
+    )
+    with anyio.fail_after(560):
+        answered, _, _ = await kill_and_resume(plan, 3, random.Random(5))
+    assert all(answered.values())
