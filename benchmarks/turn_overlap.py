@@ -37,7 +37,7 @@ from edge.voice import PiperTTS, VadConfig, VoiceConfig
 OUT = Path(__file__).parent / "results"
 
 
-def service(profile: str | None, overlapped: bool) -> EdgeService:
+def service(profile: str | None, overlapped: bool, after_ms: int | None = None) -> EdgeService:
     settings = ServiceSettings(
         host="127.0.0.1",
         port=0,
@@ -47,8 +47,10 @@ def service(profile: str | None, overlapped: bool) -> EdgeService:
         speculative_answers=overlapped,
     )
     made = EdgeService(settings)
+    assert made.voice is not None
+    if overlapped and after_ms is not None:
+        made.voice.config = made.voice.config.model_copy(update={"speculative_after_ms": after_ms})
     if not overlapped:  # the sequential turn: fixed end silence, first whole sentence
-        assert made.voice is not None
         vad = made.voice.config.vad
         fixed = VadConfig(
             **{**vad.model_dump(), "min_end_silence_ms": None, "max_end_silence_ms": None}
@@ -61,7 +63,10 @@ def service(profile: str | None, overlapped: bool) -> EdgeService:
 
 async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     questions = speak_questions(PiperTTS())[: args.questions]
-    paths = {"overlapped": service(args.profile, True), "sequential": service(args.profile, False)}
+    paths = {
+        "overlapped": service(args.profile, True, args.speculative_after_ms),
+        "sequential": service(args.profile, False),
+    }
     samples: dict[str, list[dict[str, Any]]] = {"hands-free": [], "sequential": [], "ptt": []}
     async with paths["overlapped"] as fast, paths["sequential"] as slow:
         clients = {}
@@ -126,6 +131,11 @@ def main() -> None:
     parser.add_argument("--profile", help="device profile (default: detected)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
+    parser.add_argument(
+        "--speculative-after-ms",
+        type=int,
+        help="pause before the speculative pass on the overlapped instance (default: config's)",
+    )
     args = parser.parse_args()
     console = Console()
     result = anyio.run(run, args, console)
