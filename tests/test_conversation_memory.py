@@ -310,3 +310,57 @@ async def test_recall_case_probes_control_and_after_10_and_30_turns(name) -> Non
     assert all(p.score == 1.0 for p in result.probes)
     assert result.compactions and all(c["ok"] for c in result.compactions)
     assert result.over_budget == []
+
+
+# ----------------------------------------------------------------- the store's FTS5 index
+
+
+async def test_the_stores_index_recalls_across_a_restart_and_forgets(tmp_path) -> None:
+    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.store import SessionStore
+
+    path = tmp_path / "sessions.db"
+    clock = Clock()
+    llm = ScriptedLLM(responder(lambda m: "Chat."))
+    store = SessionStore(path)
+    async with manager(llm, clock=clock, store=store, **SMALL) as ctx:
+        assert isinstance(ctx._recall.index, StoreRecallIndex)
+        await ctx.record_exchange("p", "Mein Schließfach-Code ist 4711, sagt Zoë.", "Okay.")
+        await ctx.record_exchange("p", "The review is in room 204.", "Okay.")
+        await ctx.record_exchange("p", "Correction: the review moved to room 310.", "Okay.")
+        for i in range(8):
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something nice {'abcdefgh'[i]}", "Sure.")
+            await eventually(lambda: idle(ctx))
+    store.close()
+    store = SessionStore(path)  # a restart: the index is on disk with the records
+    index = StoreRecallIndex(store)
+    found = index.search("p", "Which room is the review in?", 5)
+    assert {s.text for s in found} >= {"The review is in room 204."}
+    assert [s.text for s in index.corrections("p", 5)] == [
+        "Correction: the review moved to room 310."
+    ]
+    recall = Recall(index, 300, Renderer())
+    block = recall.block("p", "Which room is the review in?", InView(set()))
+    assert block is not None and "310" in block.text and "204" not in block.text
+    assert index.search("p", "Zoë Schließfach", 5)[0].text.startswith("Mein Schließfach")
+    assert store.forget("p")
+    assert index.search("p", "review room", 5) == []
+    store.close()
+
+
+def test_the_recall_migration_indexes_an_older_stores_records() -> None:
+    import sqlite3
+
+    from edge.store import MIGRATIONS, migrate
+
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    assert migrate(db, MIGRATIONS[:2]) == 2  # a store written before recall existed
+    db.execute("INSERT INTO participants (id, created_us, last_seen_us) VALUES ('p', 0, 0)")
+    db.execute(
+        "INSERT INTO records (participant, kind, section, timestamp_us, user, assistant) "
+        "VALUES ('p', 'exchange', 'dialogue', 1, 'My locker code is 4711.', 'Okay.')"
+    )
+    assert migrate(db) == len(MIGRATIONS) >= 3
+    rows = db.execute("SELECT rowid FROM recall WHERE recall MATCH 'locker'").fetchall()
+    assert rows == [(1,)]

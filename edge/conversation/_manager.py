@@ -40,6 +40,7 @@ from ._context import (
     identity,
 )
 from ._recall import MemoryRecallIndex, Recall, RecallIndex, Statement, in_view
+from ._recall_store import StoreRecallIndex
 from ._render import DIALOGUE, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
@@ -67,7 +68,8 @@ class ContextManager:
     returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
-    is indexed in ``recall_index`` (in memory by default); each answer request gets a
+    is indexed in ``recall_index`` (the store's FTS5 index when the store keeps the whole
+    conversation, else in memory); each answer request gets a
     "recalled" block of up to ``recall_budget_bytes`` with the earlier statements most
     relevant to it that are no longer in the model's view (0 turns recall off).
 
@@ -135,9 +137,10 @@ class ContextManager:
             raise ValueError(
                 f"recall_budget_bytes must be a non-negative int, got {recall_budget_bytes!r}"
             )
-        self._recall = Recall(
-            recall_index or MemoryRecallIndex(), recall_budget_bytes, self._renderer
-        )
+        if recall_index is None:  # a store that keeps the whole conversation indexes it
+            keeps = self.store.keep_history
+            recall_index = StoreRecallIndex(self.store) if keeps else MemoryRecallIndex()
+        self._recall = Recall(recall_index, recall_budget_bytes, self._renderer)
         self._clock = clock
         self._participants: dict[str, ParticipantContext] = {}
         self._locks: dict[str, anyio.Lock] = {}

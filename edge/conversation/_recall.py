@@ -161,7 +161,7 @@ def replaces(newer: Statement, older: Statement) -> bool:
     """Whether ``newer`` replaces ``older``: said later about the same thing, either a
     correction sharing a term with it, or an update sharing two terms that states its own
     number or name ("The door code is 4812 since this morning" after "... is 1234")."""
-    if newer.timestamp_us <= older.timestamp_us:
+    if (newer.timestamp_us, newer.seq) <= (older.timestamp_us, older.seq):
         return False
     shared = set(terms(newer.text)) & set(terms(older.text))
     if newer.correction:

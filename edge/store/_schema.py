@@ -61,7 +61,28 @@ V2 = """
         CREATE INDEX records_view ON records (participant, in_view, timestamp_us, id);
 """
 
-MIGRATIONS: list[str] = [V1, V2]
+V3 = """
+-- full-text recall over the participant's statements (edge.conversation's recall): what
+-- they said in each exchange and each topic update; kept in step with ``records`` by
+-- triggers, so a statement is indexed in the transaction that records it and leaves the
+-- index with its record (forget, retention)
+        CREATE VIRTUAL TABLE recall USING fts5(
+            body, tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER recall_add AFTER INSERT ON records
+        WHEN new.kind IN ('exchange', 'update') BEGIN
+            INSERT INTO recall (rowid, body)
+            VALUES (new.id, CASE new.kind WHEN 'exchange' THEN new.user ELSE new.text END);
+        END;
+        CREATE TRIGGER recall_drop AFTER DELETE ON records BEGIN
+            DELETE FROM recall WHERE rowid = old.id;
+        END;
+        INSERT INTO recall (rowid, body)
+        SELECT id, CASE kind WHEN 'exchange' THEN user ELSE text END
+        FROM records WHERE kind IN ('exchange', 'update');
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3]
 """SQL scripts; ``MIGRATIONS[n]`` moves a database from version ``n`` to ``n + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,73 @@
+"""Recall from a durable :class:`~edge.store.SessionStore`: its FTS5 table ``recall``.
+
+The store's schema (version 3) indexes every statement in the transaction that records
+it (a trigger on ``records``), so recall covers the whole conversation, survives restarts,
+and forgets what the store forgets (``forget``, retention). Ranking is SQLite's BM25.
+"""
+
+from __future__ import annotations
+
+from edge.store import SessionStore
+
+from ._memory import STOPWORDS, is_correction, words
+from ._recall import Statement
+
+_SEARCH = """
+    SELECT r.id, r.timestamp_us, r.section, recall.body
+    FROM recall JOIN records r ON r.id = recall.rowid
+    WHERE recall MATCH ? AND r.participant = ? AND bm25(recall) <= ?
+    ORDER BY bm25(recall), r.id DESC LIMIT ?
+"""
+_NEWEST = """
+    SELECT r.id, r.timestamp_us, r.section, recall.body
+    FROM recall JOIN records r ON r.id = recall.rowid
+    WHERE recall MATCH ? AND r.participant = ?
+    ORDER BY r.id DESC LIMIT ?
+"""
+CORRECTION_WORDS = (
+    "actually correction meant mean sorry instead changed moved longer rather update now "
+    "scratch wrong"
+).split()
+"""Words of :func:`~edge.conversation._memory.is_correction`'s phrases, to find candidates
+in the index; each candidate is then checked with it."""
+
+
+def match_any(text: str) -> str:
+    """An FTS5 query matching any word of ``text`` but stop words (each quoted)."""
+    seen = dict.fromkeys(w.lower() for w in words(text) if w.lower() not in STOPWORDS)
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in seen)
+
+
+class StoreRecallIndex:
+    """A :class:`~edge.conversation.RecallIndex` over a session store's FTS5 table.
+
+    ``add`` and ``forget`` do nothing: the store indexes each statement as it records it
+    and drops it with its record. ``min_score`` is the least BM25 score returned."""
+
+    def __init__(self, store: SessionStore, min_score: float = 1.2) -> None:
+        self.store = store
+        self.min_score = min_score
+
+    def add(self, statement: Statement) -> None:
+        """Indexed by the store's trigger in the transaction that recorded it."""
+
+    def forget(self, participant_id: str) -> None:
+        """The store's ``forget`` deletes the records, and the trigger their index rows."""
+
+    def _rows(self, sql: str, *args: object) -> list[tuple[int, int, str, str]]:
+        with self.store.lock:
+            return self.store.connection.execute(sql, args).fetchall()
+
+    def search(self, participant_id: str, query: str, limit: int) -> list[Statement]:
+        match = match_any(query)
+        if not match or limit <= 0:
+            return []
+        rows = self._rows(_SEARCH, match, participant_id, -self.min_score, limit)
+        return [Statement(participant_id, i, ts, sec, body) for i, ts, sec, body in rows]
+
+    def corrections(self, participant_id: str, limit: int) -> list[Statement]:
+        if limit <= 0:
+            return []
+        rows = self._rows(_NEWEST, match_any(" ".join(CORRECTION_WORDS)), participant_id, limit * 4)
+        found = [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
+        return [s for s in found if is_correction(s.text)][:limit]
