@@ -19,7 +19,7 @@ LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO
 WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(LLAMA_CMAKE_ARGS),-noamx)
 LLAMA_WHEEL      := $(WHEELHOUSE)/.built
 
-.PHONY: setup run ask test lint bench soak clean
+.PHONY: setup browser run ask test lint bench soak clean
 
 setup: $(STAMP)
 
@@ -48,7 +48,12 @@ run: setup
 ask: setup
 	$(BIN)/edge ask "$(QUESTION)"
 
-test: setup
+# The console's browser tests drive Debian's chromium (never a downloaded browser);
+# installed once, as root, and skipped when it is already there.
+browser:
+	@test -x /usr/bin/chromium || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+test: setup browser
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
 	$(BIN)/python -m pytest

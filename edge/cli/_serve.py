@@ -143,6 +143,7 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
     async with service:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
+        print(f"console: {service.console_url}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import socket
 from typing import Any
+from urllib.parse import quote
 
 from edge import __version__
 from edge.conversation import ContextManager, Conversation
@@ -389,6 +390,13 @@ class EdgeService:
     @property
     def websocket_url(self) -> str:
         return f"ws://{self._display_host()}:{self.websocket.bound_port}"
+
+    @property
+    def console_url(self) -> str:
+        """The browser console (``GET /`` on the WebSocket port), with the device token in
+        it when one is needed, as notebook servers print theirs."""
+        base = f"http://{self._display_host()}:{self.websocket.bound_port}/"
+        return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     @property
     def wyoming_uri(self) -> str | None:

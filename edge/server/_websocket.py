@@ -28,6 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from ._access import bearer_token, origin_allowed, token_matches
+from ._console import ConsolePages
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import AudioPacer, ConnectionSlots, LogLimiter
@@ -330,6 +331,7 @@ class WebSocketServer:
         self.outbox_size = outbox_size
         self.access = access or AccessPolicy()
         self.slots = ConnectionSlots(max_sessions, self.access.max_per_address)
+        self.console = ConsolePages()
         self.sessions: dict[int, WebSocketSession] = {}
         self._ids = itertools.count(1)
         self._server: Server | None = None
@@ -373,7 +375,8 @@ class WebSocketServer:
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Plain HTTP ``GET /health`` answers a JSON status (for monitoring); a foreign
+        """Plain HTTP ``GET /health`` answers a JSON status (for monitoring), ``GET /`` the
+        browser console's page and ``/console/…`` its files; a foreign
         browser ``Origin`` gets 403 and a wrong bearer token 401; anything else goes on to
         the WebSocket handshake."""
         if request.path.split("?")[0] == "/health":
@@ -381,6 +384,9 @@ class WebSocketServer:
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response
+        page = self.console.respond(request)  # the browser console (edge/server/_console.py)
+        if page is not None:
+            return page
         headers = request.headers
         if not origin_allowed(
             headers.get("Origin"), headers.get("Host"), self.access.allowed_origins

@@ -1,0 +1,258 @@
+// Rendering: turn cards (heard text, replies per agent, stage timeline, audio) and the
+// context panel. Everything goes through textContent: service text is never HTML.
+
+const TIMELINE = [
+  "sent",
+  "end of speech",
+  "final transcript",
+  "query",
+  "routed",
+  "first reply text",
+  "first audio",
+  "playing",
+];
+
+function el(tag, attrs = {}, text = null) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+function ms(value) {
+  return value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${Math.round(value)} ms`;
+}
+
+export class Turns {
+  constructor(list, player) {
+    this.list = list;
+    this.player = player;
+    this.byId = new Map();
+    this.order = [];
+  }
+
+  open(query, stages) {
+    const turn = {
+      id: query.request_id,
+      text: query.text,
+      origin: query.origin,
+      stages: new Map(stages),
+      sources: new Map(), // source -> {text, final, node}
+      audioBytes: 0,
+      audioSeconds: 0,
+      audioFinal: false,
+      done: false,
+      interrupted: false,
+    };
+    turn.node = this.card(turn);
+    this.byId.set(turn.id, turn);
+    this.order.push(turn.id);
+    this.list.append(turn.node);
+    turn.node.scrollIntoView({ block: "nearest" });
+    this.renderTimeline(turn);
+    return turn;
+  }
+
+  card(turn) {
+    const item = el("li", { class: "turn", "data-request-id": turn.id });
+    const head = el("div", { class: "turn-head" });
+    head.append(
+      el("span", { class: `origin origin-${turn.origin}` }, turn.origin === "voice" ? "spoken" : "typed"),
+      el("q", { class: "heard" }, turn.text),
+      el("code", { class: "rid", title: "request id" }, turn.id.slice(0, 8)),
+    );
+    item.append(head, el("div", { class: "replies" }), el("ol", { class: "timeline", "aria-label": "Stages" }));
+    item.append(el("p", { class: "audio-line", hidden: "" }));
+    return item;
+  }
+
+  stage(id, name, now) {
+    const turn = id ? this.byId.get(id) : this.latestOpen();
+    if (!turn || turn.stages.has(name)) return;
+    turn.stages.set(name, now);
+    this.renderTimeline(turn);
+  }
+
+  reply(message, now) {
+    const turn = this.byId.get(message.request_id);
+    if (!turn) return;
+    if (!turn.stages.has("routed")) {
+      turn.stages.set("routed", now);
+      turn.routedTo = message.source;
+    }
+    if (message.text.trim() && !turn.stages.has("first reply text")) {
+      turn.stages.set("first reply text", now);
+      if (message.timestamp_us) turn.serverStamp = message.timestamp_us;
+    }
+    let part = turn.sources.get(message.source);
+    if (!part) {
+      part = { text: "", final: false, node: el("p", { class: `reply source-${message.source}` }) };
+      part.node.append(el("span", { class: "agent" }, message.source), el("span", { class: "text" }));
+      turn.sources.set(message.source, part);
+      turn.node.querySelector(".replies").append(part.node);
+    }
+    if (message.source === "router" && part.text && message.text) part.text += " ";
+    part.text += message.text;
+    part.final = message.final;
+    part.node.querySelector(".text").textContent = part.text;
+    part.node.classList.toggle("streaming", !message.final);
+    turn.done = [...turn.sources.entries()].some(([s, p]) => s !== "router" && p.final) ||
+      (turn.sources.size === 1 && turn.sources.has("router") && part.final);
+    this.renderTimeline(turn);
+  }
+
+  audio(message, now, startsAt) {
+    const turn = this.byId.get(message.request_id);
+    if (!turn) return;
+    if (message.bytes > 0 && !turn.stages.has("first audio")) {
+      turn.stages.set("first audio", now);
+      const context = this.player.context;
+      if (startsAt !== null && context) {
+        turn.stages.set("playing", now + Math.max(0, startsAt - context.currentTime) * 1000);
+      }
+    }
+    turn.audioBytes += message.bytes;
+    turn.audioSeconds += message.bytes / 2 / message.sample_rate;
+    turn.audioFinal = turn.audioFinal || message.final;
+    const line = turn.node.querySelector(".audio-line");
+    line.hidden = false;
+    line.textContent =
+      `spoken reply: ${turn.audioSeconds.toFixed(1)} s (${turn.audioBytes.toLocaleString()} bytes at ` +
+      `${message.sample_rate} Hz)${turn.audioFinal ? "" : " …"} · audio ${this.player.state}`;
+    this.renderTimeline(turn);
+  }
+
+  interrupted(message) {
+    const turn = message.request_id ? this.byId.get(message.request_id) : this.latestOpen();
+    if (!turn) return;
+    turn.interrupted = true;
+    turn.node.classList.add("interrupted");
+    const line = turn.node.querySelector(".audio-line");
+    line.hidden = false;
+    line.textContent = `${line.textContent.replace(/ · interrupted.*$/, "")} · interrupted`;
+  }
+
+  renderTimeline(turn) {
+    const list = turn.node.querySelector(".timeline");
+    const entries = TIMELINE.filter((name) => turn.stages.has(name)).map((name) => [name, turn.stages.get(name)]);
+    list.replaceChildren();
+    if (entries.length === 0) return;
+    const origin = entries[0][1];
+    const span = Math.max(1, entries[entries.length - 1][1] - origin);
+    for (const [name, at] of entries) {
+      const label = name === "routed" && turn.routedTo ? `routed → ${turn.routedTo}` : name;
+      const item = el("li", { class: "stage", "data-stage": name });
+      const bar = el("span", { class: "tick", "aria-hidden": "true" });
+      bar.style.setProperty("--at", `${((at - origin) / span) * 100}%`);
+      item.append(bar, el("span", { class: "stage-name" }, label), el("span", { class: "stage-at" }, `+${ms(at - origin)}`));
+      list.append(item);
+    }
+  }
+
+  latestOpen() {
+    for (let i = this.order.length - 1; i >= 0; i--) {
+      const turn = this.byId.get(this.order[i]);
+      if (!turn.done) return turn;
+    }
+    return null;
+  }
+
+  current() {
+    const turn = this.latestOpen() || this.byId.get(this.order[this.order.length - 1]);
+    return turn ? turn.id : null;
+  }
+
+  unfinished() {
+    return this.order.filter((id) => !this.byId.get(id).done).length;
+  }
+
+  /** What the page saw dictated: turns the notes agent answered, oldest first. */
+  notes() {
+    return this.order
+      .map((id) => this.byId.get(id))
+      .filter((turn) => turn.sources.has("notes"))
+      .map((turn) => ({ heard: turn.text, answer: turn.sources.get("notes").text }));
+  }
+
+  summary() {
+    return this.order.map((id) => {
+      const turn = this.byId.get(id);
+      return {
+        id,
+        text: turn.text,
+        origin: turn.origin,
+        done: turn.done,
+        reply: Object.fromEntries([...turn.sources].map(([s, p]) => [s, p.text])),
+        stages: [...turn.stages.keys()],
+        audioBytes: turn.audioBytes,
+      };
+    });
+  }
+}
+
+/** The topics panel: the scene this page set and what it saw dictated into notes. */
+export function renderContext(list, topics, scene, notes) {
+  list.replaceChildren();
+  for (const topic of topics) {
+    list.append(el("dt", {}, topic));
+    const dd = el("dd", { "data-topic": topic });
+    if (topic === "scene") {
+      dd.textContent = scene || "(not set)";
+    } else if (topic === "notes") {
+      if (notes.length === 0) dd.textContent = "(nothing dictated yet)";
+      const ul = el("ul", { class: "notes" });
+      for (const note of notes) {
+        const li = el("li", {}, `“${note.heard}”`);
+        li.append(el("span", { class: "dim" }, ` → ${note.answer}`));
+        ul.append(li);
+      }
+      if (notes.length) dd.append(ul);
+    } else {
+      dd.textContent = "(set by the service)";
+    }
+    list.append(dd);
+  }
+}
+
+function renderValue(value, depth = 0) {
+  if (value === null || value === undefined) return el("span", { class: "dim" }, "–");
+  if (typeof value !== "object") return el("span", {}, String(value));
+  if (Array.isArray(value)) {
+    const ol = el("ol", { class: "tree" });
+    for (const item of value.slice(0, 200)) {
+      const li = el("li");
+      li.append(renderValue(item, depth + 1));
+      ol.append(li);
+    }
+    if (value.length === 0) return el("span", { class: "dim" }, "(empty)");
+    return ol;
+  }
+  const dl = el("dl", { class: "tree" });
+  for (const [key, inner] of Object.entries(value)) {
+    if (key === "type") continue;
+    dl.append(el("dt", {}, key.replaceAll("_", " ")));
+    const dd = el("dd");
+    dd.append(depth > 6 ? el("span", {}, JSON.stringify(inner)) : renderValue(inner, depth + 1));
+    dl.append(dd);
+  }
+  return dl;
+}
+
+/** The model's view (`context_view`), as the service reports it. */
+export function renderView(container, message) {
+  container.replaceChildren(renderValue(message));
+}
+
+/** The whole conversation (`history`): one line per entry the service returns. */
+export function renderHistory(list, message) {
+  list.replaceChildren();
+  const entries = message.entries || message.messages || message.items || [];
+  for (const entry of entries) {
+    const who = entry.role || entry.kind || entry.source || "";
+    const text = entry.text ?? entry.content ?? JSON.stringify(entry);
+    const li = el("li", {}, text);
+    if (who) li.prepend(el("span", { class: "agent" }, who));
+    list.append(li);
+  }
+  if (entries.length === 0) list.append(el("li", { class: "dim" }, "(nothing yet)"));
+}

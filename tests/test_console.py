@@ -1,0 +1,111 @@
+"""The browser console: static files on the WebSocket port, and the page in a real
+headless Chromium against a service with the scripted model (the real-model spoken
+turns are in ``test_console_models.py``)."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import EdgeClient, EdgeService
+from tests.console_helpers import chromium_page, connect, console_address, page_state
+from tests.server_helpers import answer_for, settings
+
+pytestmark = pytest.mark.anyio
+
+
+def make_service(**kw: object) -> EdgeService:
+    return EdgeService(
+        settings(**kw),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+
+
+def http_base(service: EdgeService) -> str:
+    return service.websocket_url.replace("ws://", "http://", 1)
+
+
+async def test_page_and_files_are_served_beside_health_and_sessions() -> None:
+    async with make_service() as service:
+        base = http_base(service)
+        async with httpx.AsyncClient() as http:
+            page = await http.get(f"{base}/?token=abc")
+            script = await http.get(f"{base}/console/app.js")
+            worklet = await http.get(f"{base}/console/mic-worklet.js")
+            style = await http.get(f"{base}/console/console.css")
+            missing = await http.get(f"{base}/console/../_service.py")
+            unknown = await http.get(f"{base}/console/nothing.js")
+            health = await http.get(f"{base}/health")
+        # the page still leaves the WebSocket handshake on "/" to the sessions
+        async with EdgeClient(service.websocket_url, token=service.token) as client:
+            turn = await client.ask("hello there")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="/console/app.js">' in page.text
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "http" not in policy.replace("http-equiv", "")
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "registerProcessor" in worklet.text
+    assert style.headers["content-type"].startswith("text/css")
+    assert missing.status_code != 200 and unknown.status_code == 404
+    assert health.json()["status"] == "ok"
+    assert turn.text.startswith("You said: hello there")
+
+
+def test_every_file_the_page_loads_ships_in_the_package() -> None:
+    """No build step, no CDN: every script, style and module the page names is one of the
+    package's console files, and none of them reaches another host."""
+    from importlib import resources
+
+    root = resources.files("edge.server") / "console"
+    names = {entry.name for entry in root.iterdir()}
+    assert {"index.html", "app.js", "session.js", "audio.js", "view.js", "mic-worklet.js"} <= names
+    text = "\n".join((root / name).read_text() for name in names)
+    for imported in ("./audio.js", "./session.js", "./view.js", "/console/mic-worklet.js"):
+        assert imported in text
+    assert "https://" not in text and "http://" not in text.replace("http://localhost", "")
+
+
+async def test_typed_turn_streams_text_and_the_token_stays_out_of_logs_and_address(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with make_service(voice=False) as service:
+        assert service.token
+        url = console_address(service.websocket_url, service.token)
+        assert service.console_url.endswith(f"/?token={service.token}")
+        async with chromium_page() as page:
+            await connect(page, url, participant="typist")
+            assert "token" not in page.url  # moved out of the address bar
+            notice = await page.text_content("#notice")
+            assert "without voice" in (notice or "")
+            assert await page.is_disabled("#ptt")
+            await page.fill("#turn-text", "what is a rotor")
+            await page.keyboard.press("Enter")
+            reply = page.locator("#turns .turn .source-conversation .text")
+            await reply.filter(has_text="That is all.").wait_for()
+            state = await page_state(page)
+    turn = state["turns"][0]
+    assert turn["text"] == "what is a rotor" and turn["origin"] == "websocket"
+    assert turn["reply"]["conversation"] == "You said: what is a rotor. That is all."
+    assert turn["stages"][:3] == ["sent", "query", "processing"]
+    assert "first reply text" in turn["stages"]
+    assert service.token not in caplog.text
+
+
+async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
+    async with make_service() as service:
+        url = console_address(service.websocket_url, "not-the-token")
+        async with chromium_page() as page:
+            await page.goto(url)
+            await page.click("#connect")
+            await page.wait_for_selector("#notice:not([hidden])")
+            notice = await page.text_content("#notice")
+            state = await page_state(page)
+    assert "Could not join" in (notice or "") and "token" in (notice or "")
+    assert not state["connected"]
