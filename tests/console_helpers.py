@@ -69,7 +69,7 @@ async def connect(page: Any, url: str, *, participant: str | None = None) -> Non
         await page.fill("#participant", participant)
     await page.click("#connect")
     await page.wait_for_function(
-        "document.getElementById('st-connection').dataset.state === 'open'"
+        "() => document.getElementById('st-connection').dataset.state === 'open'"
     )
 
 

@@ -109,3 +109,26 @@ async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
             state = await page_state(page)
     assert "Could not join" in (notice or "") and "token" in (notice or "")
     assert not state["connected"]
+
+
+async def test_the_page_says_how_to_allow_the_microphone() -> None:
+    """An insecure origin (a LAN address over plain HTTP) and a refused permission each
+    get a sentence that says what to do; typed turns still work."""
+    async with make_service() as service:
+        async with chromium_page() as page:
+            await page.goto(console_address(service.websocket_url, None))
+            messages = await page.evaluate(
+                """async () => {
+                    const audio = await import('/console/audio.js');
+                    const refused = audio.refusalMessage({name: 'NotAllowedError'});
+                    const missing = audio.refusalMessage({name: 'NotFoundError'});
+                    const secure = audio.microphoneProblem();
+                    Object.defineProperty(window, 'isSecureContext', {value: false});
+                    return {secure, insecure: audio.microphoneProblem(), refused, missing};
+                }"""
+            )
+    assert messages["secure"] is None  # 127.0.0.1 is a secure origin
+    assert "secure origin" in messages["insecure"] and "HTTPS" in messages["insecure"]
+    assert "Typed turns work" in messages["insecure"]
+    assert "Allow it for this page" in messages["refused"]
+    assert "No microphone was found" in messages["missing"]

@@ -151,7 +151,7 @@ function enableMicrophone(serverVoice) {
   $("ptt").disabled = !usable;
 }
 
-function onClose({ code, reason, wasWelcomed }) {
+function onClose({ code, reason }) {
   stopMicrophone();
   player.flush();
   session = null;
@@ -162,7 +162,7 @@ function onClose({ code, reason, wasWelcomed }) {
   for (const id of ["participant", "display-name", "want-audio"]) $(id).disabled = false;
   $("connect").hidden = false;
   $("disconnect").hidden = true;
-  if (wasWelcomed && code !== 1000) {
+  if (code !== 1000) {
     notice(`The connection closed (${code}${reason ? `: ${reason}` : ""}). Connect again to go on.`, "error");
   }
   logEvent(`disconnected (${code}${reason ? ` ${reason}` : ""})`);

@@ -61,13 +61,15 @@ export class Session extends EventTarget {
       ws.onopen = () => this.send({ type: "hello", protocol: this.protocol, ...hello });
       ws.onerror = () => settle(reject, new Error(`cannot reach the service at ${this.url}`));
       ws.onclose = (event) => {
+        if (this.ws !== ws) return; // an earlier attempt's socket
         this.ws = null;
         const wasWelcomed = this.welcome !== null;
         this.welcome = null;
         settle(reject, new Error(event.reason || `the service closed the connection (${event.code})`));
-        this.emit("close", { code: event.code, reason: event.reason, wasWelcomed });
+        if (wasWelcomed) this.emit("close", { code: event.code, reason: event.reason });
       };
       ws.onmessage = (event) => {
+        if (this.ws !== ws) return;
         const message = this.decode(event.data);
         if (message === null) return;
         if (message.type === "welcome") {

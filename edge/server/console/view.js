@@ -86,13 +86,14 @@ export class Turns {
     }
     let part = turn.sources.get(message.source);
     if (!part) {
-      part = { text: "", final: false, node: el("p", { class: `reply source-${message.source}` }) };
+      part = { text: "", final: false, frames: 0, node: el("p", { class: `reply source-${message.source}` }) };
       part.node.append(el("span", { class: "agent" }, message.source), el("span", { class: "text" }));
       turn.sources.set(message.source, part);
       turn.node.querySelector(".replies").append(part.node);
     }
     if (message.source === "router" && part.text && message.text) part.text += " ";
     part.text += message.text;
+    part.frames += 1;
     part.final = message.final;
     part.node.querySelector(".text").textContent = part.text;
     part.node.classList.toggle("streaming", !message.final);
@@ -183,6 +184,7 @@ export class Turns {
         origin: turn.origin,
         done: turn.done,
         reply: Object.fromEntries([...turn.sources].map(([s, p]) => [s, p.text])),
+        frames: Object.fromEntries([...turn.sources].map(([s, p]) => [s, p.frames])),
         stages: [...turn.stages.keys()],
         audioBytes: turn.audioBytes,
       };
