@@ -5,6 +5,7 @@ turns are in ``test_console_models.py``)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,8 +13,16 @@ import pytest
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeClient, EdgeService
-from tests.console_helpers import chromium_page, connect, console_address, page_state
+from edge.voice import VoiceConfig, write_wav
+from tests.console_helpers import (
+    chromium_page,
+    connect,
+    console_address,
+    fake_microphone,
+    page_state,
+)
 from tests.server_helpers import answer_for, settings
+from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, tone
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +141,37 @@ async def test_the_page_says_how_to_allow_the_microphone() -> None:
     assert "Typed turns work" in messages["insecure"]
     assert "Allow it for this page" in messages["refused"]
     assert "No microphone was found" in messages["missing"]
+
+
+async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_utterance(
+    tmp_path: Path,
+) -> None:
+    """Holding the space bar streams the fake microphone (a 440 Hz tone, resampled by the
+    page's AudioWorklet from the browser's rate to 16 kHz: the tone "recognizer" hears the
+    same pitch); releasing it sends ``end_of_utterance``, which alone ends the utterance
+    here (the tone never pauses). The reply is spoken back to the page."""
+    wav = write_wav(tmp_path / "tone.wav", tone(6.0, 440.0, level=0.3), 16_000)
+    service = EdgeService(
+        settings(voice=True),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(),
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+    )
+    async with service, chromium_page(fake_microphone(wav)) as page:
+        await connect(page, console_address(service.websocket_url, service.token))
+        await page.focus("#ptt")
+        await page.keyboard.down("Space")
+        await page.wait_for_function("() => window.edgeConsole.state().mode === 'push-to-talk'")
+        await page.wait_for_timeout(1500)
+        await page.keyboard.up("Space")
+        await page.wait_for_function(
+            "() => window.edgeConsole.state().turns.some((t) => t.done && t.audioBytes > 0)",
+            timeout=15_000,
+        )
+        turn = (await page_state(page))["turns"][0]
+    assert turn["origin"] == "voice" and turn["text"] == "tone 440"
+    assert turn["reply"]["conversation"] == "You said: tone 440. That is all."
+    assert turn["stages"][:3] == ["end of speech", "final transcript", "query"]
