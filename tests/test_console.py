@@ -80,7 +80,7 @@ def test_every_file_the_page_loads_ships_in_the_package() -> None:
     assert "https://" not in text and "http://" not in text.replace("http://localhost", "")
 
 
-async def test_typed_turn_streams_text_and_the_token_stays_out_of_logs_and_address(
+async def test_typed_turn_streams_text_shows_the_models_view_and_keeps_the_token_private(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -99,6 +99,11 @@ async def test_typed_turn_streams_text_and_the_token_stays_out_of_logs_and_addre
             reply = page.locator("#turns .turn .source-conversation .text")
             await reply.filter(has_text="That is all.").wait_for()
             state = await page_state(page)
+            # the service offers the model's view and the whole conversation: both show it
+            await page.locator("#history li").filter(has_text="what is a rotor").wait_for()
+            await page.locator("#view .blocks li").filter(has_text="what is a rotor").wait_for()
+            sections = await page.locator("#view .sections th[scope=row]").all_text_contents()
+    assert "dialogue" in sections
     turn = state["turns"][0]
     assert turn["text"] == "what is a rotor" and turn["origin"] == "websocket"
     assert turn["reply"]["conversation"] == "You said: what is a rotor. That is all."

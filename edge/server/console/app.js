@@ -19,6 +19,9 @@ let lastVoicedAt = null;
 let speech = null; // the utterance being transcribed: {utterance, stages}
 const typed = []; // typed turns sent, waiting for their `query` echo
 const sceneSent = { text: "" };
+const HISTORY_PAGE = 200;
+let lastView = null; // the latest context_view, when the service offers it
+let historyTotal = 0;
 let busy = false;
 let healthVoice = null; // what /health said about voice, when known
 let pttReleasedAt = null;
@@ -129,7 +132,7 @@ function onWelcome(welcome) {
   $("connect").hidden = true;
   $("disconnect").hidden = false;
   for (const id of ["participant", "display-name", "want-audio"]) $(id).disabled = true;
-  renderContext($("topics"), welcome.context_topics || [], sceneSent.text, turns.notes());
+  showContext();
   const asked = $("want-audio").checked;
   enableMicrophone(asked ? welcome.audio_out_rate !== null : healthVoice !== false);
   $("view-section").hidden = !welcome.session_token;
@@ -152,6 +155,8 @@ function enableMicrophone(serverVoice) {
 }
 
 function onClose({ code, reason }) {
+  lastView = null;
+  historyTotal = 0;
   stopMicrophone();
   player.flush();
   session = null;
@@ -187,7 +192,7 @@ function onMessage(message) {
     case "reply":
       turns.reply(message, now);
       if (message.source === "notes") {
-        renderContext($("topics"), session.welcome.context_topics, sceneSent.text, turns.notes());
+        showContext();
       }
       break;
     case "audio":
@@ -202,10 +207,12 @@ function onMessage(message) {
       onError(message);
       break;
     case "context_view":
+      lastView = message;
       renderView($("view"), message);
+      showContext();
       break;
     case "history":
-      renderHistory($("history"), message);
+      onHistory(message);
       break;
     case "bye":
       logEvent("the service said bye");
@@ -256,7 +263,21 @@ function onError(message) {
 
 function requestViews() {
   session.send({ type: "context_view" });
-  session.send({ type: "history" });
+  session.send({ type: "history", offset: Math.max(0, historyTotal - HISTORY_PAGE), limit: HISTORY_PAGE });
+}
+
+function onHistory(message) {
+  const behind = message.total > message.offset + message.entries.length;
+  historyTotal = message.total;
+  if (behind) {
+    session.send({ type: "history", offset: Math.max(0, message.total - HISTORY_PAGE), limit: HISTORY_PAGE });
+  }
+  renderHistory($("history"), message);
+}
+
+function showContext() {
+  const topics = session && session.welcome ? session.welcome.context_topics : [];
+  renderContext($("topics"), topics || [], sceneSent.text, turns.notes(), lastView);
 }
 
 // -- talking --------------------------------------------------------------------------
@@ -357,7 +378,7 @@ function sendScene(event) {
   if (!session) return;
   session.send({ type: "context", topic: "scene", text });
   sceneSent.text = text;
-  renderContext($("topics"), session.welcome.context_topics, sceneSent.text, turns.notes());
+  showContext();
   logEvent("scene context sent");
 }
 

@@ -192,69 +192,87 @@ export class Turns {
   }
 }
 
-/** The topics panel: the scene this page set and what it saw dictated into notes. */
-export function renderContext(list, topics, scene, notes) {
+/** The topics panel: per topic what the model holds (from `context_view`, where the
+ * service offers it), else what this page set (scene) or saw dictated (notes). */
+export function renderContext(list, topics, scene, notes, view = null) {
   list.replaceChildren();
   for (const topic of topics) {
     list.append(el("dt", {}, topic));
     const dd = el("dd", { "data-topic": topic });
-    if (topic === "scene") {
+    const held = view ? view.blocks.filter((b) => b.section === topic) : [];
+    if (held.length) {
+      const ul = el("ul", { class: "notes" });
+      for (const block of held) ul.append(el("li", { class: `block-${block.kind}` }, block.text));
+      dd.append(ul);
+    } else if (topic === "scene") {
       dd.textContent = scene || "(not set)";
-    } else if (topic === "notes") {
-      if (notes.length === 0) dd.textContent = "(nothing dictated yet)";
+    } else if (topic === "notes" && notes.length) {
       const ul = el("ul", { class: "notes" });
       for (const note of notes) {
         const li = el("li", {}, `“${note.heard}”`);
         li.append(el("span", { class: "dim" }, ` → ${note.answer}`));
         ul.append(li);
       }
-      if (notes.length) dd.append(ul);
+      dd.append(ul);
     } else {
-      dd.textContent = "(set by the service)";
+      dd.textContent = topic === "notes" ? "(nothing dictated yet)" : "(empty)";
     }
     list.append(dd);
   }
 }
 
-function renderValue(value, depth = 0) {
-  if (value === null || value === undefined) return el("span", { class: "dim" }, "–");
-  if (typeof value !== "object") return el("span", {}, String(value));
-  if (Array.isArray(value)) {
-    const ol = el("ol", { class: "tree" });
-    for (const item of value.slice(0, 200)) {
-      const li = el("li");
-      li.append(renderValue(item, depth + 1));
-      ol.append(li);
-    }
-    if (value.length === 0) return el("span", { class: "dim" }, "(empty)");
-    return ol;
-  }
-  const dl = el("dl", { class: "tree" });
-  for (const [key, inner] of Object.entries(value)) {
-    if (key === "type") continue;
-    dl.append(el("dt", {}, key.replaceAll("_", " ")));
-    const dd = el("dd");
-    dd.append(depth > 6 ? el("span", {}, JSON.stringify(inner)) : renderValue(inner, depth + 1));
-    dl.append(dd);
-  }
-  return dl;
+function kib(bytes) {
+  return bytes >= 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${bytes} B`;
 }
 
-/** The model's view (`context_view`), as the service reports it. */
+/** The model's view (`context_view`): each section's bytes against its budget, its
+ * summary, then the blocks the model sees, in order. */
 export function renderView(container, message) {
-  container.replaceChildren(renderValue(message));
+  const parts = [];
+  const table = el("table", { class: "sections" });
+  table.append(el("caption", { class: "sr-only" }, "Context sections: bytes used of budget"));
+  const head = el("tr");
+  for (const name of ["section", "entries", "bytes used / budget"]) head.append(el("th", { scope: "col" }, name));
+  table.append(head);
+  for (const [name, section] of Object.entries(message.sections || {})) {
+    const row = el("tr");
+    const use = el("td");
+    const meter = el("meter", {
+      min: "0",
+      max: String(section.budget_bytes || 1),
+      high: String(Math.round((section.budget_bytes || 1) * 0.8)),
+      value: String(section.used_bytes || 0),
+    });
+    use.append(meter, el("span", {}, ` ${kib(section.used_bytes || 0)} / ${kib(section.budget_bytes || 0)}`));
+    row.append(el("th", { scope: "row" }, name), el("td", {}, String(section.entries ?? "")), use);
+    table.append(row);
+    if (section.summary) parts.push(el("p", { class: "summary" }, `${name} summary: ${section.summary}`));
+  }
+  const blocks = el("ol", { class: "blocks" });
+  for (const block of message.blocks || []) {
+    const li = el("li", { class: `block-${block.kind}` });
+    li.append(el("span", { class: "agent" }, `${block.section} · ${block.kind}`), el("span", {}, block.text));
+    blocks.append(li);
+  }
+  if (!(message.blocks || []).length) blocks.append(el("li", { class: "dim" }, "(empty)"));
+  container.replaceChildren(table, ...parts, blocks);
 }
 
-/** The whole conversation (`history`): one line per entry the service returns. */
+/** The whole conversation (`history`), oldest first; compacted records are marked. */
 export function renderHistory(list, message) {
   list.replaceChildren();
-  const entries = message.entries || message.messages || message.items || [];
-  for (const entry of entries) {
-    const who = entry.role || entry.kind || entry.source || "";
-    const text = entry.text ?? entry.content ?? JSON.stringify(entry);
-    const li = el("li", {}, text);
-    if (who) li.prepend(el("span", { class: "agent" }, who));
+  for (const entry of message.entries || []) {
+    const li = el("li", { class: entry.in_view === false ? "compacted" : "" });
+    if (entry.kind === "exchange") {
+      li.append(el("span", { class: "agent" }, "you"), el("span", {}, entry.user));
+      const answer = el("div");
+      answer.append(el("span", { class: "agent" }, "device"), el("span", {}, entry.assistant));
+      li.append(answer);
+    } else {
+      li.append(el("span", { class: "agent" }, `${entry.section} ${entry.kind}`), el("span", {}, entry.text));
+    }
+    if (entry.in_view === false) li.append(el("span", { class: "dim" }, " (compacted)"));
     list.append(li);
   }
-  if (entries.length === 0) list.append(el("li", { class: "dim" }, "(nothing yet)"));
+  if (!(message.entries || []).length) list.append(el("li", { class: "dim" }, "(nothing yet)"));
 }
