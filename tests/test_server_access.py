@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -117,6 +119,11 @@ async def test_bearer_header_and_origins() -> None:
 async def test_hello_deadline_and_id_rules() -> None:
     async with make_service(hello_timeout_s=0.3) as service:
         url = service.websocket_url
+        host, port = url.removeprefix("ws://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))  # not even HTTP
+        with anyio.fail_after(5):
+            assert await reader.read() == b""  # closed by the server at the deadline
+        writer.close()
         async with connect(url) as ws:  # says nothing: closed at the deadline
             with pytest.raises(ConnectionClosed) as closed:
                 await ws.recv()

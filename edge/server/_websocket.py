@@ -349,6 +349,7 @@ class WebSocketServer:
             self.port,
             max_size=MAX_FRAME_BYTES,
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
+            open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
         )
         return self
