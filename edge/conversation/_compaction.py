@@ -64,7 +64,22 @@ class CompactionAttempt:
     error: str | None = None
 
 
-@dataclass
+Method = Literal["llm", "clip", "extractive", "hook", "custom", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """What producing one summary gave: ``text`` (None: no summary, the entries are kept),
+    how it was made, why it is not the model's own (or why there is none), and the model
+    requests it took. The manager turns it into the one :class:`CompactionReport`."""
+
+    text: str | None
+    method: Method
+    reason: str = ""
+    attempts: tuple[CompactionAttempt, ...] = ()
+
+
+@dataclass(frozen=True)
 class CompactionReport:
     """How the most recent compaction of a participant went.
 
@@ -77,7 +92,7 @@ class CompactionReport:
 
     participant_id: str
     section: str
-    method: Literal["llm", "clip", "extractive", "hook", "custom", "cancelled"]
+    method: Method
     ok: bool
     entries_compacted: int
     input_bytes: int
@@ -179,86 +194,75 @@ class Compactor:
         ]
 
     async def _ask(
-        self,
-        kind: Literal["summarize", "shorten"],
-        messages: list[ChatMessage],
-        limit: int,
-        report: CompactionReport,
-    ) -> tuple[str | None, str]:
-        """The model's text and finish reason, or None after a failure (recorded)."""
+        self, kind: Literal["summarize", "shorten"], messages: list[ChatMessage], limit: int
+    ) -> tuple[str | None, CompactionAttempt]:
+        """The model's text (None after a failure) and the attempt, as it ended."""
         try:
             response = await self.llm.chat(
                 messages, max_tokens=max_tokens_for(limit), priority=Priority.BACKGROUND
             )
         except LLMError as exc:
-            report.attempts.append(CompactionAttempt(kind, "error", error=str(exc)))
-            return None, "error"
+            return None, CompactionAttempt(kind, "error", error=str(exc))
         text = response.content.strip().strip('"').strip()
         metrics = response.metrics.as_dict() if response.metrics else None
-        attempt = CompactionAttempt(kind, "ok", nbytes(text), metrics, response.error)
-        report.attempts.append(attempt)
+        outcome: Literal["ok", "empty", "length", "error", "over_limit"] = "ok"
         if response.finish_reason in ("error", "length"):
-            attempt.outcome = response.finish_reason
-            return (text or None) if response.finish_reason == "length" else None, attempt.outcome
-        if not text:
-            attempt.outcome = "empty"
-            return None, "empty"
-        if nbytes(text) > limit:
-            attempt.outcome = "over_limit"
-        return text, attempt.outcome
+            outcome = response.finish_reason
+        elif not text:
+            outcome = "empty"
+        elif nbytes(text) > limit:
+            outcome = "over_limit"
+        attempt = CompactionAttempt(kind, outcome, nbytes(text), metrics, response.error)
+        if outcome in ("error", "empty") or (outcome == "length" and not text):
+            return None, attempt
+        return text, attempt
 
     async def summarize(
         self,
         section: Section,
         previous: str,
         entries: list[str],
-        report: CompactionReport,
         taken: list[Entry] | None = None,
-    ) -> str | None:
+    ) -> Summarized:
         """A summary within ``section.summary_limit``. The model's, when it keeps every
         number and name of the participant's statements in ``taken`` and the previous
         summary; else an extractive one made of those statements (``method="extractive"``).
-        None only when there is nothing to summarize (entries are then kept)."""
-        text = await self._model_summary(section, previous, entries, report)
-        if text is not None:
-            gaps = summary_gaps(text, section.summary, taken or [])
+        No text only when there is nothing to summarize (entries are then kept)."""
+        model = await self._model_summary(section, previous, entries)
+        reason = model.reason
+        if model.text is not None:
+            gaps = summary_gaps(model.text, section.summary, taken or [])
             if not gaps:
-                return text
-            report.reason = "model summary lacked " + ", ".join(gaps[:8])
+                return model
+            reason = "model summary lacked " + ", ".join(gaps[:8])
         if taken is None:
-            return text
+            return model
         fallback = extractive_summary(
             section.summary, taken, section.summary_limit, dialogue=section.name == DIALOGUE
         )
         if not fallback:
-            return None
-        report.method = "extractive"
-        return fallback
+            return Summarized(None, model.method, reason, model.attempts)
+        return Summarized(fallback, "extractive", reason, model.attempts)
 
     async def _model_summary(
-        self, section: Section, previous: str, entries: list[str], report: CompactionReport
-    ) -> str | None:
+        self, section: Section, previous: str, entries: list[str]
+    ) -> Summarized:
         limit = section.summary_limit
-        text, outcome = await self._ask(
-            "summarize", self.messages(section, previous, entries, limit), limit, report
-        )
-        if text is None or outcome in ("length", "error", "empty"):
-            report.reason = f"summary request: {outcome}"
-            return None
-        if outcome == "ok":
-            report.method = "llm"
-            return text
+        messages = self.messages(section, previous, entries, limit)
+        text, first = await self._ask("summarize", messages, limit)
+        if text is None or first.outcome in ("length", "error", "empty"):
+            return Summarized(None, "llm", f"summary request: {first.outcome}", (first,))
+        if first.outcome == "ok":
+            return Summarized(text, "llm", "", (first,))
         shorten = [
             ChatMessage(role="system", content=f"{self.prompts.shorten}\n\n{_format_rule(limit)}"),
             ChatMessage(role="user", content=f'Shorten this summary.\n\n"""\n{text}\n"""'),
         ]
-        short, outcome = await self._ask("shorten", shorten, limit, report)
-        if short is not None and outcome == "ok":
-            report.method = "llm"
-            return short
-        report.method = "clip"
-        best = short if (short is not None and outcome == "over_limit") else text
-        return clip_middle(best, limit)
+        short, second = await self._ask("shorten", shorten, limit)
+        if short is not None and second.outcome == "ok":
+            return Summarized(short, "llm", "", (first, second))
+        best = short if (short is not None and second.outcome == "over_limit") else text
+        return Summarized(clip_middle(best, limit), "clip", "", (first, second))
 
 
 def elapsed_since(started: float) -> float:

@@ -26,6 +26,7 @@ from ._compaction import (
     Compactor,
     PostCompactHook,
     PreCompactHook,
+    Summarized,
     call_hook,
     plan,
     previous_text,
@@ -512,29 +513,27 @@ class ContextManager:
             taken, texts = plan(
                 candidates, previous, self.compaction_input_budget_bytes, self._renderer
             )
+        made = Summarized(None, "cancelled", "cancelled")
+        with self._jobs.track(part.participant_id):
+            made = await self._summarize(part, section, previous, texts, limit, custom, taken)
+        if self._participants.get(part.participant_id) is not part:
+            made = Summarized(None, "cancelled", "participant cleared", made.attempts)
+        result = made.text
         report = CompactionReport(
             part.participant_id,
             section.name,
-            "llm",
-            False,
+            made.method,
+            result is not None,
             len(taken),
             nbytes(previous) + sum(nbytes(t) for t in texts),
+            nbytes(result) if result is not None else 0,
+            time.perf_counter() - started,
+            made.reason or ("" if result is not None else "no summary"),
+            list(made.attempts),
         )
-        result: str | None = None
-        report.method, report.reason = "cancelled", ""
-        with self._jobs.track(part.participant_id):
-            report.method = "llm"
-            result = await self._summarize(
-                part, section, previous, texts, limit, report, custom, taken
-            )
-        report.duration_s = time.perf_counter() - started
-        if self._participants.get(part.participant_id) is not part:
-            report.method, report.reason = "cancelled", "participant cleared"
+        if made.reason == "participant cleared":
             return report
         if result is None:
-            report.reason = report.reason or (
-                "cancelled" if report.method == "cancelled" else "no summary"
-            )
             log.warning(
                 "compaction of %r for %r failed (%s); entries kept until the next one",
                 section.name,
@@ -543,8 +542,6 @@ class ContextManager:
             )
             state, covered = StoredSection(section.summary, section.span, True), []
         else:
-            report.ok = True
-            report.summary_bytes = nbytes(result)
             state = StoredSection(result, section.span_with(taken), False)
             covered = [e.seq for e in taken]
         await self.store.run(  # one transaction: a crash leaves it before or after
@@ -576,25 +573,23 @@ class ContextManager:
         previous: str,
         texts: list[str],
         limit: int,
-        report: CompactionReport,
         custom: str | None,
         taken: list[Entry] | None = None,
-    ) -> str | None:
+    ) -> Summarized:
         if custom is not None:
-            report.method = "custom"
-            return clip_middle(custom, limit) if custom.strip() else None
+            return Summarized(clip_middle(custom, limit) if custom.strip() else None, "custom")
         request = CompactionRequest(
             part.participant_id, section.name, section.summary, tuple(texts), limit
         )
         for hook in self._pre_hooks:
             decision = await call_hook(hook, request)
             if decision is False:
-                report.method, report.reason = "cancelled", "pre_compact hook skipped it"
-                return None
+                return Summarized(None, "cancelled", "pre_compact hook skipped it")
             if isinstance(decision, str):
-                report.method = "hook"
-                return clip_middle(decision, limit) if decision.strip() else None
-        return await self._compactor.summarize(section, previous, texts, report, taken)
+                return Summarized(
+                    clip_middle(decision, limit) if decision.strip() else None, "hook"
+                )
+        return await self._compactor.summarize(section, previous, texts, taken)
 
     # ----------------------------------------------------------------- the cached view
 
