@@ -354,3 +354,26 @@ async def test_spec_usage_without_async_with_compacts() -> None:
     await eventually(lambda: ctx.summary("p") == "Without async with.")
     await ctx.close()
     assert compactions(llm)
+
+
+async def test_a_resumed_participant_is_reloaded_from_the_store_and_rewarmed(tmp_path) -> None:
+    """After a restart (a new manager on the same store) a returning participant's view
+    comes back and their prompt prefix is warmed in the background before their turn."""
+    from edge.store import SessionStore
+
+    store = SessionStore(tmp_path / "s.sqlite3")
+    first = manager(ScriptedLLM(responder("S.")), store=store)
+    await first.record_exchange("p", "my badge is 7", "Noted.")
+    first.messages("p", system="SYSTEM", request="q")
+    before = first.render("p", now_us=0)
+    await first.close()
+    llm = WarmingLLM(responder("S."))
+    async with manager(llm, store=store) as again:
+        assert await again.resume("p") and not await again.resume("nobody")
+        await eventually(lambda: llm.warmed)
+        messages, key, _ = llm.warmed[0]
+        assert key == "p" and messages[0].content == "SYSTEM"
+        assert "my badge is 7" in messages[1].content
+        assert again.render("p", now_us=0) == before
+        await again.suspend("p")  # leaves memory, stays stored
+        assert "p" not in again.participants() and "my badge is 7" in again.render("p")

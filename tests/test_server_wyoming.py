@@ -184,3 +184,23 @@ async def test_wyoming_is_loopback_only_unless_addresses_are_allowed() -> None:
             event = await two.read_event()
             assert event is not None and "over this server's limit" in Error.from_event(event).text
             assert await two.read_event() is None  # closed
+
+
+async def test_a_wyoming_conversation_survives_a_restart(tmp_path) -> None:
+    """Home Assistant's conversation is a durable participant: idle expiry and a restart
+    of the service suspend it; its next request finds the earlier dialogue."""
+    context = {"conversation_id": "01HAKEEP"}
+    for question in ("the spare key is under the mat", "where is the spare key"):
+        llm = ScriptedLLM(answer_for)
+        service = EdgeService(
+            settings(wyoming_port=0, data_dir=tmp_path),
+            llm=llm,
+            decisions=ScriptedDecisions(default="conversation"),
+        )
+        async with service:
+            assert service.wyoming is not None
+            async with AsyncTcpClient("127.0.0.1", service.wyoming.bound_port) as client:
+                await client.write_event(Transcript(text=question, context=context).event())
+                _, event = await read_answer(client)
+                assert event is not None and Handled.is_type(event.type), event
+    assert "the spare key is under the mat" in llm.requests[-1].messages[1].content
