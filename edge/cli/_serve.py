@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
     c.add_argument("--participant", help="participant id (default: assigned by the server)")
     c.add_argument(
+        "--resume",
+        metavar="SESSION_TOKEN",
+        help="come back to an existing participant (the session token shown when it was new)",
+    )
+    c.add_argument(
         "--token",
         help="device access token (default: EDGE_TOKEN, or read from the data directory "
         "for a service on this machine)",
@@ -225,10 +230,17 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         participant_id=args.participant,
         display_name=args.name,
         token=args.token,
+        resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
     ) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
+        if client.welcome is not None and client.welcome.session_token:
+            state = "resumed" if client.welcome.resumed else "new"
+            console.print(
+                f"[dim]{state} session; resume with --participant {client.participant_id} "
+                f"--resume {client.welcome.session_token}[/]"
+            )
         for topic, text in args.context or ():
             await client.send({"type": "context", "topic": topic, "text": text})
         if recording is not None:
