@@ -207,3 +207,11 @@ def test_retention_trims_history_and_idle_participants_never_the_view() -> None:
     now[0] += 3600 * SECOND
     store.enforce(Retention(idle_expiry_s=600), active=["busy"])
     assert store.exists("busy") and not store.exists("alice")
+
+
+def test_a_compaction_never_brings_back_an_erased_participant() -> None:
+    store = SessionStore()
+    records = filled(store)
+    store.forget("alice")
+    store.apply_compaction("alice", "dialogue", StoredSection("S.", (0, 1)), [records[0].id], {})
+    assert not store.exists("alice") and store.load("alice") is None

@@ -282,9 +282,13 @@ class SessionStore:
     ) -> None:
         """In one transaction: the section's new summary, the ``covered`` records out of
         the model's view, and the report. A failed compaction passes no ``covered`` (its
-        records stay in view) and the section's stalled state."""
+        records stay in view) and the section's stalled state. Nothing is written for a
+        participant erased meanwhile (a compaction never brings one back)."""
         with self.transaction() as db:
-            self._ensure(db, participant_id)
+            if not db.execute(
+                "SELECT 1 FROM participants WHERE id = ?", (participant_id,)
+            ).fetchone():
+                return
             span = state.span or (None, None)
             db.execute(
                 "INSERT INTO sections (participant, name, summary, span_start, span_end, "
