@@ -139,6 +139,7 @@ function onWelcome(welcome) {
   $("history-section").hidden = !welcome.session_token;
   if (welcome.session_token) requestViews();
   updateQueue();
+  pollHealth();
   $("turn-text").focus();
 }
 
@@ -366,8 +367,7 @@ function sendText(event) {
   event.preventDefault();
   const box = $("turn-text");
   const text = box.value.trim();
-  if (!text || !session) return;
-  if (player.playing) bargeIn();
+  if (!text || !session) return; // a typed turn queues behind a reply that is still speaking
   typed.push(performance.now());
   if (session.send({ type: "text", text })) box.value = "";
 }
