@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.llm import LlamaCppLLM
 from edge.server import EdgeService
-from edge.voice import PiperTTS, VoiceConfig, WhisperSTT, write_wav
+from edge.voice import PiperTTS, WhisperSTT, write_wav
 from tests.console_helpers import (
     chromium_page,
     connect,
@@ -50,15 +49,10 @@ def spoken_wav(tts: PiperTTS, text: str, directory: Path) -> Path:
 
 
 def real_service(models: tuple[WhisperSTT, PiperTTS]) -> EdgeService:
-    """``edge serve`` with voice and notes, the real decision service and SmolLM2."""
+    """As ``edge serve`` runs it: the detected profile sizes SmolLM2 and the decision
+    service; voice (the module's loaded Whisper and Piper) and notes on."""
     stt, tts = models
-    return EdgeService(
-        settings(voice=True, notes=True),
-        llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40),
-        stt=stt,
-        tts=tts,
-        voice_config=VoiceConfig(playback_speed=0),
-    )
+    return EdgeService(settings(voice=True, notes=True), stt=stt, tts=tts)
 
 
 async def turn_done(page, index: int, source: str, limit_ms: int = 90_000) -> dict:  # type: ignore[no-untyped-def,type-arg]
@@ -99,6 +93,7 @@ async def test_spoken_question_shows_transcript_reply_audio_and_timeline(  # typ
             before = (await page_state(page))["player"]
             await page.wait_for_timeout(300)
             state = await page_state(page)
+            turn = state["turns"][0]
             heard = await page.text_content(".turn .heard")
             reply = await page.text_content(".turn .source-conversation .text")
             timeline = await page.locator(".turn .timeline .stage-name").all_text_contents()
@@ -114,7 +109,7 @@ async def test_spoken_question_shows_transcript_reply_audio_and_timeline(  # typ
     # the reply audio reached the page's audio context, which is running and playing it
     player = state["player"]
     assert player["state"] == "running" and player["bytes"] > 22050  # over 0.5 s of PCM16
-    assert player["bytes"] == (await page_state(page))["turns"][0]["audioBytes"]
+    assert player["bytes"] == turn["audioBytes"]
     assert player["seconds"] > 0.5 and player["currentTime"] > before["currentTime"]
     assert SCENE in (topics or "")
     target = os.environ.get("EDGE_CONSOLE_SCREENSHOT")
