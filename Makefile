@@ -62,15 +62,17 @@ lint: setup
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
 
-# Every benchmark once; each prints a table and writes JSON + PNG under benchmarks/results/.
+# Every benchmark once; each prints a table and writes JSON + PNG under
+# benchmarks/results/<machine class>/ (committed; the README table is checked against them).
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/versus_chain.py
 	$(BIN)/python benchmarks/llm_latency.py
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined
+	$(BIN)/python benchmarks/routing_decisions.py --variants combined --set benchmarks/routing_eval_holdout.jsonl
 	$(BIN)/python benchmarks/conversation_ttft.py
-	$(BIN)/python benchmarks/voice_latency.py
-	$(BIN)/python benchmarks/server_latency.py
+	$(BIN)/python benchmarks/voice_latency.py --llm
+	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/device_budgets.py
 
 # Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200

@@ -12,20 +12,20 @@ Scenarios (same participant context, real default model):
   ten questions, half about the earlier facts, with the CI profile's recall budget and
   with recall off: p50 TTFT of each, and the time to select the recalled statements.
 
-Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--json out.json] [--png out.png]``
+Usage: ``python benchmarks/conversation_ttft.py [--threads N]``; writes
+``benchmarks/results/<machine class>/conversation_ttft.json`` and ``.png``.
 Timings on a shared machine are noisy; run it on an idle device.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from datetime import UTC
 from functools import partial
-from pathlib import Path
 
 import anyio
+from figures import write_results
 
 from edge.conversation import ContextManager, Conversation
 from edge.llm import LlamaCppLLM
@@ -227,27 +227,24 @@ def report(results: dict, args: argparse.Namespace) -> None:
             f"{on['select_p50_s'] * 1000:.2f} ms; {on['turns_with_recall']} of "
             f"{len(on['ttfts_s'])} turns recalled something"
         )
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    if args.png:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.bar(list(results), [(r["ttft_s"] or 0) * 1000 for r in results.values()])
-        ax.set_ylabel("TTFT (ms)")
-        ax.set_title("Conversation TTFT with and without a compaction backlog")
-        fig.tight_layout()
-        fig.savefig(args.png)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(list(results), [(r["ttft_s"] or 0) * 1000 for r in results.values()])
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_title("Conversation TTFT with and without a compaction backlog")
+    fig.tight_layout()
+    bench = "conversation_ttft_recall" if args.only_recall else "conversation_ttft"
+    path = write_results(bench, {"threads": args.threads, "scenarios": results}, fig)
+    Console().print(f"wrote {path} and .png")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--png", type=Path)
     parser.add_argument("--only-recall", action="store_true", help="only the recall scenarios")
     ns = parser.parse_args()
     report(anyio.run(partial(main, ns)), ns)

@@ -3,8 +3,8 @@
     python benchmarks/device_budgets.py                 # profiles' own figures
     python benchmarks/device_budgets.py --calibrate 3   # also measure this machine 3 times
 
-Prints tables, writes ``benchmarks/results/device_budgets.json`` and two PNG plots
-(budgets per profile; dialogue budget against prompt-evaluation speed).
+Prints tables, writes ``benchmarks/results/<machine class>/device_budgets.json`` and two PNG
+plots (budgets per profile; dialogue budget against prompt-evaluation speed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 import anyio
+from figures import machine_info, results_dir
 from rich.console import Console
 from rich.table import Table
 
@@ -154,7 +155,7 @@ def main() -> int:
         metavar="N",
         help="measure the default LLM on this machine N times",
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=None, help="default: results/<machine>/")
     args = parser.parse_args()
     console = Console(width=160)
     catalogue = Catalogue.load()
@@ -202,7 +203,9 @@ def main() -> int:
         for k, v in cal["median"].items():
             t.add_row(k, f"{v:,.2f}", f"{cal['min'][k]:,.2f}", f"{cal['max'][k]:,.2f}")
         console.print(t)
+    args.out = args.out or results_dir()
     args.out.mkdir(parents=True, exist_ok=True)
+    result = {"machine": machine_info(), **result}
     (args.out / "device_budgets.json").write_text(json.dumps(result, indent=2))
     pngs = plot(rows, sweep, args.out)
     console.print(f"wrote {args.out / 'device_budgets.json'} {' '.join(pngs)}")

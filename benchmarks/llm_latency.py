@@ -1,28 +1,30 @@
-"""Local LLM latency: cold and warm time to first token, generation speed, preemption delay.
+"""Local LLM latency: time to first token for a new and a returning participant, generation
+speed, and an interactive request's wait for the model behind background work.
 
     .venv/bin/python benchmarks/llm_latency.py [--model PATH] [--context-bytes 2000 4000 8000]
 
-Prints a table, writes benchmarks/results/llm_latency.json and llm_latency.png.
-"cold" is a new cache key whose prompt shares only the system prompt with earlier work;
-"warm" is the same participant's follow-up (everything but the new turn is cached);
-"preempted wait" is how long an interactive request queued behind a running background
-(compaction-sized) request.
+Prints a table, writes ``benchmarks/results/<machine class>/llm_latency.json`` and ``.png``.
+"new participant" is a new cache key whose prompt shares only the system prompt with
+earlier work; "follow-up" is the same participant's next turn (everything but the new turn
+is cached); "queue wait behind background" is only how long an interactive request waited
+for the model slot behind a running background summarisation request of the same size. It
+is not a compaction and not a time to first token: it leaves out the KV state restore and
+the prompt evaluation (``benchmarks/conversation_ttft.py`` times answers during a real
+compaction).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import anyio
+from figures import write_results
 from rich.console import Console
 from rich.table import Table
 
 from edge.llm import LlamaCppLLM, Priority
 
-RESULTS = Path(__file__).parent / "results"
 SYSTEM = "You are a concise assistant on a headset. Answer in one sentence."
 
 
@@ -75,7 +77,7 @@ async def measure(llm: LlamaCppLLM, context_bytes: int, repeats: int) -> dict[st
         "cold_ttft_s": statistics.median(cold),
         "warm_ttft_s": statistics.median(warm),
         "tokens_per_s": statistics.median(tps) if tps else 0.0,
-        "preempted_wait_s": max(wait),
+        "queue_wait_behind_background_s": max(wait),
     }
 
 
@@ -87,7 +89,7 @@ async def main(args: argparse.Namespace) -> None:
     await llm.close()
 
     table = Table(title=f"LLM latency · {llm.model_path.name}")
-    cols = ("context bytes", "cold TTFT", "warm TTFT", "tokens/s", "interactive wait behind bg")
+    cols = ("context bytes", "new-participant TTFT", "follow-up TTFT", "tokens/s", "queue wait")
     for col in cols:
         table.add_column(col, justify="right")
     for row in rows:
@@ -96,11 +98,9 @@ async def main(args: argparse.Namespace) -> None:
             f"{row['cold_ttft_s'] * 1000:.0f} ms",
             f"{row['warm_ttft_s'] * 1000:.0f} ms",
             f"{row['tokens_per_s']:.0f}",
-            f"{row['preempted_wait_s'] * 1000:.0f} ms",
+            f"{row['queue_wait_behind_background_s'] * 1000:.0f} ms",
         )
     Console().print(table)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "llm_latency.json").write_text(json.dumps(rows, indent=2))
 
     import matplotlib
 
@@ -109,15 +109,16 @@ async def main(args: argparse.Namespace) -> None:
 
     xs = [r["context_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(xs, [r["cold_ttft_s"] for r in rows], "o-", label="cold (new participant)")
-    ax.plot(xs, [r["warm_ttft_s"] for r in rows], "o-", label="warm (cached prefix)")
+    ax.plot(xs, [r["cold_ttft_s"] for r in rows], "o-", label="new participant")
+    ax.plot(xs, [r["warm_ttft_s"] for r in rows], "o-", label="follow-up (cached prefix)")
     ax.set_xlabel("context in prompt (UTF-8 bytes)")
     ax.set_ylabel("time to first token (s)")
     ax.set_title(llm.model_path.name)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(RESULTS / "llm_latency.png", dpi=120)
+    path = write_results("llm_latency", {"model": llm.model_path.name, "rows": rows}, fig)
+    Console().print(f"wrote {path} and .png")
 
 
 if __name__ == "__main__":

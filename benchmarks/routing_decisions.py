@@ -17,7 +17,8 @@ service, and reports accuracy plus cold and warm decision latency:
 content-free prior are evaluated); "warm" are the eval-set decisions after the first,
 which reuse the cached prefix.
 "Prepared 1st" is the first decision after ``prepare()`` evaluated the prefix and prior.
-Prints tables and writes ``benchmarks/results/routing_decisions[_<set>].json`` and a PNG.
+Prints tables and writes ``benchmarks/results/<machine class>/routing_decisions[_<set>].json``
+and a PNG.
 ``--set benchmarks/routing_eval_holdout.jsonl`` runs the held-out set.
 """
 
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 import anyio
+from figures import machine_info, results_dir
 from rich.console import Console
 from rich.table import Table
 
@@ -202,12 +204,14 @@ async def main(args: argparse.Namespace) -> None:
         if r["errors"]:
             wrong = ", ".join(repr(e["query"]) for e in r["errors"])
             console.print(f"[bold]{r['variant']}[/] misroutes: {wrong}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a benchmark's last step
+    out = Path(args.out) if args.out else results_dir()
+    out.mkdir(parents=True, exist_ok=True)
     stem = "routing_decisions" + ("" if args.set == DEFAULT_SET else f"_{Path(args.set).stem}")
     (out / f"{stem}.json").write_text(
         json.dumps(
             {
+                "machine": machine_info(),
+                "set": Path(args.set).name,
                 "model_load_s": load_s,
                 "threads": args.threads,
                 "queries": len(rows),
@@ -248,5 +252,5 @@ if __name__ == "__main__":
     parser.add_argument("--model", default=None, help="GGUF path (default: catalogue LLM)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads")
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=None, help="default: results/<machine class>/")
     anyio.run(main, parser.parse_args())

@@ -7,28 +7,31 @@ Scenarios (each on a fresh participant unless said otherwise):
 
 * ``protocol``: a scripted instant model: send a text turn → first reply frame and →
   ``status: idle``; what the server layer itself costs (JSON, runtime, router, hub).
-* ``text``: the real service (device budgets, local decisions, local LLM): a cold first
-  turn, then warm follow-ups of the same participant (prefix reuse).
+* ``text``: the real service (device budgets, local decisions, local LLM): a first turn
+  (the service warms the participant's prompt prefix when they join, so this is not a
+  cold start), then follow-ups of the same participant (prefix reuse).
 * ``concurrent``: N participants send a turn at the same moment (one local model: they
   queue in the scheduler); time to first reply frame per participant.
 * ``spoken``: Piper speaks a question, streamed in real time in 100 ms PCM frames plus
-  silence; end of speech → final transcript, → first reply text, → first reply audio.
+  silence; end of speech → final transcript, → first reply text, → first reply audio
+  ("end of speech" and "first audio" as defined for every benchmark in
+  ``benchmarks/README.md``).
 
-Prints a table, writes ``benchmarks/results/server_latency.json`` and a PNG plot.
+Prints a table, writes ``benchmarks/results/<machine class>/server_latency.json`` and
+``.png``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+from figures import pcm16_samples, speech_end_at, write_results
 from rich.console import Console
 from rich.table import Table
 
@@ -45,7 +48,6 @@ from edge.server import (
 )
 from edge.voice import PiperTTS, float_to_pcm16
 
-OUT = Path(__file__).parent / "results"
 QUESTIONS = [
     "What is the capital of France?",
     "Name a primary color.",
@@ -174,7 +176,9 @@ async def spoken_once(service: EdgeService, pcm: bytes, rate: int, r: int) -> di
     ) as client:
 
         async def speak() -> None:
-            marks["speech_end"] = await client.speak(pcm)
+            started = time.perf_counter()
+            await client.speak(pcm)
+            marks["speech_end"] = speech_end_at(started, pcm16_samples(pcm), rate)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(speak)
@@ -185,6 +189,14 @@ async def spoken_once(service: EdgeService, pcm: bytes, rate: int, r: int) -> di
     }
     row["heard"] = turn.query
     return row
+
+
+def rss_mb() -> float:
+    """Resident memory of this process in MB (Linux ``/proc``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def med(values: list[float]) -> float:
@@ -200,9 +212,11 @@ async def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     async with service:
         started_s = time.perf_counter() - t0
+        rss = {"idle_mb": rss_mb()}
         info = service.describe()
         real = await bench_real(service, args.repeat, args.concurrency, console)
         spoken = await bench_spoken(service, args.repeat, console)
+        rss["after_turns_mb"] = rss_mb()
 
     table = Table(title="edge serve latency over WebSocket (seconds, median)")
     table.add_column("scenario")
@@ -219,7 +233,10 @@ async def main(args: argparse.Namespace) -> None:
     )
     cold = [r for r in real["text"] if r["turn"] == 0]
     warm = [r for r in real["text"] if r["turn"] > 0]
-    for name, rows in (("text, cold first turn", cold), ("text, warm follow-up", warm)):
+    for name, rows in (
+        ("text, first turn (prefix warmed at join)", cold),
+        ("text, follow-up", warm),
+    ):
         table.add_row(
             name,
             f"{med([r['first_reply_s'] for r in rows]):.2f}",
@@ -249,26 +266,22 @@ async def main(args: argparse.Namespace) -> None:
         f"service start {started_s:.1f} s, load average {os.getloadavg()[0]:.1f}"
     )
 
-    OUT.mkdir(exist_ok=True)
     result = {
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m": os.getloadavg()[0],
-        },
         "service": info,
         "start_s": started_s,
+        # this process: the service with its models, plus the benchmark's clients and the
+        # Piper voice that speaks the questions (so a little above `edge serve` alone)
+        "resident_memory": rss,
         "protocol": protocol,
         "text": real["text"],
         "concurrent": {str(k): v for k, v in real["concurrent"].items()},
         "spoken": spoken,
     }
-    (OUT / "server_latency.json").write_text(json.dumps(result, indent=2, default=str))
-    plot(result, OUT / "server_latency.png")
-    console.print(f"wrote {OUT / 'server_latency.json'} and {OUT / 'server_latency.png'}")
+    path = write_results("server_latency", result, plot(result))
+    console.print(f"wrote {path} and .png")
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def plot(result: dict[str, Any]):  # type: ignore[no-untyped-def]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,7 +290,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     labels, values = [], []
     cold = [r for r in result["text"] if r["turn"] == 0]
     warm = [r for r in result["text"] if r["turn"] > 0]
-    for name, rows in (("text cold", cold), ("text warm", warm)):
+    for name, rows in (("first turn (prefix warmed)", cold), ("follow-up", warm)):
         labels.append(name)
         values.append(med([r["first_reply_s"] for r in rows]))
     for n, rows in result["concurrent"].items():
@@ -292,8 +305,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("seconds (median): to first reply text, or from end of speech")
     ax.set_title("edge serve latency over WebSocket")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

@@ -8,22 +8,21 @@ reply audio through the whole pipeline.
 The loop runs in real time: Piper speaks a question, a simulated client feeds it in
 100 ms chunks at real-time pace, followed by silence; the pipeline detects the endpoint,
 transcribes, publishes the query, an answerer streams a reply, and the pipeline speaks
-it. "End of speech" is the endpoint minus the configured end-of-utterance silence.
-Prints tables, writes ``benchmarks/results/voice_latency.json`` and a PNG plot.
+it. "End of speech" and "first audio" are defined once for every benchmark in
+``benchmarks/README.md`` (the last voiced sample of the input, found from the audio; the
+first reply audio at the client). Prints tables, writes
+``benchmarks/results/<machine class>/voice_latency.json`` and ``.png``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import anyio
 import numpy as np
+from figures import speech_end_at, write_results
 from rich.console import Console
 from rich.table import Table
 
@@ -45,7 +44,6 @@ SENTENCES = [
 ]
 QUESTION = "What is the capital of France?"
 REPLY = "The capital of France is Paris. It is known for its museums and its food."
-OUT = Path(__file__).parent / "results"
 
 
 def median(values: list[float]) -> float:
@@ -111,13 +109,14 @@ async def loop_once(
     try:
         assert service.voice is not None
         await service.voice.load()  # models are loaded already: this times one warm-up pass
+        feed_started = time.perf_counter()
         await client.speak(service.runtime, question, rate, realtime=True, trailing_silence_s=1.5)
         answer = await client.answer(limit_s=120)
         listener, _ = service.voice.session("bench")
         stats = listener.stats[-1]
     finally:
         await service.stop()
-    silence = config.vad.end_silence_ms / 1000
+    speech_end = speech_end_at(feed_started, question, rate)
     assert answer.first_audio_at is not None
     return {
         "heard": stats.text,
@@ -127,7 +126,8 @@ async def loop_once(
         "final_pass_head_start_s": stats.head_start_s,
         "endpoint_to_transcript_s": stats.final_ready_at - stats.speech_end_at,
         "endpoint_to_first_audio_s": answer.first_audio_at - stats.speech_end_at,
-        "speech_end_to_first_audio_s": answer.first_audio_at - stats.speech_end_at + silence,
+        "speech_end_to_first_audio_s": answer.first_audio_at - speech_end,
+        "speech_end_to_endpoint_s": stats.speech_end_at - speech_end,
         "answer": " ".join(answer.texts),
     }
 
@@ -165,6 +165,7 @@ async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool)
             "endpoint_to_transcript_s",
             "endpoint_to_first_audio_s",
             "speech_end_to_first_audio_s",
+            "speech_end_to_endpoint_s",
         )
         row = {"variant": label, "runs": runs}
         row.update({k: median([r[k] for r in runs]) for k in keys})
@@ -173,7 +174,7 @@ async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool)
     return rows
 
 
-def plot(loop_rows: list[dict], path: Path) -> None:
+def plot(loop_rows: list[dict]):  # type: ignore[no-untyped-def]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,11 +182,11 @@ def plot(loop_rows: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
     labels = [r["variant"] for r in loop_rows]
-    silence = [r["speech_end_to_first_audio_s"] - r["endpoint_to_first_audio_s"] for r in loop_rows]
+    silence = [r["speech_end_to_endpoint_s"] for r in loop_rows]
     stt = [r["endpoint_to_transcript_s"] for r in loop_rows]
     rest = [r["endpoint_to_first_audio_s"] - r["endpoint_to_transcript_s"] for r in loop_rows]
     y = range(len(labels))
-    ax.barh(y, silence, label="end-of-utterance silence")
+    ax.barh(y, silence, label="end of speech → endpoint (silence detection)")
     ax.barh(y, stt, left=silence, label="final transcript")
     ax.barh(
         y,
@@ -197,7 +198,7 @@ def plot(loop_rows: list[dict], path: Path) -> None:
     ax.set_xlabel("seconds from end of speech to first reply audio (median)")
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
 
 
 def main() -> None:
@@ -263,13 +264,7 @@ def main() -> None:
         )
     console.print(table)
 
-    OUT.mkdir(exist_ok=True)
     result = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_avg": os.getloadavg(),
-        },
         "repeat": args.repeat,
         "load_s": {"stt": stt_load, "tts": tts_load},
         "tts": tts_rows,
@@ -277,9 +272,8 @@ def main() -> None:
         "vad": vad_row,
         "loop": loop_rows,
     }
-    (OUT / "voice_latency.json").write_text(json.dumps(result, indent=2))
-    plot(loop_rows, OUT / "voice_latency.png")
-    console.print(f"wrote {OUT / 'voice_latency.json'} and {OUT / 'voice_latency.png'}")
+    path = write_results("voice_latency", result, plot(loop_rows))
+    console.print(f"wrote {path} and .png")
 
 
 if __name__ == "__main__":

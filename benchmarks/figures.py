@@ -1,0 +1,99 @@
+"""One definition of each figure, shared by every benchmark (see ``benchmarks/README.md``).
+
+* **end of speech**: the last voiced sample of the input audio, found from the audio itself
+  (:func:`last_voiced_sample`); as a time, the moment a live microphone would have captured
+  that sample: when the client started feeding the recording in real time, plus the
+  sample's offset (:func:`speech_end_at`).
+* **first audio**: the arrival at the client of the first reply audio byte.
+* **results**: ``benchmarks/results/<machine class>/<bench>.json`` and ``.png``, where the
+  machine class is the device profile detected on this machine (:func:`machine_class`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+FRAME_S = 0.010  # voicing is decided per 10 ms frame
+VOICED_DB = -35.0  # a frame is voiced when its RMS is within 35 dB of the loudest frame
+
+
+def last_voiced_sample(audio: np.ndarray, sample_rate: int) -> int:
+    """Index of the last voiced sample of ``audio`` (mono float or PCM16 samples): the end
+    of the last 10 ms frame whose RMS is within 35 dB of the loudest frame."""
+    samples = np.asarray(audio, dtype=np.float64)
+    if samples.size == 0:
+        raise ValueError("no audio")
+    frame = max(1, int(sample_rate * FRAME_S))
+    n = -(-samples.size // frame)
+    padded = np.zeros(n * frame)
+    padded[: samples.size] = samples
+    rms = np.sqrt((padded.reshape(n, frame) ** 2).mean(axis=1))
+    if rms.max() <= 0:
+        raise ValueError("the audio is silent: no end of speech")
+    voiced = np.flatnonzero(rms >= rms.max() * 10 ** (VOICED_DB / 20))
+    return min(samples.size, (int(voiced[-1]) + 1) * frame) - 1
+
+
+def speech_end_offset_s(audio: np.ndarray, sample_rate: int) -> float:
+    """Seconds from the start of ``audio`` to just after its last voiced sample."""
+    return (last_voiced_sample(audio, sample_rate) + 1) / sample_rate
+
+
+def speech_end_at(feed_started_at: float, audio: np.ndarray, sample_rate: int) -> float:
+    """``perf_counter`` time of the end of speech for a recording fed in real time from
+    ``feed_started_at`` on."""
+    return feed_started_at + speech_end_offset_s(audio, sample_rate)
+
+
+def pcm16_samples(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def machine_class() -> str:
+    """The device profile detected on this machine (e.g. ``ci-2core-24gb``), or
+    ``$EDGE_BENCH_MACHINE``."""
+    forced = os.environ.get("EDGE_BENCH_MACHINE")
+    if forced:
+        return forced
+    from edge.device import choose_profile, detect_hardware, load_profiles
+
+    return choose_profile(load_profiles(), detect_hardware(), env={}).profile.name
+
+
+def results_dir(machine: str | None = None) -> Path:
+    path = RESULTS / (machine or machine_class())
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "class": machine_class(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_results(bench: str, data: dict[str, Any], figure: Any = None) -> Path:
+    """Write ``<bench>.json`` (with the machine it ran on) and, given a matplotlib figure,
+    ``<bench>.png`` under this machine class's results directory; returns the JSON path."""
+    out = results_dir()
+    path = out / f"{bench}.json"
+    path.write_text(json.dumps({"machine": machine_info(), **data}, indent=2, default=str))
+    if figure is not None:
+        figure.savefig(out / f"{bench}.png", dpi=110)
+    return path
+
+
+def load_results(bench: str, machine: str) -> dict[str, Any]:
+    return json.loads((RESULTS / machine / f"{bench}.json").read_text())
