@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 import httpx
-import numpy as np
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from httpx_sse import aconnect_sse
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart
@@ -56,18 +55,6 @@ class Utterance:
     @property
     def duration_s(self) -> float:
         return len(self.pcm) / 2 / RATE
-
-
-def voiced_span(samples: np.ndarray, rate: int, floor_db: float = -40.0) -> tuple[float, float]:
-    """First and last voiced instants (s) of ``samples``: 10 ms frames whose RMS is within
-    ``floor_db`` of the loudest frame's."""
-    n = rate // 100
-    frames = len(samples) // n
-    rms = np.sqrt(np.mean(samples[: frames * n].reshape(frames, n) ** 2, axis=1))
-    voiced = np.flatnonzero(rms >= rms.max() * 10 ** (floor_db / 20)) if frames else []
-    if not len(voiced):
-        raise ValueError("no voiced sample in the audio")
-    return voiced[0] / 100, (voiced[-1] + 1) / 100
 
 
 def silence(seconds: float) -> bytes:

@@ -1,9 +1,9 @@
 """One definition of each figure, shared by every benchmark (see ``benchmarks/README.md``).
 
 * **end of speech**: the last voiced sample of the input audio, found from the audio itself
-  (:func:`last_voiced_sample`); as a time, the moment a live microphone would have captured
-  that sample: when the client started feeding the recording in real time, plus the
-  sample's offset (:func:`speech_end_at`).
+  (:func:`last_voiced_sample`, :func:`voiced_span`); as a time, the moment a live
+  microphone would have captured that sample: when the client started feeding the
+  recording in real time, plus the sample's offset (:func:`speech_end_at`).
 * **first audio**: the arrival at the client of the first reply audio byte.
 * **results**: ``benchmarks/results/<machine class>/<bench>.json`` and ``.png``, where the
   machine class is the device profile detected on this machine (:func:`machine_class`).
@@ -22,12 +22,10 @@ import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
 FRAME_S = 0.010  # voicing is decided per 10 ms frame
-VOICED_DB = -35.0  # a frame is voiced when its RMS is within 35 dB of the loudest frame
+VOICED_DB = -40.0  # a frame is voiced when its RMS is within 40 dB of the loudest frame
 
 
-def last_voiced_sample(audio: np.ndarray, sample_rate: int) -> int:
-    """Index of the last voiced sample of ``audio`` (mono float or PCM16 samples): the end
-    of the last 10 ms frame whose RMS is within 35 dB of the loudest frame."""
+def _voiced_frames(audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int, int]:
     samples = np.asarray(audio, dtype=np.float64)
     if samples.size == 0:
         raise ValueError("no audio")
@@ -37,9 +35,22 @@ def last_voiced_sample(audio: np.ndarray, sample_rate: int) -> int:
     padded[: samples.size] = samples
     rms = np.sqrt((padded.reshape(n, frame) ** 2).mean(axis=1))
     if rms.max() <= 0:
-        raise ValueError("the audio is silent: no end of speech")
-    voiced = np.flatnonzero(rms >= rms.max() * 10 ** (VOICED_DB / 20))
-    return min(samples.size, (int(voiced[-1]) + 1) * frame) - 1
+        raise ValueError("no voiced sample in the audio")
+    return np.flatnonzero(rms >= rms.max() * 10 ** (VOICED_DB / 20)), frame, samples.size
+
+
+def last_voiced_sample(audio: np.ndarray, sample_rate: int) -> int:
+    """Index of the last voiced sample of ``audio`` (mono float samples): the end of the
+    last 10 ms frame whose RMS is within 40 dB of the loudest frame."""
+    voiced, frame, size = _voiced_frames(audio, sample_rate)
+    return min(size, (int(voiced[-1]) + 1) * frame) - 1
+
+
+def voiced_span(audio: np.ndarray, sample_rate: int) -> tuple[float, float]:
+    """First and last voiced instants of ``audio`` in seconds (the same frames)."""
+    voiced, frame, size = _voiced_frames(audio, sample_rate)
+    last = min(size, (int(voiced[-1]) + 1) * frame)
+    return int(voiced[0]) * frame / sample_rate, last / sample_rate
 
 
 def speech_end_offset_s(audio: np.ndarray, sample_rate: int) -> float:
@@ -57,15 +68,12 @@ def pcm16_samples(pcm: bytes) -> np.ndarray:
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
 
 
-def machine_class() -> str:
-    """The device profile detected on this machine (e.g. ``ci-2core-24gb``), or
-    ``$EDGE_BENCH_MACHINE``."""
-    forced = os.environ.get("EDGE_BENCH_MACHINE")
-    if forced:
-        return forced
+def machine_class(profile: str | None = None) -> str:
+    """The device profile chosen for this machine as ``edge serve`` chooses it (``profile``,
+    else ``$EDGE_PROFILE``, else detection), e.g. ``ci-2core-24gb``."""
     from edge.device import choose_profile, detect_hardware, load_profiles
 
-    return choose_profile(load_profiles(), detect_hardware(), env={}).profile.name
+    return choose_profile(load_profiles(), detect_hardware(), profile, os.environ).profile.name
 
 
 def results_dir(machine: str | None = None) -> Path:

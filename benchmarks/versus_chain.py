@@ -53,15 +53,14 @@ from chain_paths import (
     describe,
     handle_reply,
     supports_end_of_utterance,
-    voiced_span,
     ws_turn,
     wyoming_turn,
 )
+from figures import machine_class, voiced_span
 from rich.console import Console
 from rich.table import Table
 
 from edge.catalogue import default_model_path
-from edge.device import choose_profile, detect_hardware, load_profiles
 from edge.server import AudioFormat, EdgeClient, ServiceSettings
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
@@ -121,10 +120,6 @@ def speak_questions(tts: PiperTTS) -> list[Utterance]:
             )
         )
     return out
-
-
-def machine_class(profile: str | None) -> str:
-    return choose_profile(load_profiles(), detect_hardware(), profile, os.environ).profile.name
 
 
 def start_all(work: Path, args: argparse.Namespace) -> tuple[dict[str, svc.Service], int]:
