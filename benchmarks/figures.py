@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,26 @@ def results_dir(machine: str | None = None) -> Path:
     return path
 
 
+def code_version() -> str:
+    """The commit measured: ``git describe`` of this checkout, or ``$EDGE_BENCH_COMMIT``."""
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except OSError:
+        out = None
+    if out is not None and out.returncode == 0:
+        return out.stdout.strip()
+    return os.environ.get("EDGE_BENCH_COMMIT", "unknown")
+
+
 def machine_info() -> dict[str, Any]:
     return {
+        "code": code_version(),
         "class": machine_class(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
