@@ -150,7 +150,7 @@ ROWS: list[Row] = [
     (
         "LLM time to first token, new participant, 1 KB / 4 KB / 8 KB of context",
         llm_new,
-        "`benchmarks/llm_latency.py`",
+        "`benchmarks/llm_latency.py --repeats 2 --context-bytes 1000 4000 8000`",
     ),
     (
         "LLM time to first token, same participant's follow-up (prefix cached)",
