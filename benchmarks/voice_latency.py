@@ -132,6 +132,15 @@ async def loop_once(
     }
 
 
+async def local_llm():  # type: ignore[no-untyped-def]
+    """The default local model, loaded (not timed: the service is started before speaking)."""
+    from edge.llm import LlamaCppLLM
+
+    llm = LlamaCppLLM()
+    await llm.load()
+    return llm
+
+
 async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool) -> list[dict]:
     spoken = tts.synthesize(QUESTION)
     variants: list[tuple[str, VoiceConfig, object]] = []
@@ -145,20 +154,14 @@ async def bench_loop(stt: WhisperSTT, tts: PiperTTS, repeat: int, use_llm: bool)
         variants.append(("local LLM, speculative final + partials", VoiceConfig(), "local"))
     rows = []
     for label, config, kind in variants:
-        llm = None
-        if kind == "local":
-            from edge.llm import LlamaCppLLM
-
-            llm = LlamaCppLLM()
-            await llm.load()
         runs = []
         for _ in range(repeat):
-            answerer = llm or ScriptedLLM(default=ScriptedReply(REPLY))
+            answerer = await local_llm() if kind == "local" else None
+            answerer = answerer or ScriptedLLM(default=ScriptedReply(REPLY))
+            # the service owns its model and closes it when it stops: one per run
             runs.append(
                 await loop_once(stt, tts, spoken.audio, spoken.sample_rate, config, answerer)
             )
-        if llm is not None:
-            await llm.close()
         keys = (
             "final_pass_s",
             "final_pass_head_start_s",
