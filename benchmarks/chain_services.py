@@ -62,18 +62,6 @@ class Service:
             self.proc.wait()
 
 
-def edge_serve_flags(python: str) -> list[str]:
-    """Flags for a local-only ``edge serve``; ``--insecure`` where the build has it."""
-    helptext = subprocess.run(
-        [python, "-m", "edge", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    ).stdout
-    return ["--insecure"] if "--insecure" in helptext else []
-
-
 def chain_services(work: Path, python: str) -> dict[str, Service]:
     """The three chain services, started with the models our catalogue installed."""
     stt = default_model_path("stt")
@@ -108,11 +96,12 @@ def chain_services(work: Path, python: str) -> dict[str, Service]:
 
 
 def edge_service(work: Path, python: str, profile: str | None) -> tuple[Service, int]:
-    """``edge serve`` on loopback: (the service with its WebSocket port, the Wyoming port)."""
+    """``edge serve`` on loopback: (the service with its WebSocket port, the Wyoming port).
+    Its access token goes into ``work/edge``; the benchmark's clients read it from there
+    (``EDGE_DATA_DIR``)."""
     ws, wy = free_port(), free_port()
     argv = [python, "-m", "edge", "serve", "--host", HOST, "--port", str(ws)]
     argv += ["--wyoming-port", str(wy), "--no-mdns", "--data-dir", str(work / "edge")]
-    argv += edge_serve_flags(python)
     if profile:
         argv += ["--profile", profile]
     return Service("edge serve", argv, ws, work / "edge.log"), wy

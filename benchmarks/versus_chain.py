@@ -356,6 +356,7 @@ async def main(args: argparse.Namespace) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="versus-chain-") as tmp:
         work = Path(tmp)
+        os.environ["EDGE_DATA_DIR"] = str(work / "edge")  # where the clients find the token
         services, wyoming_port = start_all(work, args)
         bench = Bench(services, wyoming_port)
         try:
