@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import numpy as np
 import pytest
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -20,7 +21,7 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.voice import float_to_pcm16
-from tests.server_helpers import read_answer, read_spoken, read_transcript, settings
+from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +127,43 @@ async def test_transcript_streams_then_comes_whole() -> None:
         await c.write_event(AudioStop().event())
         chunks, text = await read_transcript(c)
     assert text == "tone 440" and "".join(chunks) == text
+
+
+async def _record(c: AsyncTcpClient, pieces: list[tuple[float, float]]) -> None:
+    """Stream (seconds, frequency) pieces in 100 ms chunks; frequency 0 is silence."""
+    audio = float_to_pcm16(
+        np.concatenate([tone(s, f) if f else silence(s) for s, f in pieces]).astype(np.float32)
+    )
+    await c.write_event(Transcribe(language="en").event())
+    await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+    for at in range(0, len(audio), 3200):
+        chunk = AudioChunk(rate=16000, width=2, channels=1, audio=audio[at : at + 3200])
+        await c.write_event(chunk.event())
+        await anyio.sleep(0.01)
+
+
+async def test_asr_transcribes_during_the_clients_trailing_silence() -> None:
+    svc = service()
+    stt = svc.voice.stt  # type: ignore[union-attr]
+    stt.delay_s = 0.3
+    async with svc, client(svc) as c:
+        warm = len(stt.calls)  # the pipeline's warm-up pass
+        await _record(c, [(0.6, 440.0), (0.7, 0)])  # speech, then the client's silence
+        await wait_for(lambda: len(stt.calls) > warm)  # the pass started before audio-stop
+        assert stt.calls[warm] < 1.0  # on the recording so far
+        await c.write_event(AudioStop().event())
+        _, text = await read_transcript(c)
+    assert text == "tone 440" and len(stt.calls) == warm + 1  # no second pass at audio-stop
+
+
+async def test_asr_speculation_is_not_used_when_speech_resumes() -> None:
+    svc = service()
+    stt = svc.voice.stt  # type: ignore[union-attr]
+    async with svc, client(svc) as c:
+        warm = len(stt.calls)
+        await _record(c, [(0.4, 440.0), (0.4, 0), (0.6, 880.0), (0.3, 0)])
+        await c.write_event(AudioStop().event())
+        _, text = await read_transcript(c)
+    passes = stt.calls[warm:]
+    assert text == "tone 880"  # not the mid-sentence pause's pass ("tone 440")
+    assert passes[0] < 0.8 and passes[-1] > 1.3  # the pause's pass, then one with all speech

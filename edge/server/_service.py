@@ -45,6 +45,7 @@ from ._speculation import TurnSpeculator
 from ._warmup import PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
+from ._wyoming_asr import AsrSpeculation
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class EdgeService:
         self.voice = (
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
+        self._vad_factory = vad_factory
         self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
         self.speculator = TurnSpeculator(self.router, self.conversation, self.answers)
         self._register_agents()
@@ -256,8 +258,23 @@ class EdgeService:
                 read_timeout_s=s.wyoming_read_timeout_s,
                 max_synthesize_chars=s.max_synthesize_chars,
             ),
+            speculation=self._wyoming_speculation(),
         )
         return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
+
+    def _wyoming_speculation(self) -> AsrSpeculation | None:
+        """Wyoming ``asr`` transcribes during the client's trailing silence, with the same
+        VAD and pause as the voice pipeline's speculative final pass."""
+        if self.voice is None or not self.voice.config.speculative_final:
+            return None
+        from edge.voice import SileroVAD
+
+        config = self.voice.config
+        return AsrSpeculation(
+            vad_factory=self._vad_factory or SileroVAD,
+            threshold=config.vad.threshold,
+            after_s=config.speculative_after_ms / 1000,
+        )
 
     def _make_llm(self) -> LLMService:
         s = self.settings

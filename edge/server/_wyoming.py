@@ -74,6 +74,7 @@ from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
 from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
+from ._wyoming_asr import AsrSpeculation, SpeculativeAsr
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
 
@@ -115,6 +116,7 @@ class WyomingBackend:
     version: str
     handle_timeout_s: float = 60.0
     limits: WyomingLimits = field(default_factory=WyomingLimits)
+    speculation: AsrSpeculation | None = None  # transcribe during the client's silence
     conversations: HaConversationParticipants = field(init=False)
 
     def __post_init__(self) -> None:
@@ -201,6 +203,7 @@ class WyomingHandler(AsyncEventHandler):
         self.participant_id = participant_id
         self.refused = refused  # why this connection is not served (it is told, then closed)
         self._audio: list[np.ndarray] | None = None  # the recording, resampled to 16 kHz
+        self._speculation: SpeculativeAsr | None = None
         self._samples = 0
         self._resampler: StreamResampler | None = None
         limits = backend.limits
@@ -244,7 +247,8 @@ class WyomingHandler(AsyncEventHandler):
         except (ConnectionError, OSError):
             pass  # the peer went away while we wrote
         finally:
-            self._audio, self._resampler = None, None  # the recording's memory goes now
+            # the recording's memory goes now
+            self._audio, self._resampler, self._speculation = None, None, None
             await self.disconnect()
             self.writer.close()
 
@@ -311,6 +315,13 @@ class WyomingHandler(AsyncEventHandler):
         self._audio, self._samples, self._format = [], 0, fmt
         self._pacer.restart()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
+        self._speculation = self._speculate()
+
+    def _speculate(self) -> SpeculativeAsr | None:
+        config, stt, spawn = self.backend.speculation, self.backend.stt, self.spawn
+        if config is None or stt is None or spawn is None:
+            return None
+        return config.start(stt, spawn)
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -348,10 +359,12 @@ class WyomingHandler(AsyncEventHandler):
         samples = self._resampler.process(samples)
         limit = self.backend.limits.max_asr_seconds
         if self._samples + len(samples) > limit * STT_RATE:
-            self._audio, self._resampler = None, None
+            self._audio, self._resampler, self._speculation = None, None, None
             raise ClientError(f"recording longer than {limit:g} s; send shorter turns")
         self._samples += len(samples)
         self._audio.append(samples)
+        if self._speculation is not None:
+            self._speculation.feed(samples, self._audio)
         await self._pacer.take(len(samples) / STT_RATE)
 
     async def _transcribe(self) -> None:
@@ -359,8 +372,12 @@ class WyomingHandler(AsyncEventHandler):
         self._need(stt, "asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
-        parts, resampler = self._audio, self._resampler
-        self._audio, self._format, self._resampler = None, None, None
+        parts, resampler, speculation = self._audio, self._resampler, self._speculation
+        self._audio, self._format, self._resampler, self._speculation = None, None, None, None
+        text = await speculation.take() if speculation is not None else None
+        if text is not None:  # no speech after the pause it transcribed
+            await write_transcript(self.write_event, text)
+            return
         if resampler is not None:
             parts.append(resampler.process(np.zeros(0, np.float32), last=True))
         audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
@@ -456,6 +473,7 @@ class WyomingHandler(AsyncEventHandler):
             )
 
     release: Callable[[], None] | None = None  # gives the connection slot back
+    spawn: Callable[..., None] | None = None  # starts a task in the server's task group
 
     async def disconnect(self) -> None:
         release, self.release = self.release, None
@@ -508,6 +526,7 @@ class WyomingServer:
         handler = WyomingHandler(self.backend, pid, reader, writer, refused=refused)
         if refused is None:
             handler.release = partial(self.slots.release, address)
+            handler.spawn = self._tasks.start_soon
         return handler
 
     async def __aenter__(self) -> WyomingServer:
