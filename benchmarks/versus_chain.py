@@ -334,7 +334,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
         or [np.nan]
         for p in paths
     ]
-    dist.boxplot(data, vert=False, tick_labels=[f"({p})" for p in paths], showfliers=True)
+    dist.boxplot(
+        data, orientation="horizontal", tick_labels=[f"({p})" for p in paths], showfliers=True
+    )
     for i, values in enumerate(data, start=1):
         dist.scatter(values, np.full(len(values), i), s=12, alpha=0.6, color="#4a7ab0")
     dist.invert_yaxis()
