@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
 from edge.cli._main import build_parser
@@ -103,6 +104,12 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
             if line.startswith("serving on "):
                 url = line.split()[-1]
         assert url.startswith("ws://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
+        console = serve.stdout.readline().split()  # the browser console, with the token
+        assert console[0] == "console:" and console[1].startswith(
+            url.replace("ws://", "http://") + "/?token="
+        )
+        page = httpx.get(console[1], timeout=10)
+        assert page.status_code == 200 and "xr-edge console" in page.text
         client = subprocess.run(  # turns from standard input, one per line
             [*EDGE, "client", "--url", url, "--participant", "cli"],
             input="hello there\n\nand again\n",
