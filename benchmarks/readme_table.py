@@ -180,6 +180,13 @@ ROWS: list[Row] = [
         routing_accuracy,
         "same, and `--set benchmarks/routing_eval_holdout.jsonl`",
     ),
+    ("Piper TTS real-time factor", tts_rtf, "`benchmarks/voice_latency.py --llm`"),
+    ("Whisper tiny.en STT real-time factor, shortest / longest sentence", stt_rtf, "same"),
+    (
+        "end of speech → first reply audio, voice layer alone / with the local LLM",
+        voice_loop,
+        "same",
+    ),
     (
         "through `edge serve` over WebSocket: text turn → first reply text, first turn "
         "(prefix warmed at join) / follow-up",
@@ -202,19 +209,6 @@ ROWS: list[Row] = [
         "derived budgets, profile figures: dialogue / topic / compaction input / router",
         budgets,
         "`benchmarks/device_budgets.py`",
-    ),
-]
-
-
-# Rows waiting for a committed result file (the voice_latency run of this session crashed
-# on a closed model and its rerun did not get the CPU in time); add them back with it.
-PENDING: list[Row] = [
-    ("Piper TTS real-time factor", tts_rtf, "`benchmarks/voice_latency.py --llm`"),
-    ("Whisper tiny.en STT real-time factor, shortest / longest sentence", stt_rtf, "same"),
-    (
-        "end of speech → first reply audio, voice layer alone / with the local LLM",
-        voice_loop,
-        "same",
     ),
 ]
 
