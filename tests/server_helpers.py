@@ -12,10 +12,11 @@ from wyoming.event import Event
 from wyoming.handle import HandledChunk, HandledStart, HandledStop
 from wyoming.tts import SynthesizeStopped
 
+from edge.decisions import ScriptedDecisions
 from edge.interaction import PARTICIPANT_LEFT_TOPIC, ParticipantLeft
-from edge.llm import ChatMessage, ScriptedReply
+from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.runtime import Agent, HandlerContext
-from edge.server import ServiceSettings
+from edge.server import EdgeService, ServiceSettings
 
 
 async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
@@ -123,3 +124,12 @@ async def read_spoken(client: AsyncClient, *, until_stopped: bool = True) -> lis
             return sentences
         else:
             raise AssertionError(f"unexpected {event.type} in speech")
+
+
+def make_service(**kw: object) -> EdgeService:
+    """The whole service on the scripted model and routing (``settings`` for the rest)."""
+    return EdgeService(
+        settings(**kw),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )

@@ -21,18 +21,10 @@ from tests.console_helpers import (
     fake_microphone,
     page_state,
 )
-from tests.server_helpers import answer_for, settings
+from tests.server_helpers import answer_for, make_service, settings
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, tone
 
 pytestmark = pytest.mark.anyio
-
-
-def make_service(**kw: object) -> EdgeService:
-    return EdgeService(
-        settings(**kw),
-        llm=ScriptedLLM(answer_for),
-        decisions=ScriptedDecisions(default="conversation"),
-    )
 
 
 def http_base(service: EdgeService) -> str:

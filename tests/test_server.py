@@ -24,17 +24,9 @@ from edge.server._protocol import (
     Status,
 )
 from edge.voice import chunk_pcm
-from tests.server_helpers import Departures, answer_for, settings, wait_for
+from tests.server_helpers import Departures, answer_for, make_service, settings, wait_for
 
 pytestmark = pytest.mark.anyio
-
-
-def make_service(**kw: object) -> EdgeService:
-    return EdgeService(
-        settings(**kw),
-        llm=ScriptedLLM(answer_for),
-        decisions=ScriptedDecisions(default="conversation"),
-    )
 
 
 async def test_text_turn_streams_reply_frames_in_order() -> None:

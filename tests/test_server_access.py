@@ -15,11 +15,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from edge.decisions import ScriptedDecisions
-from edge.llm import ScriptedLLM
 from edge.server import (
     EdgeClient,
-    EdgeService,
     ProtocolError,
     load_or_create_token,
     local_token,
@@ -28,15 +25,9 @@ from edge.server import (
     rotate_token,
     token_path,
 )
-from tests.server_helpers import answer_for, settings
+from tests.server_helpers import make_service
 
 pytestmark = pytest.mark.anyio
-
-
-def make_service(**kw: object) -> EdgeService:
-    return EdgeService(
-        settings(**kw), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions("conversation")
-    )
 
 
 def test_token_file_is_created_private_and_rotates(tmp_path: Path) -> None:
