@@ -140,6 +140,13 @@ def server_memory(m: str) -> str:
     return f"{rss['idle_mb']:.0f} / {rss['after_turns_mb']:.0f} MB"
 
 
+def versus_chain(m: str) -> str:
+    paths = load_results("versus_chain", m)["summary"]
+    chain = f"chain {s(paths['d']['p50'])}"
+    ours = [f"{k} {s(paths[k]['p50'])} ({paths[k]['ratio']['p50']:.2f}×)" for k in "abc"]
+    return " / ".join([*ours, chain])
+
+
 def budgets(m: str) -> str:
     b = load_results("device_budgets", m)["profiles"][m]["budgets"]
     fields = ("dialogue_budget_bytes", "topic_budget_bytes", "compaction_input_budget_bytes")
@@ -204,6 +211,13 @@ ROWS: list[Row] = [
         "idle / after the turns",
         server_memory,
         "same",
+    ),
+    (
+        "spoken turn against the Home Assistant chain (wyoming-faster-whisper + llama.cpp "
+        "server + wyoming-piper), p50 to first reply audio and ratio to the chain's p50: "
+        "(a) hands-free / (b) push-to-talk / (c) our Wyoming / the chain",
+        versus_chain,
+        "`benchmarks/versus_chain.py`",
     ),
     (
         "derived budgets, profile figures: dialogue / topic / compaction input / router",
