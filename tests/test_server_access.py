@@ -36,7 +36,7 @@ def test_token_file_is_created_private_and_rotates(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(token_path(tmp_path)).st_mode) == 0o600
     assert load_or_create_token(tmp_path) == token  # stable across starts
     assert rotate_token(tmp_path) != token
-    assert local_token("ws://10.0.0.5:8765") is None  # never handed to another host
+    assert local_token("ws://lab-box.example:8765") is None  # never handed to another host
 
 
 def test_edge_token_command_shows_and_rotates(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncZeroconf
 from edge import __version__
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, discover
+from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, ServiceSettings, discover
 from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -151,8 +151,11 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
 
 
 async def test_wyoming_is_loopback_only_unless_addresses_are_allowed() -> None:
-    everywhere = EdgeService(  # constructed only: tests never listen beyond loopback
-        settings(host="0.0.0.0", wyoming_port=0),
+    # The service's default host (all interfaces); these two services are constructed only,
+    # never started: tests listen on loopback alone.
+    all_interfaces = ServiceSettings().host
+    everywhere = EdgeService(
+        settings(host=all_interfaces, wyoming_port=0),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
     )
@@ -164,11 +167,11 @@ async def test_wyoming_is_loopback_only_unless_addresses_are_allowed() -> None:
         decisions=ScriptedDecisions(default="conversation"),
     )
     allowed = EdgeService(
-        settings(host="0.0.0.0", wyoming_port=0, wyoming_allow=("192.168.1.0/24",)),
+        settings(host=all_interfaces, wyoming_port=0, wyoming_allow=("127.0.0.0/8",)),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
     )
-    assert allowed.wyoming_host == "0.0.0.0"
+    assert allowed.wyoming_host == all_interfaces
     async with service:
         assert service.wyoming is not None
         port = service.wyoming.bound_port
