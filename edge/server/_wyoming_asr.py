@@ -18,9 +18,7 @@ from typing import Any
 import anyio
 import numpy as np
 
-from edge.voice import SpeechToText
-
-STT_RATE = 16_000
+from edge.voice import STT_RATE, SpeechToText
 
 
 @dataclass(frozen=True)
