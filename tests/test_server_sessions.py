@@ -154,3 +154,24 @@ async def test_sessions_survive_a_restart_and_health_reports_the_store(tmp_path)
             await client.ask("what is the freezer code?")
         prompt = second.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
         assert "the freezer code is 5512" in prompt
+
+
+async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_it(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    from edge.server import _sessions
+
+    monkeypatch.setattr(_sessions, "MAX_REPLY_BYTES", 600)
+    async with service() as svc:
+        async with EdgeClient(svc.websocket_url, participant_id="alice") as client:
+            for i in range(6):
+                await client.ask(f"fact number {i} " + "x" * 100)
+            pages = [await client.history(limit=500)]
+            while (seen := sum(len(p.entries) for p in pages)) < pages[0].total:
+                pages.append(await client.history(offset=seen, limit=500))
+            assert len(pages) > 1 and pages[0].total == 6  # shrunk to fit, not refused
+            said = [u for page in pages for u in users(page)]
+            assert said == [f"fact number {i} " + "x" * 100 for i in range(6)]
+            with pytest.raises(ClientRequestError, match="edge sessions export alice"):
+                await client.export()
+            await client.ask("still here")  # the connection carries on

@@ -49,6 +49,9 @@ from ._protocol import (
 log = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 3600.0
+MAX_REPLY_BYTES = 2 << 20
+"""The most a history page or an export may encode to: half the 4 MiB frame
+:class:`~edge.server.EdgeClient` accepts, so any client with a sane limit can read it."""
 
 
 class Sessions:
@@ -81,12 +84,7 @@ class Sessions:
     async def answer(self, participant_id: str, request: Any) -> ServerMessage:
         """The reply to one session request of the connection that owns the participant."""
         if isinstance(request, HistoryRequest):
-            records, total = self.store.history(
-                participant_id, offset=request.offset, limit=request.limit
-            )
-            return HistoryPage(
-                offset=request.offset, total=total, entries=[asdict(r) for r in records]
-            )
+            return self.history(participant_id, request.offset, request.limit)
         if isinstance(request, ContextViewRequest):
             return self.view(participant_id)
         if isinstance(request, CompactRequest):
@@ -99,6 +97,21 @@ class Sessions:
         if isinstance(request, ImportRequest):
             return await self._import(participant_id, request.document)
         raise ClientError(f"not a session request: {getattr(request, 'type', request)!r}")
+
+    def history(self, participant_id: str, offset: int, limit: int) -> HistoryPage:
+        """Up to ``limit`` entries from ``offset``, fewer when they would encode to more
+        than :data:`MAX_REPLY_BYTES` (at least one): the client pages on from
+        ``offset + len(entries)`` up to ``total``."""
+        records, total = self.store.history(participant_id, offset=offset, limit=limit)
+        entries: list[dict[str, Any]] = []
+        size = 0
+        for record in records:
+            entry = asdict(record)
+            size += len(json.dumps(entry, ensure_ascii=False).encode())
+            if entries and size > MAX_REPLY_BYTES:
+                break
+            entries.append(entry)
+        return HistoryPage(offset=offset, total=total, entries=entries)
 
     def view(self, participant_id: str) -> ContextView:
         blocks = self.context.blocks(participant_id)
@@ -127,9 +140,17 @@ class Sessions:
 
     def export(self, participant_id: str) -> dict[str, Any]:
         try:
-            return export_participant(self.store, participant_id)
+            document = export_participant(self.store, participant_id)
         except KeyError:
             raise ClientError("nothing is stored for this participant yet") from None
+        size = len(json.dumps(document, ensure_ascii=False).encode())
+        if size > MAX_REPLY_BYTES:
+            raise ClientError(
+                f"this participant's export is {size / (1 << 20):.1f} MiB, more than one "
+                f"message carries ({MAX_REPLY_BYTES >> 20} MiB): run `edge sessions export "
+                f"{participant_id}` on the device, or page through `history`"
+            )
+        return document
 
     async def _import(self, participant_id: str, document: dict[str, Any]) -> Imported:
         await self.context.suspend(participant_id)
