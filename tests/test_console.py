@@ -104,6 +104,25 @@ async def test_typed_turn_streams_text_shows_the_models_view_and_keeps_the_token
     assert service.token not in caplog.text
 
 
+async def test_a_reload_resumes_the_same_participant_on_connect() -> None:
+    async with make_service(voice=False) as service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url)  # no id typed: the service assigns one
+            assigned = await page.text_content("#st-participant")
+            await page.fill("#turn-text", "remember the red door")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="That is all.").wait_for()
+            await page.reload()  # the token left the address bar: the tab keeps it
+            assert await page.input_value("#participant") == assigned
+            assert "resume" in (await page.text_content("#notice") or "")
+            await page.click("#connect")
+            await page.locator("#history li").filter(has_text="remember the red door").wait_for()
+            log = await page.text_content("#events")
+    assert assigned and assigned.startswith("p-")
+    assert f"joined as {assigned} (resumed)" in (log or "")
+
+
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
     async with make_service() as service:
         url = console_address(service.websocket_url, "not-the-token")

@@ -126,6 +126,7 @@ function onWelcome(welcome) {
     .join(" · ") || "–";
   if (welcome.session_token) {
     sessionStorage.setItem(`edge.resume.${welcome.participant_id}`, welcome.session_token);
+    sessionStorage.setItem("edge.participant", welcome.participant_id); // for a reload
   }
   logEvent(`joined as ${welcome.participant_id}${welcome.resumed ? " (resumed)" : ""}`);
   for (const id of ["turn-text", "send", "scene-text", "scene-send", "stop-reply"]) $(id).disabled = false;
@@ -418,7 +419,17 @@ function wire() {
   window.addEventListener("beforeunload", () => session && session.close());
 }
 
+/** After a reload, this tab's last participant (with its resume token) is pre-filled, so
+ * Connect resumes the same conversation; the click is still needed, to unlock audio. */
+function offerResume() {
+  const last = sessionStorage.getItem("edge.participant");
+  if (!last || !sessionStorage.getItem(`edge.resume.${last}`) || $("participant").value) return;
+  $("participant").value = last;
+  notice(`Connect to resume as ${last}; clear the participant field to start afresh.`, "info");
+}
+
 wire();
+offerResume();
 pollHealth();
 setInterval(pollHealth, 5000);
 if (token === null && new URL(location.href).searchParams.size === 0) {
