@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from edge.decisions import ScriptedDecisions
@@ -191,3 +192,53 @@ async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_u
     assert turn["origin"] == "voice" and turn["text"] == "tone 440"
     assert turn["reply"]["conversation"] == "You said: tone 440. That is all."
     assert turn["stages"][:3] == ["end of speech", "final transcript", "query"]
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"), [("push-to-talk", "client"), ("hands-free", "barge-in")]
+)
+async def test_speaking_over_a_reply_stops_it_in_the_page(
+    tmp_path: Path, how: str, reason: str
+) -> None:
+    """Barge-in: a typed turn's long spoken reply (paced in real time) is playing when the
+    participant speaks. Holding push-to-talk stops it from the page (an ``interrupt``);
+    hands-free, the service hears the speech and interrupts it. Either way the page
+    flushes what it had queued and marks the turn interrupted, and the spoken turn is
+    answered."""
+    speech = np.concatenate([tone(1.5, 440.0, level=0.3), np.zeros(64_000, np.float32)])
+    wav = write_wav(tmp_path / "tone.wav", speech, 16_000)  # the fake microphone loops it
+    long_reply = " ".join(["Here is a long story about the lab."] * 20)  # 16 s of speech
+    service = EdgeService(
+        settings(voice=True),
+        llm=ScriptedLLM([long_reply], default="Short answer."),
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(),
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(playback_speed=1.0, partial_interval_s=0),
+    )
+    async with service, chromium_page(fake_microphone(wav)) as page:
+        await connect(page, console_address(service.websocket_url, service.token))
+        await page.fill("#turn-text", "tell me a story")
+        await page.keyboard.press("Enter")
+        await page.wait_for_function("() => window.edgeConsole.state().player.bytes > 0")
+        if how == "hands-free":
+            await page.click("#mic-toggle")
+        else:
+            await page.focus("#ptt")
+            await page.keyboard.down("Space")
+        await page.locator("#turns .turn.interrupted").wait_for(timeout=15_000)
+        if how == "push-to-talk":
+            await page.wait_for_timeout(1500)  # the question goes on after the barge-in
+            await page.keyboard.up("Space")
+        await page.wait_for_function(
+            "() => window.edgeConsole.state().turns.some((t) => t.origin === 'voice' && t.done)",
+            timeout=15_000,
+        )
+        state = await page_state(page)
+        log = await page.text_content("#events")
+    story, spoken = state["turns"][0], state["turns"][-1]
+    assert story["origin"] == "websocket" and story["interrupted"]
+    assert f"reply interrupted ({reason})" in (log or "")
+    assert state["player"]["seconds"] < 16  # the rest of the story never played
+    assert spoken["text"] == "tone 440" and spoken["reply"]["conversation"] == "Short answer."

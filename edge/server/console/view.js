@@ -183,6 +183,7 @@ export class Turns {
         text: turn.text,
         origin: turn.origin,
         done: turn.done,
+        interrupted: Boolean(turn.interrupted),
         reply: Object.fromEntries([...turn.sources].map(([s, p]) => [s, p.text])),
         frames: Object.fromEntries([...turn.sources].map(([s, p]) => [s, p.frames])),
         stages: [...turn.stages.keys()],
