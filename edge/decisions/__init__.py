@@ -11,6 +11,8 @@ from ._types import (
     Criterion,
     DecisionError,
     DecisionService,
+    PrefetchDecisions,
+    PreparingDecisions,
     answer_from_logits,
     validate_answer,
 )
@@ -22,7 +24,9 @@ __all__ = [
     "DecisionError",
     "DecisionService",
     "LocalDecisionService",
+    "PrefetchDecisions",
     "PrefetchingDecisions",
+    "PreparingDecisions",
     "ScriptedChoice",
     "ScriptedDecisions",
     "answer_from_logits",

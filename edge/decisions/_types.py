@@ -157,3 +157,19 @@ class DecisionService(Protocol):
     """Answers typed choice questions; the router depends only on this."""
 
     async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer: ...
+
+
+@runtime_checkable
+class PreparingDecisions(Protocol):
+    """A decision service that can get ready for the questions a turn will ask (e.g.
+    evaluate the local model's option prefix at start-up)."""
+
+    async def prepare(self, question: ChoiceQuestion) -> None: ...
+
+
+@runtime_checkable
+class PrefetchDecisions(Protocol):
+    """A decision service that can answer a question ahead of the turn that will ask it,
+    and give the turn that same answer (:class:`~edge.decisions.PrefetchingDecisions`)."""
+
+    async def prefetch(self, question: ChoiceQuestion) -> ChoiceAnswer: ...

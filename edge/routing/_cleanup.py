@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from ._state import Participant
-from ._types import RoutableAgent
+from ._types import LeaveAware, RoutableAgent
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,9 @@ async def release_participant(
     errors: list[Exception] = []
     for route in sorted(state.used):
         destination = destinations[route]
-        hook = getattr(destination, "participant_left", None)
         try:
-            if callable(hook):
-                await hook(pid)
+            if isinstance(destination, LeaveAware):
+                await destination.participant_left(pid)
             else:
                 await destination.release(pid)
         except Exception as exc:

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from edge.decisions import DecisionError, DecisionService, validate_answer
+from edge.decisions import (
+    DecisionError,
+    DecisionService,
+    PrefetchDecisions,
+    PreparingDecisions,
+    validate_answer,
+)
 from edge.runtime import BackgroundTasks
 
 from ._acknowledge import Acknowledger, Acknowledgment, validate_acknowledgment_config
@@ -93,7 +99,7 @@ class AgentRouter:
                     f"destination {name!r} ({type(destination).__name__}) does not implement "
                     "RoutableAgent (routing_aid, admit, answer, release)"
                 )
-        if not callable(getattr(decisions, "decide", None)):
+        if not isinstance(decisions, DecisionService):
             raise TypeError("decisions must be a DecisionService with an async decide()")
         if isinstance(context_budget_bytes, bool) or not isinstance(context_budget_bytes, int):
             raise TypeError("context_budget_bytes must be an int")
@@ -170,11 +176,12 @@ class AgentRouter:
         would see (all eligible destinations), e.g. evaluate the local model's option prefix
         at start-up so the first real decision is warm. A no-op for services without
         ``prepare()`` or with fewer than two eligible destinations."""
-        prepare = getattr(self._decisions, "prepare", None)
+        if not isinstance(self._decisions, PreparingDecisions):
+            return
         aids = self._aids(participant_id)
         eligible = sorted(name for name, aid in aids.items() if aid.eligible)
-        if callable(prepare) and len(eligible) > 1:
-            await prepare(routing_question("", eligible, aids, []))
+        if len(eligible) > 1:
+            await self._decisions.prepare(routing_question("", eligible, aids, []))
 
     async def likely_destination(self, participant_id: str, text: str) -> str | None:
         """Where a turn saying ``text`` would most likely go now, without running it or
@@ -193,7 +200,8 @@ class AgentRouter:
             return candidates[0] if candidates else None
         history = newest_within(list(state.history), self.context_budget_bytes) if state else []
         question = routing_question(text, candidates, aids, history)
-        ask = getattr(self._decisions, "prefetch", self._decisions.decide)
+        decisions = self._decisions
+        ask = decisions.prefetch if isinstance(decisions, PrefetchDecisions) else decisions.decide
         try:
             answer = validate_answer(question, await ask(question))
         except DecisionError:

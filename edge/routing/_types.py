@@ -75,8 +75,8 @@ StartedSignal = Callable[[], Awaitable[None]]
 class RoutableAgent(Protocol):
     """A destination the router can admit, answer with, and release.
 
-    An optional ``async participant_left(participant_id)`` hook, when present, is called on
-    departure instead of ``release()``.
+    A destination that is also :class:`LeaveAware` has its ``participant_left()`` called
+    on departure instead of ``release()``.
     """
 
     def routing_aid(self, participant_id: str) -> RoutingAid: ...
@@ -86,6 +86,14 @@ class RoutableAgent(Protocol):
     async def answer(self, turn: AgentTurn, *, started: StartedSignal) -> DestinationResult: ...
 
     async def release(self, participant_id: str) -> None: ...
+
+
+@runtime_checkable
+class LeaveAware(Protocol):
+    """A destination with its own departure hook (e.g. one that ends a participant's
+    session and keeps its stored context), called instead of ``release()``."""
+
+    async def participant_left(self, participant_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
