@@ -40,9 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     conv.add_argument(
         "--half",
-        choices=("both", "design", "held-out"),
-        default="both",
-        help="which half of the recall cases to run (reported separately)",
+        choices=("all", "both", "design", "held-out", "fresh"),
+        default="all",
+        help="which recall cases to run, each set reported separately: the design and "
+        "held-out halves (both), the later fresh held-out set, or all (default)",
     )
     conv.add_argument(
         "--profile",
@@ -83,20 +84,23 @@ def run_conversation(args: argparse.Namespace) -> int:
 
     console = Console(width=max(Console().width, 140))
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
-    halves = {"both": (False, True), "design": (False,), "held-out": (True,)}[args.half]
+    halves = {
+        "all": ("design", "held_out", "fresh"),
+        "both": ("design", "held_out"),
+        "design": ("design",),
+        "held-out": ("held_out",),
+        "fresh": ("fresh",),
+    }[args.half]
     recall = [
         c
         for c in RECALL_CASES
-        if args.part != "sessions"
-        and c.held_out in halves
-        and (not args.case or c.name in args.case)
+        if args.part != "sessions" and c.half in halves and (not args.case or c.name in args.case)
     ]
     if args.list or not (cases or recall):
         for c in CASES:
             console.print(f"{c.name}  [dim]({c.theme}, {len(c.events)} events)[/]")
         for r in RECALL_CASES:
-            half = "held-out" if r.held_out else "design"
-            console.print(f"{r.name}  [dim](recall, {r.kind}, {half})[/]")
+            console.print(f"{r.name}  [dim](recall, {r.kind}, {r.half})[/]")
         return 0 if args.list else 2
     if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
         logging.getLogger("edge.conversation").setLevel(logging.ERROR)
@@ -166,6 +170,7 @@ def _print_sessions(console: Console, results: list) -> dict:
 
 
 def _print_recall(console: Console, results: list) -> dict:
+    from edge.conversation import RECALL_EVAL_HALVES as HALVES
     from edge.conversation import recall_eval_summary as summarize
 
     table = Table(title="edge eval conversation: long-session recall (control vs recall)")
@@ -180,7 +185,7 @@ def _print_recall(console: Console, results: list) -> dict:
         "answer @30",
     ):
         table.add_column(col)
-    for r in sorted(results, key=lambda r: (r.held_out, r.name)):
+    for r in sorted(results, key=lambda r: (HALVES.index(r.half), r.name)):
         methods: dict[str, int] = {}
         for c in r.compactions:
             methods[c["method"]] = methods.get(c["method"], 0) + 1
@@ -188,7 +193,7 @@ def _print_recall(console: Console, results: list) -> dict:
         table.add_row(
             r.name,
             r.kind,
-            "held-out" if r.held_out else "design",
+            r.half,
             f"{r.score(0):.1f}",
             f"{r.score(10):.1f}",
             f"{r.score(30):.1f}",
@@ -197,7 +202,7 @@ def _print_recall(console: Console, results: list) -> dict:
         )
     console.print(table)
     summary = summarize(results)
-    for half in ("design", "held_out"):
+    for half in HALVES:
         if half in summary:
             h = summary[half]
             console.print(

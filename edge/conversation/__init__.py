@@ -28,6 +28,7 @@ from ._eval import CASES as EVAL_CASES
 from ._eval import CaseResult as EvalCaseResult
 from ._eval import run_eval
 from ._eval_recall import FILLERS as RECALL_EVAL_FILLERS
+from ._eval_recall import HALVES as RECALL_EVAL_HALVES
 from ._eval_recall import RECALL_CASES as RECALL_EVAL_CASES
 from ._eval_recall import RecallResult as RecallCaseResult
 from ._eval_recall import profile_budgets as recall_eval_budgets
@@ -43,6 +44,7 @@ __all__ = [
     "EVAL_CASES",
     "RECALL_EVAL_CASES",
     "RECALL_EVAL_FILLERS",
+    "RECALL_EVAL_HALVES",
     "ROUTE_EXAMPLES",
     "CompactionAttempt",
     "CompactionPrompts",
