@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import time
 from collections import defaultdict
@@ -168,3 +169,12 @@ __all__ = [
 def words(text: str) -> list[str]:
     """Lower-case words without punctuation, to compare transcripts."""
     return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
+
+def heard_as(heard: str, said: str, slack: int = 1) -> bool:
+    """Whisper heard what Piper said, give or take ``slack`` words: a short function word
+    ("in"/"and") can come out differently on another CPU, the sentence may not."""
+    a, b = words(heard), words(said)
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    same = sum(block.size for block in matcher.get_matching_blocks())
+    return max(len(a), len(b)) - same <= slack
