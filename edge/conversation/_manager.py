@@ -64,8 +64,9 @@ class ContextManager:
     Edge options: compaction starts only after the device (the model's activity tracker
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
     background priority, drains the whole backlog oldest first, then re-warms the prompt
-    prefix of each participant whose summary changed (``rewarm``, when the model has
-    ``warm``). ``timezone`` is the zone times are shown in (local by default); ``clock``
+    prefix of each participant whose summary changed or who completed an exchange
+    (``rewarm``, when the model has ``warm``), so their next answer evaluates only its
+    request. ``timezone`` is the zone times are shown in (local by default); ``clock``
     returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
@@ -320,7 +321,9 @@ class ContextManager:
             self._recall.add(
                 Statement(participant_id, stored.id, record.timestamp_us, record.section, said)
             )
-        if section.needs_compaction():
+        if record.kind == "exchange" and part.system is not None and self._rewarm:
+            part.warm_pending = True  # the next answer then evaluates only its request
+        if section.needs_compaction() or part.warm_pending:
             self._worker.wake()
         return True
 

@@ -290,6 +290,16 @@ class LlamaEngine:
             reuse = max(0, reuse - 1)
         return reuse, list(target[reuse:])
 
+    def holds(self, key: str, tokens: Sequence[int]) -> bool:
+        """Whether the live context is ``key``'s and holds exactly ``tokens`` (checked by
+        length and last token: only its owner's steps change it)."""
+        n = self.llama.n_tokens
+        return (
+            self.owner == key
+            and n == len(tokens)
+            and (n == 0 or int(self.llama.input_ids[n - 1]) == tokens[-1])
+        )
+
     def truncate(self, n: int) -> None:
         if n < self.llama.n_tokens:
             self.llama._ctx.kv_cache_seq_rm(-1, n, -1)
@@ -336,6 +346,11 @@ class LlamaEngine:
 
     def sample(self, sampler: Any) -> int:
         return int(sampler.sample(self.llama._ctx, -1))
+
+    def advance(self, token: int, sampler: Any) -> int:
+        """Evaluate one generated token and sample the next (one step of generation)."""
+        self.eval([token])
+        return self.sample(sampler)
 
     def logprobs(self) -> Any:
         """Log-softmax (a numpy array) of the next-token distribution after the last

@@ -255,6 +255,18 @@ class LlamaCppLLM(StreamingLLM):
             if not preempted:
                 return first_reuse
 
+    async def _next_token(self, slot: Slot, key: str, context: Sequence[int], sampler: Any) -> int:
+        """Evaluate the token just generated (the last of ``context``) and sample the next.
+
+        One worker-thread step while the live context is the request's own, one token short
+        of ``context`` (per-step thread hops cost as much as a small model's token); the
+        full path otherwise (background work preempted meanwhile, a switched context)."""
+        engine = self._engine
+        if not slot.should_yield() and engine.holds(key, context[:-1]):
+            return await self._step(engine.advance, context[-1], sampler)
+        await self._ensure(slot, key, context)
+        return await self._step(engine.sample, sampler)
+
     def _job_key(self, cache_key: str | None) -> tuple[str, bool]:
         if cache_key is not None:
             if cache_key.startswith("__job:"):
@@ -307,8 +319,8 @@ class LlamaCppLLM(StreamingLLM):
                 held = ""
                 finish = "length"
                 first_at: float | None = None
+                token = await self._step(engine.sample, sampler)
                 while len(generated) < budget:
-                    token = await self._step(engine.sample, sampler)
                     if engine.is_eog(token):
                         finish = "stop"
                         break
@@ -327,7 +339,7 @@ class LlamaCppLLM(StreamingLLM):
                         held = ""
                         break
                     if len(generated) < budget:
-                        await self._ensure(slot, key, prompt + generated)
+                        token = await self._next_token(slot, key, prompt + generated, sampler)
                 tail = held + decoder.decode(b"", final=True)
                 if tail:
                     yield tail

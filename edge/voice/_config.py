@@ -78,4 +78,4 @@ class VoiceConfig(BaseModel):
     tts_lookahead: int = Field(default=2, ge=1)
     first_clause_chars: int | None = Field(default=20, ge=1, le=220)
     speculative_final: bool = True
-    speculative_after_ms: int = Field(default=150, ge=0)
+    speculative_after_ms: int = Field(default=100, ge=0)

@@ -6,7 +6,11 @@ usually ready when the utterance ends:
 * while the participant speaks, a partial transcript every ``partial_interval_s`` of
   new speech, only when the model is free (never queued behind other work);
 * once a pause has lasted ``speculative_after_ms`` a *speculative final* pass over the
-  utterance so far, which runs during the rest of the end-of-utterance silence;
+  utterance so far, which runs during the rest of the end-of-utterance silence; a pass
+  already running that covers the pause (a partial started as speech stopped) serves as
+  it, so the pause's words are known one Whisper pass after the speech stops, not two;
+* a pause's words are handed out as a speculation (the owner may prepare the answer),
+  unless they clearly continue (a trailing comma or "the", "and", ...);
 * at the endpoint, the newest pass that covers the last speech window is reused (awaited
   if still running); only when none does (speech resumed, or the cap cut the utterance)
   is a fresh pass run.
@@ -39,7 +43,7 @@ from ._endpoint import (
     UtteranceEnded,
 )
 from ._messages import Transcript
-from ._sentences import sounds_complete
+from ._sentences import clearly_continues, sounds_complete
 from ._stt import Recognition, SpeechToText
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,7 @@ class _Pass:
     stale: bool = False  # a partial overtaken before it reached the model: skipped
     started: bool = False  # reached the model
     started_at: float = 0.0
+    speculative: bool = False  # its words are the pause's guess (reported when done)
 
 
 @dataclass
@@ -196,8 +201,24 @@ class Listener:
         if self._speculated or not self.config.speculative_final:
             return
         wait = self.config.speculative_after_ms * self._rate // 1000
-        if self._endpointer.silence_samples >= max(wait, 1):
-            self._speculated = True
+        ep = self._endpointer
+        if ep.silence_samples < max(wait, 1):
+            return
+        self._speculated = True
+        covering = next(
+            (
+                p
+                for p in self._passes
+                if p.utterance == self._utterance
+                and not p.stale
+                and not p.done.is_set()
+                and p.covers >= ep.last_voiced_end
+            ),
+            None,
+        )
+        if covering is not None:
+            covering.speculative = True  # already under way over the whole pause
+        else:
             self._start_pass("speculative")
 
     def _maybe_partial(self) -> None:
@@ -219,7 +240,9 @@ class Listener:
         audio, audio_start = self._endpointer.utterance_audio()
         if self._tg is None or not len(audio):
             return None
-        job = _Pass(self._utterance, audio_start + len(audio), kind)
+        job = _Pass(
+            self._utterance, audio_start + len(audio), kind, speculative=kind == "speculative"
+        )
         if kind != "partial":
             self._drop_waiting_passes()
         self._passes.append(job)
@@ -253,7 +276,7 @@ class Listener:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
             job.done.set()
-        if job.kind == "speculative" and job.result is not None:
+        if job.speculative and job.result is not None:
             self._speculative_result(job, job.result.text)
         if job.kind == "partial" and job.result and job.result.text:
             text, utterance = job.result.text, job.utterance
@@ -275,7 +298,7 @@ class Listener:
         current = job.utterance == self._utterance and ep.speaking
         if not (current and ep.silence_samples and job.covers >= ep.last_voiced_end):
             return  # the endpoint came first, or speech resumed after the pass's audio
-        if text:
+        if text and not clearly_continues(text):  # words that trail off: nothing to prepare
             self._spoken_guess = text
             utterance = self._utterance
 

@@ -51,6 +51,17 @@ def sounds_complete(text: str) -> bool:
     return bool(words) and words[-1] not in _DANGLING
 
 
+def clearly_continues(text: str) -> bool:
+    """Whether a transcript stops where more words must follow: a trailing comma, colon,
+    dash or ellipsis, or a last word such as "the", "and", "of". Text with no end mark
+    that does not trail off this way is undecided (False)."""
+    stripped = text.strip().rstrip("\"'”’)]")
+    if not stripped or stripped.endswith(("...", "…", ",", ";", ":", "-")):
+        return True
+    words = re.findall(r"[\w']+", stripped.lower())
+    return stripped[-1] not in ".?!" and bool(words) and words[-1] in _DANGLING
+
+
 def speakable(text: str) -> str:
     """``text`` cleaned for a voice: markdown and markup symbols and URLs removed,
     whitespace collapsed. Empty when nothing in it can be spoken (no letter or digit)."""
