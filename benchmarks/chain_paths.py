@@ -88,6 +88,10 @@ class Marks:
         t0 = self.times[origin]
         return {k: round(v - t0, 4) for k, v in self.times.items()}
 
+    def unix(self, name: str) -> float:
+        """A mark as Unix seconds (to compare with times the server reports)."""
+        return self.times[name] + time.time() - time.perf_counter()
+
 
 # -- (a), (b): WebSocket ---------------------------------------------------------------
 
@@ -166,6 +170,7 @@ def ws_result(marks: Marks, origin: str) -> dict[str, Any]:
         "total_s": rel.get("audio"),
         "stages": stages(rel, "transcript", "reply_text", "audio"),
         "marks": rel,
+        "origin_unix": marks.unix(origin),
         "premature": bool(premature) or len(heard) > 1,
         "premature_marks": premature,
         "heard": heard,
@@ -354,6 +359,7 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "total_s": rel.get("audio"),
         "stages": stages(rel, "transcript", "reply_text", "audio"),
         "marks": rel,
+        "origin_unix": marks.unix("audio_stop"),
         "premature": False,  # Home Assistant endpoints the audio itself
         "heard": [text],
         "handled": marks.notes.get("handled"),

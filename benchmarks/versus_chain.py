@@ -44,6 +44,7 @@ from typing import Any
 
 import anyio
 import chain_services as svc
+import httpx
 import numpy as np
 from chain_paths import (
     RATE,
@@ -198,9 +199,38 @@ class Bench:
         )
 
     async def turn(self, path: str, utt: Utterance) -> dict[str, Any]:
+        if path == "d":
+            return await wyoming_turn(self.wyoming(path), utt)
+        before = await self.speculation()
         if path in ("a", "b"):
-            return await ws_turn(self.clients[path], utt, push_to_talk=path == "b")
-        return await wyoming_turn(self.wyoming(path), utt)
+            sample = await ws_turn(self.clients[path], utt, push_to_talk=path == "b")
+        else:
+            sample = await wyoming_turn(self.wyoming(path), utt)
+        await anyio.sleep(0.3)  # a discard may follow the first audio (the reply goes on)
+        sample["speculation"] = speculation_delta(
+            before, await self.speculation(), sample["origin_unix"]
+        )
+        return sample
+
+    async def speculation(self) -> dict[str, float]:
+        """edge serve's speculation counters (``GET /health``)."""
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.get(f"http://{svc.HOST}:{self.services['edge'].port}/health")
+            return response.json().get("speculation", {})
+
+
+def speculation_delta(
+    before: dict[str, float], after: dict[str, float], origin_unix: float
+) -> dict[str, Any]:
+    """What speculation did during one turn, and when the latest answer speculation
+    started relative to the path's start mark (negative: before it)."""
+    out: dict[str, Any] = {
+        k: int(after.get(k, 0) - before.get(k, 0)) for k in ("started", "adopted", "discarded")
+    }
+    started = after.get("last_started_unix", 0.0)
+    fresh = started > before.get("last_started_unix", 0.0)
+    out["start_s"] = round(started - origin_unix, 4) if fresh else None
+    return out
 
 
 def streaming_flags(info: Any) -> dict[str, bool]:
@@ -256,11 +286,24 @@ def summarize(samples: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]
             "stages_p50": {
                 st: median([s["stages"].get(st) for s in good if s.get("stages")]) for st in STAGES
             },
+            "speculation": speculation_summary(rows),
         }
     chain = out.get("d", {}).get("p50", np.nan)
     for figures in out.values():
         figures["ratio"] = {k: figures[k] / chain for k in ("p50", "p95", "max")}
     return out
+
+
+def speculation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Turns whose reply adopted a speculation, speculations discarded, and the median
+    start of the latest answer speculation relative to the path's start mark."""
+    spec = [s["speculation"] for s in rows if s.get("speculation")]
+    return {
+        "turns_adopted": sum(1 for x in spec if x["adopted"]),
+        "started": sum(x["started"] for x in spec),
+        "discarded": sum(x["discarded"] for x in spec),
+        "start_s_p50": median([x["start_s"] for x in spec]),
+    }
 
 
 def median(values: list[float | None]) -> float:
@@ -270,19 +313,33 @@ def median(values: list[float | None]) -> float:
 
 def print_table(summary: dict[str, Any], console: Console) -> None:
     table = Table(title="first reply audio, seconds (× the chain's p50 in this run)")
-    for col in ("path", "p50", "p95", "max", "transcript", "reply text", "audio", "ok/n", "early"):
+    columns = ("path", "p50", "p95", "max", "transcript", "reply text", "audio", "ok/n", "early")
+    for col in (*columns, "adopted", "discarded", "spec start"):
         table.add_column(col, justify="left" if col == "path" else "right")
     for path, f in summary.items():
         cells = [f"{f[k]:.2f} ({f['ratio'][k]:.2f}×)" for k in ("p50", "p95", "max")]
         stage = [f"{f['stages_p50'][st]:.2f}" for st in STAGES]
+        spec = f.get("speculation", {})
         table.add_row(
-            f"({path}) {PATHS[path]}", *cells, *stage, f"{f['ok']}/{f['n']}", str(f["premature"])
+            f"({path}) {PATHS[path]}",
+            *cells,
+            *stage,
+            f"{f['ok']}/{f['n']}",
+            str(f["premature"]),
+            *(
+                (f"{spec['turns_adopted']}/{f['n']}", str(spec["discarded"]))
+                if spec.get("started")
+                else ("-", "-")
+            ),
+            f"{spec['start_s_p50']:+.2f}" if spec.get("started") else "-",
         )
     console.print(table)
     console.print(
         "stages (p50): transcript = start mark → final transcript; reply text → first "
         "reply text; audio → first reply audio. (a) from end of speech, (b) from "
-        "end_of_utterance, (c)/(d) from audio-stop."
+        "end_of_utterance, (c)/(d) from audio-stop. adopted: turns whose reply was the "
+        "answer speculated before the endpoint; discarded: speculations dropped; spec "
+        "start: median start of the turn's (latest) answer speculation from the start mark."
     )
 
 

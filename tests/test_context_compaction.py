@@ -235,6 +235,19 @@ async def test_prefix_is_rewarmed_after_a_summary_changes() -> None:
         assert "Current time" not in messages[1].content
 
 
+async def test_prefix_is_rewarmed_after_each_exchange() -> None:
+    llm = WarmingLLM(responder("S."))
+    async with manager(llm) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")  # the prompt an answer used
+        await ctx.record_exchange("p", "What is the capital of France?", "Paris.")
+        await eventually(lambda: idle(ctx) and llm.warmed)
+        (messages, key, priority) = llm.warmed[-1]
+        assert key == "p" and priority is Priority.BACKGROUND
+        assert "capital of France" in messages[1].content  # the new exchange is in it
+        answer = ctx.messages("p", system="SYSTEM", request="And of Italy?")
+        assert answer[1].content.startswith(messages[1].content)  # a prefix of the next
+
+
 async def test_clear_during_compaction_cancels_it_and_forgets() -> None:
     llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
     async with manager(llm, **SMALL) as ctx:

@@ -124,7 +124,9 @@ async def test_an_adopted_speculation_is_the_same_stream_and_runs_once() -> None
             text = "".join([d async for d in stream])
     assert text == "Paris is the capital."
     assert len(llm.requests) == 1
-    assert speculative.stats.as_dict() == {"started": 1, "adopted": 1, "discarded": 0}
+    stats = speculative.stats
+    assert (stats.started, stats.adopted, stats.discarded) == (1, 1, 0)
+    assert stats.last_started_unix > 0
 
 
 async def test_a_different_request_discards_the_speculation() -> None:
@@ -137,7 +139,8 @@ async def test_a_different_request_discards_the_speculation() -> None:
         )
         async with stream:
             assert "".join([d async for d in stream]) == "one two three four five six"
-    assert speculative.stats.as_dict() == {"started": 1, "adopted": 0, "discarded": 1}
+    stats = speculative.stats
+    assert (stats.started, stats.adopted, stats.discarded) == (1, 0, 1)
 
 
 async def test_prefetched_decisions_answer_the_same_question_once() -> None:
@@ -256,4 +259,83 @@ async def test_push_to_talk_ends_the_utterance_at_once() -> None:
             assert heard.query == "tone 440"
             assert heard.text == "Heard you."
         health = service.websocket.health()
-        assert set(health["speculation"]) == {"started", "adopted", "discarded"}
+        assert set(health["speculation"]) == {
+            "started",
+            "adopted",
+            "discarded",
+            "last_started_unix",
+        }
+
+
+async def test_speech_stopping_offers_the_latest_partial_before_a_covering_pass() -> None:
+    """The partial running as speech stops is the pause's first guess: it is handed out
+    one Whisper pass before the pass over the whole utterance gives the final words."""
+    stt = ToneSTT(delay_s=0.2)
+    service = EdgeService(
+        settings(voice=True),
+        llm=ScriptedLLM(default="An answer."),
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=stt,
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+        voice_config=VoiceConfig(
+            vad=TURN_VAD,
+            playback_speed=0,
+            partial_interval_s=0.3,
+            speculative_after_ms=96,
+            partial_guess_gap_ms=5000,  # fed faster than real time: any partial qualifies
+        ),
+    )
+    rec = Recorder(SPECULATION_TOPIC, TRANSCRIPT_TOPIC)
+    service.runtime.register("recorder", rec)
+    async with service:
+        calls = len(stt.calls)  # the warm-up transcription
+        await feed(service, np.concatenate([tone(1.0, 440.0), silence(1.0)]))
+        await wait_for(lambda: any(t.final for t in rec.messages(TRANSCRIPT_TOPIC)))
+    guesses = rec.seen[SPECULATION_TOPIC.name]
+    final_at = next(at for t, _, at in rec.seen[TRANSCRIPT_TOPIC.name] if t.final)
+    assert guesses and guesses[0][0].text == "tone 440"
+    assert guesses[0][2] < final_at  # offered before the final words were known
+    heard = stt.calls[calls:]
+    assert len(heard) >= 2 and heard[0] < heard[-1]  # from the partial: shorter audio
+
+
+async def test_prepared_speech_is_used_by_a_matching_reply_and_never_sent_alone() -> None:
+    from edge.interaction import ResponseOutput
+    from edge.voice import Speaker
+
+    tts, sent = ToneTTS(), []
+
+    async def publish(chunk, correlation_id) -> None:  # type: ignore[no-untyped-def]
+        sent.append(chunk)
+
+    speaker = Speaker("p1", VoiceConfig(playback_speed=0), tts, anyio.CapacityLimiter(1), publish)
+    async with anyio.create_task_group() as tg:
+        await tg.start(speaker.run)
+        speaker.prepare("Paris is the capital,")
+        speaker.prepare("Words nobody asks for.")  # a discarded speculation's first piece
+        await wait_for(lambda: len(tts.spoken) == 2)
+        await anyio.sleep(0.05)
+        assert sent == []  # prepared speech is never published on its own
+        reply = "Paris is the capital, and the largest city, of France."
+        speaker.on_output(ResponseOutput(text=reply, request_id="r1", source="conversation"))
+        end = ResponseOutput(text="", request_id="r1", source="conversation", final=True)
+        speaker.on_output(end)
+        await wait_for(lambda: any(c.final for c in sent))
+        tg.cancel_scope.cancel()
+    assert tts.spoken.count("Paris is the capital,") == 1  # synthesized once, ahead
+    assert next(c.text for c in sent if c.text) == "Paris is the capital,"
+    assert all("nobody" not in c.text for c in sent)
+
+
+async def test_held_deltas_are_read_without_adopting_or_discarding() -> None:
+    llm = ScriptedLLM(default=ScriptedReply("One two three.", delay_s=0.01))
+    async with SpeculativeLLM(llm) as speculative:
+        messages = [{"role": "user", "content": "count"}]
+        speculative.speculate("p", messages)
+        held = "".join([d async for d in speculative.held("p")])
+        assert held == "One two three." and speculative.pending("p")
+        adopted = "".join([d async for d in speculative.stream(messages, cache_key="p")])
+        assert adopted == held
+        assert (speculative.stats.adopted, speculative.stats.discarded) == (1, 0)
+    assert [d async for d in speculative.held("nobody")] == []

@@ -15,6 +15,7 @@ Use it as ``async with speculative:`` (it owns the speculations' tasks).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,14 +38,21 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SpeculationStats:
-    """How speculation went: started, adopted by the real request, discarded."""
+    """How speculation went: started, adopted by the real request, discarded; and when
+    (Unix seconds) the latest one started, for benchmarks to time it against speech."""
 
     started: int = 0
     adopted: int = 0
     discarded: int = 0
+    last_started_unix: float = 0.0
 
-    def as_dict(self) -> dict[str, int]:
-        return {"started": self.started, "adopted": self.adopted, "discarded": self.discarded}
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "started": self.started,
+            "adopted": self.adopted,
+            "discarded": self.discarded,
+            "last_started_unix": self.last_started_unix,
+        }
 
 
 @dataclass(eq=False)
@@ -110,6 +118,7 @@ class SpeculativeLLM:
             return
         spec = self._pending[cache_key] = _Speculation(request)
         self.stats.started += 1
+        self.stats.last_started_unix = time.time()
         self._tasks.start_soon(self._run, cache_key, spec)
 
     def discard(self, cache_key: str) -> bool:
@@ -124,6 +133,20 @@ class SpeculativeLLM:
 
     def pending(self, cache_key: str) -> bool:
         return cache_key in self._pending
+
+    async def held(self, cache_key: str) -> AsyncIterator[str]:
+        """The deltas of the key's speculation as they are generated, until it ends or
+        is discarded (to prepare work on a likely answer, such as its first speech);
+        reading them changes nothing about the speculation."""
+        spec = self._pending.get(cache_key)
+        sent = 0
+        while spec is not None and not spec.scope.cancel_called:
+            while sent < len(spec.deltas):
+                sent += 1
+                yield spec.deltas[sent - 1]
+            if spec.done.is_set():
+                return
+            await spec.changed.wait()
 
     async def _run(self, cache_key: str, spec: _Speculation) -> None:
         with spec.scope:

@@ -103,7 +103,12 @@ class EdgeService:
         )
         self._vad_factory = vad_factory
         self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
-        self.speculator = TurnSpeculator(self.router, self.conversation, self.answers)
+        self.speculator = TurnSpeculator(
+            self.router,
+            self.conversation,
+            self.answers,
+            prepare_speech=self.voice.prepare_reply if self.voice is not None else None,
+        )
         self._register_agents()
         self.gateway = self._make_gateway()
         self.token = self._access_token()

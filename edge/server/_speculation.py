@@ -11,7 +11,10 @@ participant-visible state:
    at once when it asks the same question (routing leaves the critical path, its result
    unchanged);
 2. when that is the conversation, starts the conversation's exact answer request on the
-   ``SpeculativeLLM`` the conversation streams from, output held back.
+   ``SpeculativeLLM`` the conversation streams from, output held back;
+3. hands the held answer text to ``prepare_speech`` (the voice pipeline's
+   ``prepare_reply``), which synthesizes its first piece ahead of time, published only if
+   the real reply starts with exactly that piece.
 
 When the endpoint confirms the same words, the turn runs through the router as always
 and the conversation's request adopts the speculation (same messages and options). When
@@ -23,6 +26,7 @@ exchange, because only the real turn does those.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterable, Awaitable, Callable
 
 import anyio
 
@@ -46,12 +50,14 @@ class TurnSpeculator(Agent):
         answers: SpeculativeLLM,
         *,
         destination: str = "conversation",
+        prepare_speech: Callable[[str, AsyncIterable[str]], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
         self.router = router
         self.conversation = conversation
         self.answers = answers
         self.destination = destination
+        self.prepare_speech = prepare_speech
         self._guesses: dict[str, tuple[str, anyio.CancelScope]] = {}
         self._tasks = BackgroundTasks("turn speculation")
         self.add_handler(SPECULATION_TOPIC, self._on_speculation)
@@ -101,8 +107,8 @@ class TurnSpeculator(Agent):
         with scope:
             try:
                 route = await self.router.likely_destination(pid, text)
-                if route != self.destination:
-                    return
+                if route != self.destination or self._guesses.get(pid, ("", None))[1] is not scope:
+                    return  # elsewhere, or the turn itself came first: it asks for its answer
                 conversation = self.conversation
                 self.answers.speculate(
                     pid,
@@ -110,5 +116,7 @@ class TurnSpeculator(Agent):
                     max_tokens=conversation.max_tokens,
                     temperature=conversation.temperature,
                 )
+                if self.prepare_speech is not None:
+                    await self.prepare_speech(pid, self.answers.held(pid))
             except Exception:  # a failed guess costs nothing: the real turn runs as usual
                 log.exception("speculating on %s's turn failed", pid)

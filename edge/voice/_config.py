@@ -64,7 +64,9 @@ class VoiceConfig(BaseModel):
       break once it holds this many characters (None: at the first sentence end);
     * ``speculative_final``: start the final transcription once a pause has lasted
       ``speculative_after_ms`` instead of at the endpoint (the result is reused when
-      speech does not resume; the short wait skips the pauses inside sentences).
+      speech does not resume; the short wait skips the pauses inside sentences);
+      when speech stops, the latest partial transcript is offered as the pause's guess
+      at once if it missed at most ``partial_guess_gap_ms`` of the speech.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,3 +81,4 @@ class VoiceConfig(BaseModel):
     first_clause_chars: int | None = Field(default=20, ge=1, le=220)
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=100, ge=0)
+    partial_guess_gap_ms: int = Field(default=300, ge=0)

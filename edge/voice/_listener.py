@@ -91,6 +91,7 @@ class _Pass:
     started: bool = False  # reached the model
     started_at: float = 0.0
     speculative: bool = False  # its words are the pause's guess (reported when done)
+    guess: bool = False  # a partial whose words are offered as a guess when done
 
 
 @dataclass
@@ -143,6 +144,7 @@ class Listener:
         self._cost = cost if cost is not None else PassCost()
         self._speculated = True  # a speculative pass was started for the current pause
         self._spoken_guess = ""  # speculative text handed out for the current pause
+        self._final_pending: set[int] = set()  # ended utterances whose final is not out
         self._tg: TaskGroup | None = None
         self._send, self._receive = anyio.create_memory_object_stream[
             Callable[[], Awaitable[None]]
@@ -175,7 +177,10 @@ class Listener:
 
     def end_utterance(self) -> None:
         """End the current utterance now (push-to-talk release): its transcript and query
-        follow at once, reusing a speculative pass that covers it."""
+        follow at once, reusing a pass that covers it; the latest partial's words, when
+        they missed little of the speech, are offered as a guess while the final pass runs."""
+        if self._endpointer.speaking:
+            self._guess_from_partial(self._endpointer.position)
         self._handle(self._endpointer.finish())
 
     def _handle(self, events: list[Event]) -> None:
@@ -188,7 +193,7 @@ class Listener:
                 self._speculated = False
             elif isinstance(event, SpeechResumed):
                 self._drop_waiting_passes()  # they cannot cover the utterance's end now
-                self._retract()
+                self._offer("")
             elif isinstance(event, UtteranceEnded):
                 self._spoken_guess = ""  # the query itself confirms or replaces it
                 self._finish(event)
@@ -205,6 +210,7 @@ class Listener:
         if ep.silence_samples < max(wait, 1):
             return
         self._speculated = True
+        self._guess_from_partial(ep.last_voiced_end)
         covering = next(
             (
                 p
@@ -278,6 +284,8 @@ class Listener:
             job.done.set()
         if job.speculative and job.result is not None:
             self._speculative_result(job, job.result.text)
+        elif job.guess and job.result is not None:
+            self._partial_guess(job, job.result.text)
         if job.kind == "partial" and job.result and job.result.text:
             text, utterance = job.result.text, job.utterance
             start_us = self._speech_start_us
@@ -298,25 +306,54 @@ class Listener:
         current = job.utterance == self._utterance and ep.speaking
         if not (current and ep.silence_samples and job.covers >= ep.last_voiced_end):
             return  # the endpoint came first, or speech resumed after the pass's audio
-        if text and not clearly_continues(text):  # words that trail off: nothing to prepare
-            self._spoken_guess = text
-            utterance = self._utterance
-
-            async def send() -> None:
-                await self._hooks.speculate(self.participant_id, text, utterance)
-
-            self._enqueue(send)
+        self._offer(text if text and not clearly_continues(text) else "")
         self._handle(ep.adapt(sounds_complete(text)))
 
-    def _retract(self) -> None:
-        if self._spoken_guess:
-            self._spoken_guess = ""
-            utterance = self._utterance
+    def _guess_from_partial(self, speech_end: int) -> None:
+        """Speech stopped (a pause past ``speculative_after_ms``, or push-to-talk release):
+        the latest partial pass, if it missed at most ``partial_guess_gap_ms`` of the
+        speech, offers its words as the guess now (or when it finishes), one Whisper pass
+        before a covering pass could."""
+        gap = self.config.partial_guess_gap_ms * self._rate // 1000
+        job = next((p for p in reversed(self._passes) if p.kind == "partial"), None)
+        if job is None or job.utterance != self._utterance or job.stale:
+            return
+        if speech_end - job.covers > gap or not self.config.speculative_final:
+            return
+        if not job.done.is_set():
+            job.guess = True
+        elif job.result is not None:
+            self._partial_guess(job, job.result.text)
 
-            async def send() -> None:
-                await self._hooks.speculate(self.participant_id, "", utterance)
+    def _partial_guess(self, job: _Pass, text: str) -> None:
+        if not text or clearly_continues(text):
+            return
+        ep = self._endpointer
+        if job.utterance == self._utterance:
+            if ep.speaking and ep.silence_samples and not self._spoken_guess:
+                self._offer(text)  # still paused, and no covering pass has spoken yet
+        elif job.utterance in self._final_pending and self._tg is not None:
+            # Ended while this partial ran: its final pass still runs, and the ordered
+            # queue holds behind it, so the guess goes out now (still well before the query).
+            self._tg.start_soon(self._speculate_now, text, job.utterance)
 
-            self._enqueue(send)
+    async def _speculate_now(self, text: str, utterance: int) -> None:
+        try:
+            await self._hooks.speculate(self.participant_id, text, utterance)
+        except Exception:
+            log.exception("publishing a guess for %s failed", self.participant_id)
+
+    def _offer(self, text: str) -> None:
+        """Hand out ``text`` as the current pause's guess ("" retracts one)."""
+        if text != self._spoken_guess:
+            self._spoken_guess = text
+            self._enqueue_guess(text, self._utterance)
+
+    def _enqueue_guess(self, text: str, utterance: int) -> None:
+        async def send() -> None:
+            await self._hooks.speculate(self.participant_id, text, utterance)
+
+        self._enqueue(send)
 
     def _finish(self, event: UtteranceEnded) -> None:
         utterance = self._utterance
@@ -336,6 +373,7 @@ class Listener:
         passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
         self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
         self._utterance += 1
+        self._final_pending.add(utterance)
         audio = event.audio
 
         async def finalize() -> None:
@@ -346,6 +384,7 @@ class Listener:
                 job = _Pass(utterance, event.speech_end_sample, "final")
                 await self._run_pass(job, audio)
             text = job.result.text if job.result else ""
+            self._final_pending.discard(utterance)
             self.stats.append(
                 UtteranceStats(
                     utterance,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -55,6 +55,7 @@ from ._messages import (
     Speculation,
     Transcript,
 )
+from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import SpeechToText, WhisperSTT
 from ._tts import PiperTTS, TextToSpeech
@@ -264,6 +265,17 @@ class VoicePipeline(Agent):
     async def _on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
         if ctx.metadata.participant_id is not None:
             await self._close(ctx.metadata.participant_id)
+
+    async def prepare_reply(self, participant_id: str, deltas: AsyncIterable[str]) -> None:
+        """Synthesize, ahead of time, the first piece the participant's speaker would say
+        of a reply streamed as ``deltas`` (a speculative answer's held text). Nothing is
+        sent: a reply that starts with exactly that piece is spoken from it at once."""
+        session = self._sessions.get(participant_id)
+        if session is None or not self._wants_audio(participant_id):
+            return
+        text = await first_piece(deltas, self.config.first_clause_chars)
+        if text and self._sessions.get(participant_id) is session:
+            session.speaker.prepare(text)
 
     # -- listener hooks -----------------------------------------------------------------
 

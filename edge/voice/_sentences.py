@@ -15,6 +15,7 @@ alone), because the first audio of a reply waits for its first piece.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterable
 
 _ABBREVIATIONS = frozenset(
     """mr mrs ms dr prof sr jr st vs e.g i.e approx dept est fig vol ca cf al
@@ -158,3 +159,14 @@ class SentenceSplitter:
             cut = self.max_chars
         piece, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
         return piece
+
+
+async def first_piece(deltas: AsyncIterable[str], first_min_chars: int | None) -> str:
+    """The first speakable piece a :class:`SentenceSplitter` makes of a reply streamed as
+    ``deltas`` (what a speaker says first); "" when the reply has none."""
+    splitter = SentenceSplitter(first_min_chars=first_min_chars)
+    async for delta in deltas:
+        for piece in splitter.feed(delta):
+            if speakable(piece):
+                return speakable(piece)
+    return next((speakable(p) for p in splitter.flush() if speakable(p)), "")

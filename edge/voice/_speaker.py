@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ROUTER_SOURCE = "router"
 _SUPERSEDED_MEMORY = 512
+_PREPARED_KEPT = 4
 
 PublishAudio = Callable[[AudioOutput, "str | None"], Awaitable[None]]
 
@@ -64,6 +65,15 @@ class _Segment:
     started: bool = False
     claimed: bool = False
     ready: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(eq=False)
+class _Prepared:
+    """Speech synthesized ahead of any reply asking for it (see :meth:`Speaker.prepare`)."""
+
+    text: str
+    audio: np.ndarray | None = None
+    claimed: bool = False
 
 
 class Speaker:
@@ -95,6 +105,7 @@ class Speaker:
         self._sent_s = 0.0
         self._out_rate: int | None = config.output_rate
         self.first_audio_at: dict[str, float] = {}  # request_id -> perf_counter of 1st chunk
+        self._prepared: dict[str, _Prepared] = {}  # text -> speech made ahead, newest last
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -133,6 +144,18 @@ class Speaker:
                 )
             )
         return True
+
+    def prepare(self, text: str) -> None:
+        """Synthesize ``text`` ahead of time, when nothing else waits for synthesis (a
+        likely reply's first piece). Nothing is published: a later segment with exactly
+        this text uses the audio instead of synthesizing it; the newest few are kept."""
+        text = speakable(text)
+        if not text or text in self._prepared or any(s.text == text for s in self._plan):
+            return
+        self._prepared[text] = _Prepared(text)
+        while len(self._prepared) > _PREPARED_KEPT:
+            del self._prepared[next(iter(self._prepared))]
+        self._notify()
 
     def _add(self, segment: _Segment) -> None:
         at = len(self._plan)
@@ -223,23 +246,34 @@ class Speaker:
         return None
 
     async def _synthesizer(self) -> None:
+        """Segments near the head of the plan first; prepared speech when none waits."""
         while True:
             segment = self._next_to_synthesize()
             if segment is None:
-                await self._changed.wait()
+                early = next((p for p in self._prepared.values() if not p.claimed), None)
+                if early is None:
+                    await self._changed.wait()
+                else:
+                    early.claimed = True
+                    early.audio = await self._synthesize(early.text)
                 continue
             segment.claimed = True
-            try:
-                segment.audio = await anyio.to_thread.run_sync(
-                    self._speak, segment.text, limiter=self._limiter
-                )
-            except NothingToSpeakError:
-                segment.audio = np.zeros(0, dtype=np.float32)
-            except Exception:
-                log.exception("speech synthesis failed for %s", self.participant_id)
-                segment.audio = np.zeros(0, dtype=np.float32)
+            early = self._prepared.pop(segment.text, None)
+            if early is not None and early.audio is not None:
+                segment.audio = early.audio  # made while the reply was still being decided
+            else:
+                segment.audio = await self._synthesize(segment.text)
             segment.ready.set()
             self._notify()
+
+    async def _synthesize(self, text: str) -> np.ndarray:
+        try:
+            return await anyio.to_thread.run_sync(self._speak, text, limiter=self._limiter)
+        except NothingToSpeakError:
+            pass
+        except Exception:
+            log.exception("speech synthesis failed for %s", self.participant_id)
+        return np.zeros(0, dtype=np.float32)
 
     def _speak(self, text: str) -> np.ndarray:
         result = self._tts.synthesize(text)
