@@ -290,7 +290,9 @@ async def test_speech_stopping_offers_the_latest_partial_before_a_covering_pass(
     service.runtime.register("recorder", rec)
     async with service:
         calls = len(stt.calls)  # the warm-up transcription
-        await feed(service, np.concatenate([tone(1.0, 440.0), silence(1.0)]))
+        await feed(service, tone(1.0, 440.0))
+        await wait_for(lambda: len(stt.calls) > calls)  # a partial is running
+        await feed(service, silence(1.0))
         await wait_for(lambda: any(t.final for t in rec.messages(TRANSCRIPT_TOPIC)))
     guesses = rec.seen[SPECULATION_TOPIC.name]
     final_at = next(at for t, _, at in rec.seen[TRANSCRIPT_TOPIC.name] if t.final)
