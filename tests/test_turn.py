@@ -326,6 +326,7 @@ async def test_prepared_speech_is_used_by_a_matching_reply_and_never_sent_alone(
         await wait_for(lambda: any(c.final for c in sent))
         tg.cancel_scope.cancel()
     assert tts.spoken.count("Paris is the capital,") == 1  # synthesized once, ahead
+    assert speaker.prepared_used == 1
     assert next(c.text for c in sent if c.text) == "Paris is the capital,"
     assert all("nobody" not in c.text for c in sent)
 

@@ -88,6 +88,26 @@ async def test_a_speculation_the_speaker_talks_past_is_discarded_unseen(models) 
     assert svc.answers.stats.discarded >= 1
 
 
+async def test_a_confirmed_speculation_speaks_its_prepared_first_clause(models) -> None:  # type: ignore[no-untyped-def]
+    _, tts = models
+    question = spoken(tts, "What is the capital of France?")
+    vad = VadConfig(end_silence_ms=1000, min_end_silence_ms=800, max_end_silence_ms=1500)
+    reply = "Paris is the capital of France, and its largest city."
+    svc = service(models, ScriptedLLM(default=reply), vad)
+    async with svc, client_for(svc, "sure") as client:
+        await send(client, np.concatenate([question, gap(0.5)]))  # a pause, not the end yet
+        await wait_for(lambda: svc.answers.stats.started, limit=60)
+        speaker = svc.voice.session("sure")[1]
+        await wait_for(lambda: speaker.prepared, limit=60)  # the first clause, synthesized
+        await send(client, gap(2.0))  # the endpoint confirms the same words
+        turn = await client.collect_turn(limit_s=60)
+    assert svc.answers.stats.adopted == 1
+    assert speaker.prepared_used == 1  # spoken from the audio made during the pause
+    first = next(header.text for header, _ in turn.audio if header.text)
+    assert first == "Paris is the capital of France,"
+    assert turn.text == reply
+
+
 async def test_push_to_talk_release_ends_the_utterance_at_once(models) -> None:  # type: ignore[no-untyped-def]
     _, tts = models
     question = spoken(tts, "Turn on the lights in the lab.")

@@ -106,6 +106,7 @@ class Speaker:
         self._out_rate: int | None = config.output_rate
         self.first_audio_at: dict[str, float] = {}  # request_id -> perf_counter of 1st chunk
         self._prepared: dict[str, _Prepared] = {}  # text -> speech made ahead, newest last
+        self.prepared_used = 0  # segments spoken from prepared speech
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -156,6 +157,11 @@ class Speaker:
         while len(self._prepared) > _PREPARED_KEPT:
             del self._prepared[next(iter(self._prepared))]
         self._notify()
+
+    @property
+    def prepared(self) -> list[str]:
+        """Texts whose speech is prepared (synthesized) and not yet used, oldest first."""
+        return [p.text for p in self._prepared.values() if p.audio is not None]
 
     def _add(self, segment: _Segment) -> None:
         at = len(self._plan)
@@ -261,6 +267,7 @@ class Speaker:
             early = self._prepared.pop(segment.text, None)
             if early is not None and early.audio is not None:
                 segment.audio = early.audio  # made while the reply was still being decided
+                self.prepared_used += 1
             else:
                 segment.audio = await self._synthesize(segment.text)
             segment.ready.set()
