@@ -66,6 +66,16 @@ def test_sounds_complete() -> None:
     assert not sounds_complete("")
 
 
+def test_end_verdict_trusts_a_question_mark_more_than_a_period() -> None:
+    from edge.voice._sentences import end_verdict
+
+    assert end_verdict("What is the capital of France?") is True
+    assert end_verdict("Stop!") is True
+    assert end_verdict("It turns orange and red at sunset.") is None  # maybe a comma pause
+    assert end_verdict("What is the capital of") is False
+    assert end_verdict("at sunset,") is False
+
+
 def test_a_complete_sentence_shortens_the_end_silence() -> None:
     ep = Endpointer(ADAPTIVE)
     ep.feed(*windows(ms(640, 0.9) + ms(320, 0.0)))

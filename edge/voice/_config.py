@@ -16,9 +16,10 @@ class VadConfig(BaseModel):
 
     Adaptive endpointing: with ``min_end_silence_ms`` / ``max_end_silence_ms`` set, the
     silence that ends an utterance shortens to the minimum once the words so far form a
-    complete question or sentence and lengthens to the maximum when they stop
-    mid-phrase (the listener judges the speculative transcript of the pause);
-    ``end_silence_ms`` applies until then. Unset bounds keep it fixed.
+    complete question (or exclamation) and lengthens to the maximum when they stop
+    mid-phrase (the listener judges the speculative transcript of the pause); a
+    statement ending in a period keeps ``end_silence_ms``, which applies until then.
+    Unset bounds keep it fixed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -43,7 +43,7 @@ from ._endpoint import (
     UtteranceEnded,
 )
 from ._messages import Transcript
-from ._sentences import clearly_continues, sounds_complete
+from ._sentences import clearly_continues, end_verdict
 from ._stt import Recognition, SpeechToText
 
 log = logging.getLogger(__name__)
@@ -301,13 +301,16 @@ class Listener:
 
     def _speculative_result(self, job: _Pass, text: str) -> None:
         """A pause's transcript arrived before the endpoint: adapt the end silence to it
-        (complete sentence: shorter; mid-phrase: longer) and hand it out as a guess."""
+        (a complete question: shorter; mid-phrase: longer; a statement: unchanged) and hand
+        it out as a guess."""
         ep = self._endpointer
         current = job.utterance == self._utterance and ep.speaking
         if not (current and ep.silence_samples and job.covers >= ep.last_voiced_end):
             return  # the endpoint came first, or speech resumed after the pass's audio
         self._offer(text if text and not clearly_continues(text) else "")
-        self._handle(ep.adapt(sounds_complete(text)))
+        verdict = end_verdict(text)
+        if verdict is not None:
+            self._handle(ep.adapt(verdict))
 
     def _guess_from_partial(self, speech_end: int) -> None:
         """Speech stopped (a pause past ``speculative_after_ms``, or push-to-talk release):

@@ -52,6 +52,17 @@ def sounds_complete(text: str) -> bool:
     return bool(words) and words[-1] not in _DANGLING
 
 
+def end_verdict(text: str) -> bool | None:
+    """How a pause's transcript bears on the end of the utterance: True when it ends a
+    question or exclamation (``?``/``!``: strong evidence, the shortest end silence),
+    False when it stops mid-phrase (the longest), None for a statement ending in ``.``
+    (Whisper also writes a period where a long sentence merely pauses at a comma, so the
+    neutral end silence applies)."""
+    if not sounds_complete(text):
+        return False
+    return True if text.strip().rstrip("\"'”’)]")[-1] in "?!" else None
+
+
 def clearly_continues(text: str) -> bool:
     """Whether a transcript stops where more words must follow: a trailing comma, colon,
     dash or ellipsis, or a last word such as "the", "and", "of". Text with no end mark
