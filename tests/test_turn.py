@@ -352,3 +352,25 @@ async def test_held_deltas_are_read_without_adopting_or_discarding() -> None:
         assert adopted == held
         assert (speculative.stats.adopted, speculative.stats.discarded) == (1, 0)
     assert [d async for d in speculative.held("nobody")] == []
+
+
+async def test_a_speculation_generates_only_a_little_ahead_until_adopted() -> None:
+    words_ = " ".join(f"w{i}" for i in range(12))
+    llm = ScriptedLLM(default=ScriptedReply(words_, delay_s=0.01))
+    async with SpeculativeLLM(llm, ahead_deltas=3) as speculative:
+        messages = [{"role": "user", "content": "count"}]
+        speculative.speculate("p", messages)
+        ahead = [d async for d in _first(speculative.held("p"), 3)]
+        await anyio.sleep(0.2)  # far longer than the rest would take to generate
+        assert llm.requests[0].output == "".join(ahead)  # paused after three words
+        adopted = "".join([d async for d in speculative.stream(messages, cache_key="p")])
+    assert adopted == words_ and adopted.startswith("".join(ahead))
+
+
+async def _first(deltas, n: int):  # type: ignore[no-untyped-def]
+    count = 0
+    async for delta in deltas:
+        yield delta
+        count += 1
+        if count == n:
+            return

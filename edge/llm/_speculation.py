@@ -7,7 +7,9 @@ options adopts it: the held deltas are replayed at once and the rest follows liv
 the caller sees exactly the stream it would have got, only sooner. Any other request for
 that key, a new speculation, :meth:`SpeculativeLLM.discard`, or ``hold_s`` passing
 after it finished without being adopted discards it: cancelled at the next token, its text never
-leaves this object. Everything else is delegated to the wrapped service.
+leaves this object. Before adoption a speculation generates only ``ahead_deltas`` deltas (a
+first clause to prepare, on a small device the CPU the confirming transcription needs) and
+waits; adopted, it goes on. Everything else is delegated to the wrapped service.
 
 Use it as ``async with speculative:`` (it owns the speculations' tasks).
 """
@@ -79,9 +81,10 @@ def _request(messages: Messages, options: GenerationOptions) -> tuple[Any, ...]:
 class SpeculativeLLM:
     """An LLM service that can answer ahead of the request; see the module docstring."""
 
-    def __init__(self, llm: LLMService, *, hold_s: float = 10.0) -> None:
+    def __init__(self, llm: LLMService, *, hold_s: float = 10.0, ahead_deltas: int = 16) -> None:
         self.llm = llm
         self.hold_s = hold_s
+        self.ahead_deltas = ahead_deltas
         self.stats = SpeculationStats()
         self._pending: dict[str, _Speculation] = {}
         self._tasks = BackgroundTasks("speculative answers")
@@ -163,6 +166,8 @@ class SpeculativeLLM:
             async for delta in stream:
                 spec.deltas.append(delta)
                 spec.notify()
+                if len(spec.deltas) == self.ahead_deltas and not spec.adopted.is_set():
+                    await self._pause(cache_key, spec)
         except Exception as exc:  # handed to the adopter, which would have seen it too
             spec.error = exc
         finally:
@@ -171,6 +176,15 @@ class SpeculativeLLM:
                     await spec.stream.aclose()  # the model is free again when this returns
             spec.done.set()
             spec.notify()
+
+    async def _pause(self, cache_key: str, spec: _Speculation) -> None:
+        """Enough is ready ahead (a first clause to speak): the rest is generated only
+        once the answer is wanted, so a guess does not take the CPU from the pass that
+        confirms it. Unclaimed within ``hold_s``, it is discarded."""
+        with anyio.move_on_after(self.hold_s):
+            await spec.adopted.wait()
+        if not spec.adopted.is_set() and self._pending.get(cache_key) is spec:
+            self.discard(cache_key)
 
     # -- requests -----------------------------------------------------------------------
 
