@@ -67,7 +67,10 @@ class VoiceConfig(BaseModel):
       ``speculative_after_ms`` instead of at the endpoint (the result is reused when
       speech does not resume; the short wait skips the pauses inside sentences);
       when speech stops, the latest partial transcript is offered as the pause's guess
-      at once if it missed at most ``partial_guess_gap_ms`` of the speech.
+      at once if it missed at most ``partial_guess_gap_ms`` of the speech (0, the
+      default, turns that off: on a 2-core device the guessed answer's model work slowed
+      the transcription that confirms it from ~0.3 s to 1-1.6 s, more than it gained;
+      where STT and the LLM run in parallel, ~300 lets the answer start a pass earlier).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -82,4 +85,4 @@ class VoiceConfig(BaseModel):
     first_clause_chars: int | None = Field(default=20, ge=1, le=220)
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=100, ge=0)
-    partial_guess_gap_ms: int = Field(default=300, ge=0)
+    partial_guess_gap_ms: int = Field(default=0, ge=0)
