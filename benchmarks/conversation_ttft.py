@@ -158,7 +158,7 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
         await ctx.record_exchange(pid, fact, "Okay, noted.")
     for user, assistant in FILLERS * 2:
         await ctx.record_exchange(pid, user, assistant)
-    ttfts, selects, recalled = [], [], 0
+    ttfts, selects, turns = [], [], []
     async with ctx:
         await idle(ctx)
         await ask(conv, pid, "Hello again.")  # fills the participant's cache
@@ -169,18 +169,25 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
             started = time.perf_counter()
             block = ctx.recalled(pid, question)
             selects.append(time.perf_counter() - started)
-            recalled += block is not None
-            ttfts.append((await ask(conv, pid, question))["ttft_s"])
-    ttfts.sort()
-    selects.sort()
+            asked = await ask(conv, pid, question)
+            ttfts.append(asked["ttft_s"])
+            turns.append(
+                {
+                    "question": question,
+                    "recalled": block.text if block else "",
+                    "recalled_bytes": len(block.text.encode()) if block else 0,
+                    **{k: asked[k] for k in ("ttft_s", "prompt_tokens", "reused_tokens")},
+                }
+            )
     return {
-        "ttft_s": ttfts[len(ttfts) // 2],
-        "ttfts_s": ttfts,
-        "select_p50_s": selects[len(selects) // 2],
-        "turns_with_recall": recalled,
+        "ttft_s": sorted(ttfts)[len(ttfts) // 2],
+        "ttfts_s": sorted(ttfts),
+        "select_p50_s": sorted(selects)[len(selects) // 2],
+        "turns_with_recall": sum(bool(t["recalled"]) for t in turns),
         "queue_wait_s": 0.0,
-        "prompt_tokens": None,
-        "reused_tokens": None,
+        "prompt_tokens": sorted(t["prompt_tokens"] for t in turns)[len(turns) // 2],
+        "reused_tokens": sorted(t["reused_tokens"] for t in turns)[len(turns) // 2],
+        "turns": turns,
     }
 
 
@@ -189,10 +196,12 @@ async def main(args: argparse.Namespace) -> dict:
     await llm.load()
     try:
         if args.only_recall:
-            return {
-                "recall-on": await scenario_recall(llm, 320),
-                "recall-off": await scenario_recall(llm, 0),
-            }
+            return paired(
+                {
+                    "recall-on": await scenario_recall(llm, 320),
+                    "recall-off": await scenario_recall(llm, 0),
+                }
+            )
         results = await scenario_warm_and_backlog(llm)
         results["compacted+rewarm"] = await scenario_after_compaction(llm, True)
         results["compacted-cold"] = await scenario_after_compaction(llm, False)
@@ -200,6 +209,21 @@ async def main(args: argparse.Namespace) -> dict:
         results["recall-off"] = await scenario_recall(llm, 0)
     finally:
         await llm.close()
+    return paired(results)
+
+
+def paired(results: dict) -> dict:
+    """Add to ``recall-on`` what recall added on the turns that recalled something: the
+    same question's TTFT with recall on minus off (mean and each), and the tokens added."""
+    on, off = results["recall-on"]["turns"], results["recall-off"]["turns"]
+    pairs = [(a, b) for a, b in zip(on, off, strict=True) if a["recalled"]]
+    added = [a["ttft_s"] - b["ttft_s"] for a, b in pairs]
+    results["recall-on"]["recalled_turns_added_s"] = added
+    results["recall-on"]["recalled_turns_added_mean_s"] = sum(added) / len(added) if added else 0
+    results["recall-on"]["recalled_turns_added_tokens"] = [
+        (a["prompt_tokens"] - a["reused_tokens"]) - (b["prompt_tokens"] - b["reused_tokens"])
+        for a, b in pairs
+    ]
     return results
 
 
@@ -225,7 +249,9 @@ def report(results: dict, args: argparse.Namespace) -> None:
             f"recall: p50 TTFT {on['ttft_s'] * 1000:.0f} ms vs {off['ttft_s'] * 1000:.0f} ms off "
             f"(+{(on['ttft_s'] - off['ttft_s']) * 1000:.0f} ms); selection p50 "
             f"{on['select_p50_s'] * 1000:.2f} ms; {on['turns_with_recall']} of "
-            f"{len(on['ttfts_s'])} turns recalled something"
+            f"{len(on['ttfts_s'])} turns recalled something, adding "
+            f"{on['recalled_turns_added_mean_s'] * 1000:.0f} ms on average to those turns "
+            f"({on['recalled_turns_added_tokens']} tokens evaluated more)"
         )
     import matplotlib
 

@@ -71,6 +71,16 @@ def conversation(m: str) -> str:
     return " / ".join(ms(r[k]["ttft_s"]) for k in keys)
 
 
+def recall_cost(m: str) -> str:
+    r = load_results("conversation_ttft", m)["scenarios"]
+    on, off = r["recall-on"], r["recall-off"]
+    return (
+        f"{ms(on['ttft_s'])} / {ms(off['ttft_s'])} (+{ms(on['ttft_s'] - off['ttft_s'])}); "
+        f"+{ms(on['recalled_turns_added_mean_s'])} on the {on['turns_with_recall']} of "
+        f"{len(on['turns'])} turns that recall"
+    )
+
+
 def routing(m: str, held_out: bool = False) -> dict[str, Any]:
     name = "routing_decisions_routing_eval_holdout" if held_out else "routing_decisions"
     (combined,) = [r for r in load_results(name, m)["results"] if r["variant"] == "combined"]
@@ -176,6 +186,12 @@ ROWS: list[Row] = [
         "/ after a compaction with re-warm / without",
         conversation,
         "`benchmarks/conversation_ttft.py`",
+    ),
+    (
+        "conversation recall of earlier statements (a long session, ten questions, half about "
+        "earlier facts no longer in the prompt), p50 TTFT: recall on / off, same run",
+        recall_cost,
+        "same",
     ),
     (
         "routing decision (2 destinations): cold / first after `prepare` / warm median, p90",

@@ -80,7 +80,7 @@ async def test_over_limit_summary_is_shortened_once() -> None:
 
 @pytest.mark.parametrize("second", ["still long " * 60, ScriptedReply("x " * 40, "length")])
 async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
-    replies = iter(["START " + "long " * 100 + "END", second])
+    replies = iter(["START " + "long " * 100 + "end", second])  # no made-up name: see memory
     llm = ScriptedLLM(responder(lambda m: next(replies)))
     async with manager(llm, **SMALL) as ctx:
         await fill(ctx)
@@ -89,7 +89,7 @@ async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
         assert ctx.last_compaction("p").method == "clip"
     assert len(summary.encode()) <= 250 and "[…]" in summary
     if isinstance(second, ScriptedReply):
-        assert summary.startswith("START") and summary.endswith("END")
+        assert summary.startswith("START") and summary.endswith("end")
 
 
 @pytest.mark.parametrize(

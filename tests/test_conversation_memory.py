@@ -15,10 +15,16 @@ from edge.conversation._eval_recall import (
     run_recall_case,
     split,
 )
-from edge.conversation._extractive import extractive_summary, previous_items, summary_gaps
-from edge.conversation._memory import is_correction, key_details
+from edge.conversation._extractive import (
+    NOTHING,
+    extractive_summary,
+    previous_items,
+    summary_gaps,
+)
+from edge.conversation._memory import is_correction, is_request, key_details, supersedes
 from edge.conversation._recall import (
     RECALL_HEADER,
+    REPLACES,
     InView,
     MemoryRecallIndex,
     Recall,
@@ -62,7 +68,32 @@ def test_summary_gaps_name_what_a_summary_dropped() -> None:
 def test_corrections_are_recognised() -> None:
     assert is_correction("Sorry, I meant 15 millilitres, not 12.")
     assert is_correction("Actually my supervisor changed.")
+    assert is_correction("Sorry, I misspoke: my name is Mira.")
+    assert is_correction("The review is in room 310 now.")
     assert not is_correction("My locker code is 4711.")
+
+
+def test_a_correction_or_update_supersedes_what_it_shares_a_subject_with() -> None:
+    old = "My supervisor is Dr. Okafor."
+    assert supersedes("Actually my supervisor changed, it is Dr. Lindqvist now.", old)
+    assert supersedes("Sorry, I meant 15 millilitres, not 12.", "The buffer needs 12 millilitres.")
+    # an update of the same thing with its own number, without a correction word
+    assert supersedes("The lab door code is 4812 since this morning.", "The lab door code is 1234.")
+    assert not supersedes("Actually the weather is nice.", old)  # no shared subject
+    freezer = "Freezer B is set to minus 80 degrees."
+    assert not supersedes("Freezer A door seal replaced.", freezer)  # one word: not the same
+    assert supersedes("Freezer B was switched to minus 20 degrees this morning.", freezer)
+    assert not supersedes("My locker code is 4711.", old)
+    assert not supersedes("Sample C3 goes to the fridge.", "Sample B7 goes to the incubator.")
+    assert not supersedes("Is my supervisor Dr. Lindqvist now?", old)  # a question states nothing
+
+
+def test_requests_are_not_statements() -> None:
+    assert is_request("What rhymes with bench?")
+    assert is_request("Tell me a fun fact.")
+    assert is_request("Thanks, that helps.")
+    assert not is_request("Remind me: my locker code is 4711.")  # a number: it states something
+    assert not is_request("The spare key is under the blue flowerpot.")
 
 
 # ----------------------------------------------------------------- extractive summary
@@ -81,7 +112,8 @@ def test_extractive_summary_keeps_statements_verbatim_most_important_first() -> 
     assert '"My locker code is 4711."' in summary
     assert '"Correction: the review moved to room 310."' in summary
     assert "Octopuses" not in summary  # the assistant's replies go first
-    assert "204" not in summary  # the corrected statement goes before other statements
+    assert "fun fact" not in summary and "bench" not in summary  # requests state nothing
+    assert "204" not in summary  # the corrected statement does not survive its correction
     # shown in the order they were said, and parsed back as items
     assert previous_items(summary) == [
         "My locker code is 4711.",
@@ -101,6 +133,22 @@ def test_extractive_summary_measures_bytes_and_rolls_over_the_previous_one() -> 
     assert len(one.encode()) <= 64 and "[…]" in one  # one huge statement keeps start and end
 
 
+def test_extractive_summary_keeps_only_the_newest_of_a_corrected_statement() -> None:
+    previous = 'The user said: "My supervisor is Dr. Okafor." "My locker code is 4711."'
+    entries = [
+        exchange(1, "Tell me a fun fact."),
+        exchange(2, "Actually my supervisor changed, it is Dr. Lindqvist now."),
+    ]
+    summary = extractive_summary(previous, entries, 200, dialogue=True)
+    assert "Okafor" not in summary and "Lindqvist" in summary and "4711" in summary
+    # a model summary need not keep what a correction replaced
+    assert summary_gaps("Dr. Lindqvist is the supervisor; locker 4711.", previous, entries) == []
+    # dialogue that states nothing still compacts, to a summary that says so
+    only_asked = [exchange(1, "Tell me a fun fact."), exchange(2, "What rhymes with bench?")]
+    assert extractive_summary("", only_asked, 200, dialogue=True) == NOTHING
+    assert previous_items(NOTHING) == []
+
+
 async def test_model_summary_that_drops_a_number_is_replaced() -> None:
     llm = ScriptedLLM(responder("The user talked about lockers and asked questions."))
     async with manager(llm, **SMALL) as ctx:
@@ -111,7 +159,19 @@ async def test_model_summary_that_drops_a_number_is_replaced() -> None:
         report = ctx.last_compaction("p")
         assert '"My locker code is 4711."' in ctx.summary("p")
     assert report.ok and report.method == "extractive"
-    assert report.reason == "model summary lacked 4711"
+    assert report.reason == "model summary lacked or invented: 4711"
+
+
+async def test_model_summary_that_invents_a_name_is_replaced() -> None:
+    llm = ScriptedLLM(responder("The user said Cara has locker code 4711."))
+    async with manager(llm, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+        for i in range(6):
+            await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcdef'[i]}", "Ok")
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        report = ctx.last_compaction("p")
+        assert "Cara" not in ctx.summary("p") and "4711" in ctx.summary("p")
+    assert report.method == "extractive" and report.reason.endswith("invented cara")
 
 
 async def test_model_summary_that_keeps_the_details_is_used() -> None:
@@ -170,18 +230,41 @@ def test_recall_puts_corrections_first_and_drops_what_they_replace() -> None:
     for i, text in enumerate(said):
         index.add(statement(i, text))
     recall = Recall(index, 400, Renderer(), limit=3)
-    chosen = recall.select("p", "How much saline does the buffer need?", InView(set()))
+    chosen = recall.select("p", "How much saline does the buffer need?", InView(""))
     assert 0 not in [s.seq for s in chosen]  # replaced by the newer correction
     assert [s.seq for s in chosen] == [2]  # found through what it corrects
-    block = recall.block("p", "Where is the saline bottle, and the buffer?", InView(set()))
+    block = recall.block("p", "Where is the saline bottle, and the buffer?", InView(""))
     assert block is not None and block.text.startswith(RECALL_HEADER)
     assert "12 millilitres of saline." not in block.text
     assert block.text.index("shelf 3") < block.text.index("15 millilitres")  # newest first
-    # what the model already sees is not recalled again
-    # what the model sees next to the request is not repeated, unless it replaces
-    # something found: the correction is shown where the request can see it
-    assert [s.seq for s in recall.select("p", "saline bottle buffer", InView({2, 4}))] == [2]
-    assert recall.select("p", "saline bottle", InView({2, 4})) == []
+    assert f"User ({REPLACES}): Sorry, I meant 15" in block.text  # the block says it wins
+    # what the model sees next to the request is not repeated, unless what it replaces
+    # is in view too: then the correction is shown next to the request
+    near = "\n".join(said[2:])
+    assert recall.select("p", "saline bottle", InView(near, near)) == []
+    both = "\n".join(said)
+    assert [s.seq for s in recall.select("p", "saline buffer", InView(both, near))] == [2]
+    # a statement only a summary quotes, far from the request, is recalled
+    summary = f'Summary: The user said: "{said[4]}"'
+    assert [s.seq for s in recall.select("p", "saline bottle", InView(summary))] == [4]
+
+
+def test_unrelated_requests_get_no_block_and_earlier_requests_are_not_recalled() -> None:
+    index = MemoryRecallIndex()
+    said = [
+        "My locker code is 4711.",
+        "Tell me a fun fact.",
+        "What is my locker code?",
+        *(f"Sample {i} is in rack {i + 1}." for i in range(6)),
+    ]
+    for i, text in enumerate(said):
+        index.add(statement(i, text))
+    recall = Recall(index, 320, Renderer())
+    assert recall.block("p", "Tell me a fun fact.", InView("")) is None  # a request
+    assert recall.block("p", "What does PPE stand for?", InView("")) is None  # unrelated
+    block = recall.block("p", "What's my locker code again?", InView(""))
+    # one statement is one short line: no header, not the earlier question
+    assert block is not None and block.text == "User (earlier): My locker code is 4711."
 
 
 def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> None:
@@ -191,9 +274,9 @@ def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> No
         index.add(statement(i, f"Der Kühlschrank von {name} ist ünglaublich groß — {'ß' * 60}."))
     query = "Wo ist der Kühlschrank von Zoë, Søren und Märta?"
     for budget in (150, 200, 333):
-        block = Recall(index, budget, Renderer(), limit=3).block("p", query, InView(set()))
-        assert block is not None and len(block.text.encode()) <= budget < len(block.text) * 2
-    assert Recall(index, 0, Renderer()).block("p", query, InView(set())) is None
+        block = Recall(index, budget, Renderer(), limit=3).block("p", query, InView(""))
+        assert block is not None and len(block.text) < len(block.text.encode()) <= budget
+    assert Recall(index, 0, Renderer()).block("p", query, InView("")) is None
 
 
 async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() -> None:
@@ -247,7 +330,8 @@ async def test_notes_are_recalled_like_statements() -> None:
         ctx._participants["p"].sections["notes"].summary = "Routine checks."
         recalled = ctx.recalled("p", "What is the guest wifi password?")
     assert (
-        recalled is not None and "notes: Note: the guest wifi password is tulip42." in recalled.text
+        recalled is not None
+        and "notes (earlier): Note: the guest wifi password is tulip42." in recalled.text
     )
 
 
@@ -341,7 +425,7 @@ async def test_the_stores_index_recalls_across_a_restart_and_forgets(tmp_path) -
         "Correction: the review moved to room 310."
     ]
     recall = Recall(index, 300, Renderer())
-    block = recall.block("p", "Which room is the review in?", InView(set()))
+    block = recall.block("p", "Which room is the review in?", InView(""))
     assert block is not None and "310" in block.text and "204" not in block.text
     assert index.search("p", "Zoë Schließfach", 5)[0].text.startswith("Mein Schließfach")
     assert store.forget("p")

@@ -234,7 +234,7 @@ class Compactor:
             gaps = summary_gaps(model.text, section.summary, taken or [])
             if not gaps:
                 return model
-            reason = "model summary lacked " + ", ".join(gaps[:8])
+            reason = "model summary lacked or invented: " + ", ".join(gaps[:8])
         if taken is None:
             return model
         fallback = extractive_summary(

@@ -14,25 +14,26 @@ import re
 from collections.abc import Sequence
 
 from ._context import Entry
-from ._memory import importance, is_correction, key_details, missing_details, terms
+from ._memory import importance, invented_details, is_request, missing_details, supersedes
 from ._text import clip_middle, nbytes
 
 PREFIX = "The user said:"
 TOPIC_PREFIX = "Recorded:"
+NOTHING = "The user only asked questions."
+"""The extractive summary of dialogue in which the participant stated nothing."""
 _QUOTED = re.compile(r'"([^"]+)"')
 _SENTENCES = re.compile(r"(?<=[.!?])\s+")
-SUPERSEDED_PENALTY = 4
-"""Importance taken from a statement that a newer correction about the same thing
-replaces: it is the first to go when the summary is full."""
 
 
 def statements(entries: Sequence[Entry]) -> list[str]:
-    """The participant's own words in ``entries``: what they said in an exchange, or the
-    text of a topic update (a note, an observation)."""
+    """The participant's own words in ``entries``: what they stated in an exchange (not
+    what they asked for, see :func:`~edge.conversation._memory.is_request`), or the text
+    of a topic update (a note, an observation)."""
     out = []
     for e in entries:
-        text = (e.user if (e.user or e.assistant) else e.text).strip()
-        if text:
+        said = bool(e.user or e.assistant)
+        text = (e.user if said else e.text).strip()
+        if text and not (said and is_request(text)):
             out.append(text)
     return out
 
@@ -40,7 +41,7 @@ def statements(entries: Sequence[Entry]) -> list[str]:
 def previous_items(summary: str) -> list[str]:
     """A previous summary as items: the quoted statements of an extractive one, else its
     sentences (a model-written one)."""
-    if not summary.strip():
+    if not summary.strip() or summary.strip() == NOTHING:
         return []
     quoted = _QUOTED.findall(summary)
     if quoted and summary.lstrip().startswith((PREFIX, TOPIC_PREFIX)):
@@ -48,54 +49,48 @@ def previous_items(summary: str) -> list[str]:
     return [s.strip() for s in _SENTENCES.split(summary.strip()) if s.strip()]
 
 
-def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) -> list[str]:
-    """The numbers, codes and names of the participant's statements (and of the previous
-    summary) that ``summary`` does not contain; empty when it keeps them all."""
-    return missing_details(summary, [previous_summary, *statements(entries)])
-
-
-def bare_question(text: str) -> bool:
-    """A question without numbers or names: it states nothing to keep (its answer is the
-    assistant's, which is shortened first), and lists of them confuse a small model."""
-    return text.rstrip().endswith("?") and not key_details(text)
-
-
-def _ranked(items: list[str]) -> list[tuple[int, int]]:
-    """(importance, index) of each item; an item a later correction shares a term with
-    loses importance."""
-    scores = [importance(t) for t in items]
-    term_sets = [set(terms(t)) for t in items]
-    for j, text in enumerate(items):
-        if not is_correction(text):
+def current(items: list[str]) -> list[str]:
+    """``items`` (oldest first) without those a later one replaces (a correction, an
+    update of the same thing: :func:`~edge.conversation._memory.supersedes`) or repeats."""
+    kept = []
+    for i, text in enumerate(items):
+        later = items[i + 1 :]
+        if any(t.lower() == text.lower() or supersedes(t, text) for t in later):
             continue
-        for i in range(j):
-            if term_sets[i] & term_sets[j]:
-                scores[i] -= SUPERSEDED_PENALTY
-    return [(scores[i], i) for i in range(len(items))]
+        kept.append(text)
+    return kept
+
+
+def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) -> list[str]:
+    """What is wrong with a model's ``summary``: the numbers, codes and names of the
+    participant's current statements (and of the previous summary) that it does not
+    contain, and those it has that no source does (``"invented X"``); empty when none."""
+    said = current([*previous_items(previous_summary), *statements(entries)])
+    sources = [previous_summary, *(e.rendered for e in entries)]
+    invented = [f"invented {d}" for d in invented_details(summary, sources)]
+    return missing_details(summary, said) + invented
 
 
 def extractive_summary(
     previous_summary: str, entries: Sequence[Entry], limit: int, *, dialogue: bool
 ) -> str:
-    """A summary of ``limit`` bytes at most, made of the participant's statements verbatim:
-    the most important first (corrections, then numbers and names, newest first among
-    equals), shown in the order they were said."""
+    """A summary of ``limit`` bytes at most, made of the participant's current statements
+    verbatim (what a later correction replaces is left out): the most important first
+    (corrections, then numbers and names, newest first among equals), shown in the order
+    they were said. :data:`NOTHING` when nothing was stated (only requests)."""
     prefix = PREFIX if dialogue else TOPIC_PREFIX
     said = [t.replace('"', "'") for t in previous_items(previous_summary) + statements(entries)]
-    newest = {t.lower(): i for i, t in enumerate(said)}
-    items = [t for i, t in enumerate(said) if newest[t.lower()] == i]  # a repeat keeps its last
+    items = current(said)
     if not items:
-        return ""
+        return clip_middle(NOTHING, limit) if entries else ""
     room = limit - nbytes(prefix)
+    ranked = sorted(((importance(t), i) for i, t in enumerate(items)), key=lambda r: (-r[0], -r[1]))
     chosen: list[int] = []
-    for _, i in sorted(_ranked(items), key=lambda r: (-r[0], -r[1])):
-        if bare_question(items[i]):
-            continue
+    for _, i in ranked:
         cost = nbytes(items[i]) + 3  # space and quotes
         if cost <= room:
             chosen.append(i)
             room -= cost
     if not chosen:  # one statement bigger than the whole summary: keep its start and end
-        i = max(_ranked(items), key=lambda r: (r[0], r[1]))[1]
-        return clip_middle(f'{prefix} "{items[i]}"', limit)
+        return clip_middle(f'{prefix} "{items[ranked[0][1]]}"', limit)
     return prefix + "".join(f' "{items[i]}"' for i in sorted(chosen))

@@ -413,7 +413,7 @@ class ContextManager:
                 part.system = system
                 self.store.set_system(participant_id, system)
         blocks = self.blocks(participant_id)
-        recalled = self.recalled(participant_id, request)
+        recalled = self._recalled(participant_id, request, blocks)
         context = self.render_blocks(blocks + ([recalled] if recalled else []), now_us=now_us)
         return [
             ChatMessage(role="system", content=system),
@@ -424,11 +424,17 @@ class ContextManager:
     def recalled(self, participant_id: str, request: str) -> ContextBlock | None:
         """The earlier statements most relevant to ``request`` that the model no longer
         sees, newest first, within ``recall_budget_bytes`` (None when there are none).
-        :meth:`messages` places it after the stable context, before the current time."""
+        :meth:`messages` places it after the stable context and the current time, right
+        before the request."""
+        return self._recalled(participant_id, request, self.blocks(participant_id))
+
+    def _recalled(
+        self, participant_id: str, request: str, blocks: list[ContextBlock]
+    ) -> ContextBlock | None:
         part = self._participants.get(participant_id)
-        if part is None:
+        if part is None or self._recall.budget_bytes <= 0:
             return None
-        return self._recall.block(participant_id, request, in_view(part))
+        return self._recall.block(participant_id, request, in_view(part, blocks))
 
     def transcript(
         self, participant_id: str, *, offset: int = 0, limit: int | None = None

@@ -13,9 +13,14 @@ _WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
 _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
 _QUOTES = "\"'“”‘’«»(["
 _CORRECTION = re.compile(
-    r"\b(actually|correction|i meant|i mean|sorry|not\b.*\bbut|instead|changed|"
-    r"moved|no longer|rather|update|now it is|it is now|scratch that|wrong)\b",
+    r"\b(actually|correction|i meant|i mean|sorry|misspoke|not\s+[\w-]+|instead|changed|"
+    r"moved|switched|replaced|reset|no longer|rather|update[sd]?|now|scratch that|wrong)\b",
     re.IGNORECASE,
+)
+_REQUEST_OPENERS = frozenset(
+    """what where when who whom whose why how which is are am was were do does did can could
+    would will should shall may tell give say show explain remind help list suggest thanks
+    thank hi hello hey ok okay please""".split()
 )
 
 STOPWORDS = frozenset(
@@ -81,9 +86,47 @@ def missing_details(summary: str, sources: list[str]) -> list[str]:
     return sorted(d for d in need if d not in have)
 
 
+def invented_details(summary: str, sources: list[str]) -> list[str]:
+    """Key details of ``summary`` that none of ``sources`` contains: numbers and names a
+    model made up (sorted, case-insensitive)."""
+    have = " ".join(sources).lower()
+    return sorted(d for d in key_details(summary) if d not in have)
+
+
 def is_correction(text: str) -> bool:
-    """Whether a statement says an earlier one was wrong or has changed."""
+    """Whether a statement says an earlier one was wrong or has changed ("actually",
+    "correction", "I meant", "changed", "now", "not X", ...)."""
     return bool(_CORRECTION.search(text))
+
+
+def is_request(text: str) -> bool:
+    """Whether the participant asked for something rather than stated it: a question, or
+    a request ("Tell me ...", "Thanks ...") without a number in it. A request states
+    nothing to remember (its answer is the assistant's, which is shortened first)."""
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return True
+    first = words(stripped[:40])
+    opener = first[0].lower() if first else ""
+    return opener in _REQUEST_OPENERS and not any(c.isdigit() for c in stripped)
+
+
+def supersedes(newer: str, older: str) -> bool:
+    """Whether ``newer`` (said later) replaces ``older``: a correction sharing two subject
+    words with it ("Sorry, I meant 15 millilitres, not 12" after "The buffer needs 12
+    millilitres"; not "Freezer A door seal replaced" after "Freezer B is at minus 80
+    degrees": one shared word is too little to be the same thing), or an update
+    repeating every word of it but its numbers, with a number of its own ("The door code
+    is 4812 since this morning" after "The door code is 1234"; not "Sample C3 goes to the
+    fridge" after "Sample B7 goes to the incubator": another subject)."""
+    if is_request(newer) or is_request(older):
+        return False
+    new_terms, old_terms = set(terms(newer)), set(terms(older))
+    if is_correction(newer):
+        return len(new_terms & old_terms) >= 2
+    numbers = {t for t in new_terms ^ old_terms if any(c.isdigit() for c in t)}
+    subject = {t for t in old_terms if t not in numbers}
+    return bool(subject) and subject <= new_terms and bool(numbers & new_terms)
 
 
 def importance(text: str) -> int:

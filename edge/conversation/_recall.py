@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ._context import ParticipantContext
-from ._memory import is_correction, key_details, terms
-from ._render import ContextBlock, Renderer
+from ._memory import is_correction, is_request, supersedes, terms
+from ._render import DIALOGUE, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
 RECALL_SECTION = "recalled"
-RECALL_HEADER = "Recalled from earlier, newest first (a newer statement replaces an older one):"
+RECALL_HEADER = "Earlier, newest first:"
+"""The block's first line when it recalls more than one statement (a single one is one
+line: every token of the block is evaluated anew for each request)."""
+REPLACES = "latest, replaces what was said before"
+"""How a statement that replaces an older one is marked (the older one is left out)."""
 DEFAULT_RECALL_LIMIT = 3
 """Statements recalled per request at most."""
 SEARCH_WIDTH = 4
@@ -158,28 +162,31 @@ class MemoryRecallIndex:
 
 
 def replaces(newer: Statement, older: Statement) -> bool:
-    """Whether ``newer`` replaces ``older``: said later about the same thing, either a
-    correction sharing a term with it, or an update sharing two terms that states its own
-    number or name ("The door code is 4812 since this morning" after "... is 1234")."""
+    """Whether ``newer`` replaces ``older``: said later, and superseding it (a correction
+    about the same thing, or an update of it: :func:`~edge.conversation._memory.supersedes`)."""
     if (newer.timestamp_us, newer.seq) <= (older.timestamp_us, older.seq):
         return False
-    shared = set(terms(newer.text)) & set(terms(older.text))
-    if newer.correction:
-        return bool(shared)
-    return len(shared) >= 2 and bool(key_details(newer.text)) and bool(key_details(older.text))
+    return supersedes(newer.text, older.text)
 
 
-def superseded(pool: list[Statement]) -> tuple[set[int], set[int]]:
-    """``seq`` of the statements in ``pool`` that a newer one replaces, and of those that
-    replace one."""
+def superseded(pool: list[Statement]) -> tuple[set[int], dict[int, list[Statement]]]:
+    """``seq`` of the statements in ``pool`` that a newer one replaces, and for each
+    statement that replaces one (and is not itself replaced) what it replaces."""
     replaced: set[int] = set()
-    replacers: set[int] = set()
+    replacers: dict[int, list[Statement]] = {}
     for newer in pool:
         for older in pool:
             if replaces(newer, older):
                 replaced.add(older.seq)
-                replacers.add(newer.seq)
-    return replaced, replacers - replaced
+                replacers.setdefault(newer.seq, []).append(older)
+    return replaced, {k: v for k, v in replacers.items() if k not in replaced}
+
+
+def novel(statement: Statement, request: str) -> bool:
+    """Whether ``statement`` says something ``request`` does not (a word beyond its
+    words): an earlier request repeated, or a statement that only echoes the question,
+    cannot answer it."""
+    return bool(set(terms(statement.text)) - set(terms(request)))
 
 
 class Recall:
@@ -202,22 +209,21 @@ class Recall:
             self.index.add(statement)
 
     def select(self, participant_id: str, request: str, in_view: InView) -> list[Statement]:
-        """The statements to recall for ``request``, newest first.
+        """The statements to recall for ``request``, newest first: relevant ones (see
+        :meth:`candidates`) that the model does not see verbatim next to the request.
 
         What a newer statement replaces (see :func:`replaces`) is left out, and the newer
-        one is recalled in its place, even when it is in view (a correction must win where
-        the request can see it); otherwise what is in view is not repeated."""
-        if self.budget_bytes <= 0:
-            return []
-        found = self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
-        pool = {s.seq: s for s in found}
-        if found:
-            newer = self.index.corrections(participant_id, MAX_CORRECTIONS) + in_view.shown
-            for s in newer:
-                if any(replaces(s, f) for f in found):
-                    pool.setdefault(s.seq, s)
+        one is recalled in its place, even when it is in view if what it replaces is in
+        view too (the model sees both: the block says which one wins)."""
+        return self._select(participant_id, request, in_view)[0]
+
+    def _select(
+        self, participant_id: str, request: str, in_view: InView
+    ) -> tuple[list[Statement], set[int]]:
+        """:meth:`select`'s statements, and ``seq`` of those that replace an older one."""
+        pool = self.candidates(participant_id, request, in_view)
         replaced, replacers = superseded(list(pool.values()))
-        ordered = [pool[i] for i in pool if i in replacers] + [
+        ordered = [pool[i] for i in replacers] + [
             s for s in pool.values() if s.seq not in replacers
         ]
         chosen: list[Statement] = []
@@ -226,27 +232,52 @@ class Recall:
             key = s.text.strip().lower()
             if s.seq in replaced or key in seen:
                 continue
-            if in_view.shows(s) and s.seq not in replacers:
+            conflict = any(in_view.shows(old) for old in replacers.get(s.seq, ()))
+            if in_view.shows_near(s) and not conflict:
                 continue
             seen.add(key)
             chosen.append(s)
             if len(chosen) == self.limit:
                 break
-        return sorted(chosen, key=lambda s: (s.timestamp_us, s.seq), reverse=True)
+        chosen.sort(key=lambda s: (s.timestamp_us, s.seq), reverse=True)
+        return chosen, {s.seq for s in chosen if s.seq in replacers}
 
-    def line(self, statement: Statement) -> str:
-        when = self.renderer.time(statement.timestamp_us)
-        who = "The user said" if statement.source == "dialogue" else statement.source
-        return f"[{when}] {who}: {statement.text}"
+    def candidates(
+        self, participant_id: str, request: str, in_view: InView
+    ) -> dict[int, Statement]:
+        """Statements relevant to ``request`` (the index's search, over its relevance
+        floor), that state something (not a request) the request does not already say;
+        and every newer statement, in view or in the index's corrections, that replaces
+        one of them."""
+        if self.budget_bytes <= 0:
+            return {}
+        found = [
+            s
+            for s in self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
+            if not is_request(s.text) and novel(s, request)
+        ]
+        pool = {s.seq: s for s in found}
+        if found:
+            newer = self.index.corrections(participant_id, MAX_CORRECTIONS) + in_view.shown
+            for s in newer:
+                if any(replaces(s, f) for f in found):
+                    pool.setdefault(s.seq, s)
+        return pool
+
+    @staticmethod
+    def line(statement: Statement, replacer: bool = False) -> str:
+        """``User (earlier): ...`` like a dialogue entry, or the topic's name for a note."""
+        who = "User" if statement.source == DIALOGUE else statement.source
+        return f"{who} ({REPLACES if replacer else 'earlier'}): {statement.text}"
 
     def block(self, participant_id: str, request: str, in_view: InView) -> ContextBlock | None:
         """The recalled block (None when nothing relevant is out of view); at most
         ``budget_bytes`` of text: the newest statements first, a long one clipped."""
-        chosen = self.select(participant_id, request, in_view)
+        chosen, replacers = self._select(participant_id, request, in_view)
         lines: list[str] = []
-        room = self.budget_bytes - nbytes(RECALL_HEADER)
+        room = self.budget_bytes - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
         for statement in chosen:
-            text = self.line(statement)
+            text = self.line(statement, statement.seq in replacers)
             cost = nbytes(text) + 1
             if cost > room:
                 if lines or room < 64:
@@ -257,37 +288,54 @@ class Recall:
             room -= cost
         if not lines:
             return None
-        text = "\n".join([RECALL_HEADER, *lines])
+        text = "\n".join([RECALL_HEADER, *lines] if len(lines) > 1 else lines)
         newest = max(s.timestamp_us for s in chosen)
         return ContextBlock("recalled", RECALL_SECTION, text, newest)
 
 
 class InView:
-    """What the model sees verbatim close to the request: the newest uncompacted entries
-    (``seqs``) and, in ``shown``, those and every summary topic's current state as
-    statements (a newer one there can replace an older statement found).
+    """What the model sees of a participant's context: the rendered blocks' ``text``, the
+    ``near`` part of it (the newest blocks, next to the request), and in ``shown`` the
+    summary topics' states and the newest entries as statements (a newer one there can
+    replace an older statement found).
 
-    A statement that only a summary holds is still recalled: the summary is condensed (a
-    model's paraphrase, or an extractive list among other statements). So is an older
-    entry still shown verbatim further up (a note dictated many turns ago sits at its
-    recorded time, above every exchange since): a small model uses what is next to the
-    request, and the recalled block puts the participant's exact words there."""
+    A statement shown verbatim near the request is not recalled again. One that only a
+    summary holds, or an entry many turns back, is recalled when relevant: a small model
+    uses what is next to the request (measured: a fact quoted in the summary above eight
+    exchanges goes unused), and only a relevant request pays for the block."""
 
-    def __init__(self, seqs: set[int], shown: list[Statement] | None = None) -> None:
-        self.seqs = seqs
+    def __init__(self, text: str, near: str = "", shown: list[Statement] | None = None) -> None:
+        self.text = _normal(text)
+        self.near = _normal(near)
         self.shown = shown or []
 
     def shows(self, statement: Statement) -> bool:
-        return statement.seq in self.seqs
+        """Whether the statement is anywhere in the context, verbatim."""
+        said = _normal(statement.text)
+        return bool(said) and said in self.text
+
+    def shows_near(self, statement: Statement) -> bool:
+        """Whether the statement is verbatim in the newest blocks, next to the request."""
+        said = _normal(statement.text)
+        return bool(said) and said in self.near
+
+
+def _normal(text: str) -> str:
+    """Lower case, double quotes as single ones (an extractive summary's quoting) and
+    single spaces: how a statement is looked for in the rendered context."""
+    return " ".join(text.replace('"', "'").lower().split())
 
 
 RECENT_ENTRIES = 4
-"""Entries this close to the request (newest across sections) are not recalled again."""
+"""The newest entries of the context that count as next to the request (a summary, at
+the top of the context, never does)."""
 
 
-def in_view(part: ParticipantContext, recent: int = RECENT_ENTRIES) -> InView:
-    """The newest ``recent`` entries of ``part``'s rendered context, across sections, and
-    the summary topics' states."""
+def in_view(
+    part: ParticipantContext, blocks: list[ContextBlock], recent: int = RECENT_ENTRIES
+) -> InView:
+    """What ``blocks`` (``part``'s rendered context) show, its newest ``recent`` entries,
+    and the summary topics' states and newest entries as statements."""
     entries = [(s, e) for s in part.sections.values() if s.kind != "summary" for e in s.entries]
     entries.sort(key=lambda se: se[1].key)
     newest = entries[-recent:] if recent > 0 else []
@@ -296,4 +344,7 @@ def in_view(part: ParticipantContext, recent: int = RECENT_ENTRIES) -> InView:
         Statement(part.participant_id, e.seq, e.timestamp_us, s.name, e.user or e.text)
         for s, e in newest + states
     ]
-    return InView({e.seq for _, e in newest}, shown)
+    entry_blocks = [b for b in blocks if b.kind != "summary"]
+    near = entry_blocks[-recent:] if recent > 0 else []
+    text = "\n".join(b.text for b in blocks)
+    return InView(text, "\n".join(b.text for b in near), shown)

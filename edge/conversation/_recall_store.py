@@ -25,11 +25,14 @@ _NEWEST = """
     ORDER BY r.id DESC LIMIT ?
 """
 CORRECTION_WORDS = (
-    "actually correction meant mean sorry instead changed moved longer rather update now "
-    "scratch wrong"
+    "actually correction meant mean sorry misspoke not instead changed moved switched replaced "
+    "reset longer rather update updated updates now scratch wrong"
 ).split()
 """Words of :func:`~edge.conversation._memory.is_correction`'s phrases, to find candidates
 in the index; each candidate is then checked with it."""
+
+
+_CORRECTION_MATCH = " OR ".join(f'"{w}"' for w in CORRECTION_WORDS)  # stop words included
 
 
 def match_any(text: str) -> str:
@@ -68,6 +71,6 @@ class StoreRecallIndex:
     def corrections(self, participant_id: str, limit: int) -> list[Statement]:
         if limit <= 0:
             return []
-        rows = self._rows(_NEWEST, match_any(" ".join(CORRECTION_WORDS)), participant_id, limit * 4)
+        rows = self._rows(_NEWEST, _CORRECTION_MATCH, participant_id, limit * 4)
         found = [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
         return [s for s in found if is_correction(s.text)][:limit]
