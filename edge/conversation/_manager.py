@@ -424,8 +424,8 @@ class ContextManager:
     def recalled(self, participant_id: str, request: str) -> ContextBlock | None:
         """The earlier statements most relevant to ``request`` that the model no longer
         sees, newest first, within ``recall_budget_bytes`` (None when there are none).
-        :meth:`messages` places it after the stable context and the current time, right
-        before the request."""
+        :meth:`messages` places it after the stable context, before the current time and
+        the request (every token of it is evaluated anew for each request)."""
         return self._recalled(participant_id, request, self.blocks(participant_id))
 
     def _recalled(

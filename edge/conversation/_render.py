@@ -71,8 +71,7 @@ class Renderer:
 
     def context_message(self, blocks: list[ContextBlock], now_us: int | None) -> str:
         """Blocks in the given order, then the current time (omitted when ``now_us`` is None,
-        which is the stable prefix used to warm a model's cache), then any recalled block:
-        what changes from request to request comes last, next to the request."""
+        which is the stable prefix used to warm a model's cache)."""
         parts = [b.text for b in blocks] or ["(No earlier conversation or context.)"]
         body = "Context:\n\n" + "\n\n".join(parts)
         if now_us is None:
