@@ -47,17 +47,29 @@ async def test_a_fact_is_recalled_after_ten_turns_through_the_service() -> None:
     reports = []
     service.context.add_hook("post_compact", reports.append)
     assert service.context.budgets["dialogue"] == 2048  # the CI profile's
-    async with service, EdgeClient(service.websocket_url, participant_id="lab") as client:
-        await client.ask("My locker code is 4711.", limit_s=60)
-        control = await client.ask("What is my locker code?", limit_s=60)
-        assert "4711" in control.text  # the model repeats this fact when it sees it
-        for text in ORDINARY:
-            await client.ask(text, limit_s=60)
-            await settle(service)
-        entries = [b.text for b in service.context.blocks("lab") if b.kind == "exchange"]
-        assert not any("4711" in e for e in entries)  # the fact has left the verbatim dialogue
-        recalled = service.context.recalled("lab", "What is my locker code?")
-        answer = await client.ask("What is my locker code?", limit_s=60)
+    context = ""
+    async with service:
+        # the control, as another participant: the model repeats this fact when it sees it
+        async with EdgeClient(service.websocket_url, participant_id="control") as control:
+            await control.ask("My locker code is 4711.", limit_s=60)
+            assert "4711" in (await control.ask("What is my locker code?", limit_s=60)).text
+        async with EdgeClient(service.websocket_url, participant_id="lab") as client:
+            answer, recalled = await ten_turns_later(service, client)
+            context = service.context.render("lab")
     assert reports and all(r.ok for r in reports)  # usable summaries (model or extractive)
     assert recalled is not None and "My locker code is 4711." in recalled.text
-    assert "4711" in answer.text  # the fact, whatever the wording around it
+    assert "4711" in answer.text, context  # the fact, whatever the wording around it
+
+
+async def ten_turns_later(service: EdgeService, client: EdgeClient) -> tuple:
+    """The fact, ten ordinary turns with idle pauses, then the question: its answer and
+    the recalled block the question gets."""
+    await client.ask("My locker code is 4711.", limit_s=60)
+    for text in ORDINARY:
+        await client.ask(text, limit_s=60)
+        await settle(service)
+    entries = [b.text for b in service.context.blocks("lab") if b.kind == "exchange"]
+    assert not any("4711" in e for e in entries)  # the fact has left the verbatim dialogue
+    recalled = service.context.recalled("lab", "What is my locker code?")
+    answer = await client.ask("What is my locker code?", limit_s=60)
+    return answer, recalled
