@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conversation_helpers import Clock, eventually, manager, responder
 
+from edge.conversation import ContextManager
 from edge.conversation._context import Entry
 from edge.conversation._eval_recall import (
     DESIGN,
@@ -149,6 +150,14 @@ def test_extractive_summary_keeps_only_the_newest_of_a_corrected_statement() -> 
     assert previous_items(NOTHING) == []
 
 
+async def locker_code_then_chatter(ctx: ContextManager) -> None:
+    """A fact, then enough idle chatter that the dialogue is compacted."""
+    await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+    for i in range(6):
+        await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcdef'[i]}", "Ok")
+    await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+
+
 async def test_model_summary_that_drops_a_number_is_replaced() -> None:
     llm = ScriptedLLM(responder("The user talked about lockers and asked questions."))
     async with manager(llm, **SMALL) as ctx:
@@ -165,10 +174,7 @@ async def test_model_summary_that_drops_a_number_is_replaced() -> None:
 async def test_model_summary_that_invents_a_name_is_replaced() -> None:
     llm = ScriptedLLM(responder("The user said Cara has locker code 4711."))
     async with manager(llm, **SMALL) as ctx:
-        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
-        for i in range(6):
-            await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcdef'[i]}", "Ok")
-        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        await locker_code_then_chatter(ctx)
         report = ctx.last_compaction("p")
         assert "Cara" not in ctx.summary("p") and "4711" in ctx.summary("p")
     assert report.method == "extractive" and report.reason.endswith("invented cara")
@@ -177,10 +183,7 @@ async def test_model_summary_that_invents_a_name_is_replaced() -> None:
 async def test_model_summary_that_keeps_the_details_is_used() -> None:
     llm = ScriptedLLM(responder("The user's locker code is 4711."))
     async with manager(llm, **SMALL) as ctx:
-        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
-        for i in range(6):
-            await ctx.record_exchange("p", f"Tell me something nice {'w' * 80} {'abcdef'[i]}", "Ok")
-        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        await locker_code_then_chatter(ctx)
         assert ctx.last_compaction("p").method == "llm"
         assert ctx.summary("p") == "The user's locker code is 4711."
 

@@ -142,14 +142,9 @@ class SpeculativeLLM:
         is discarded (to prepare work on a likely answer, such as its first speech);
         reading them changes nothing about the speculation."""
         spec = self._pending.get(cache_key)
-        sent = 0
-        while spec is not None and not spec.scope.cancel_called:
-            while sent < len(spec.deltas):
-                sent += 1
-                yield spec.deltas[sent - 1]
-            if spec.done.is_set():
-                return
-            await spec.changed.wait()
+        if spec is not None:
+            async for delta in _follow(spec, until_cancelled=True):
+                yield delta
 
     async def _run(self, cache_key: str, spec: _Speculation) -> None:
         with spec.scope:
@@ -212,15 +207,9 @@ class SpeculativeLLM:
 
     @staticmethod
     async def _replay(spec: _Speculation, target: Any) -> AsyncIterator[str]:
-        sent = 0
         try:
-            while True:
-                while sent < len(spec.deltas):
-                    sent += 1
-                    yield spec.deltas[sent - 1]
-                if spec.done.is_set():
-                    break
-                await spec.changed.wait()
+            async for delta in _follow(spec):
+                yield delta
             if spec.error is not None:
                 raise spec.error
             if spec.stream is not None:
@@ -230,3 +219,16 @@ class SpeculativeLLM:
                 spec.scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await spec.done.wait()
+
+
+async def _follow(spec: _Speculation, *, until_cancelled: bool = False) -> AsyncIterator[str]:
+    """A speculation's deltas, those held so far and then each as it is generated, until
+    it is done (or, with ``until_cancelled``, discarded)."""
+    sent = 0
+    while not (until_cancelled and spec.scope.cancel_called):
+        while sent < len(spec.deltas):
+            sent += 1
+            yield spec.deltas[sent - 1]
+        if spec.done.is_set():
+            return
+        await spec.changed.wait()

@@ -178,6 +178,6 @@ async def first_piece(deltas: AsyncIterable[str], first_min_chars: int | None) -
     splitter = SentenceSplitter(first_min_chars=first_min_chars)
     async for delta in deltas:
         for piece in splitter.feed(delta):
-            if speakable(piece):
-                return speakable(piece)
-    return next((speakable(p) for p in splitter.flush() if speakable(p)), "")
+            if spoken := speakable(piece):
+                return spoken
+    return next((spoken for p in splitter.flush() if (spoken := speakable(p))), "")
