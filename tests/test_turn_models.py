@@ -19,7 +19,7 @@ from edge.voice import (
     resample,
 )
 from tests.server_helpers import settings, wait_for
-from tests.voice_helpers import Recorder, words
+from tests.voice_helpers import Recorder, heard_as, words
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
@@ -79,9 +79,9 @@ async def test_a_speculation_the_speaker_talks_past_is_discarded_unseen(models) 
         await send(client, np.concatenate([tail, gap(2.0)]))  # ...but they went on
         turn = await client.collect_turn(limit_s=120)
         history = svc.router.history("speaker")
-    assert words(guesses.messages(SPECULATION_TOPIC)[0].text) == words("What is the capital")
-    heard = words(turn.query)  # one query: the whole sentence (Whisper may blur "of")
-    assert heard[:4] == words("What is the capital") and heard[-1] == "france"
+    assert heard_as(guesses.messages(SPECULATION_TOPIC)[0].text, "What is the capital")
+    # one query: the whole sentence (Piper's noise is random: Whisper may blur a word)
+    assert heard_as(turn.query, "What is the capital of France?")
     assert turn.text and turn.audio  # the real turn was answered and spoken
     assert {header.request_id for header, _ in turn.audio} == {turn.request_id}
     assert [e.user for e in history] == [turn.query]  # the only recorded exchange
@@ -117,8 +117,7 @@ async def test_push_to_talk_release_ends_the_utterance_at_once(models) -> None: 
             await send(client, np.concatenate([question, gap(0.3)]))
             await client.end_of_utterance()
             turn = await client.collect_turn(limit_s=60)
-    heard = words(turn.query)  # the whole utterance; Whisper may blur "in" on another CPU
-    assert heard[:4] == words("Turn on the lights") and heard[-2:] == words("the lab")
+    assert heard_as(turn.query, "Turn on the lights in the lab.")  # the whole utterance
     assert [words(t.text) for t in turn.transcripts if t.final] == [words(turn.query)]
     assert turn.text == "Lights on."
 
@@ -134,5 +133,4 @@ async def test_a_350_ms_pause_mid_sentence_keeps_one_utterance(models) -> None: 
             turn = await client.collect_turn(limit_s=60)
     finals = [t.text for t in turn.transcripts if t.final]
     assert len(finals) == 1
-    assert words(turn.query)[-4:] == words("is it famous for")
-    assert words(turn.query)[:5] == words("What is the capital of")
+    assert heard_as(turn.query, f"{first} {second}")  # both halves, in one query
