@@ -285,3 +285,19 @@ async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> Non
     assert messages[2].content == "Now?" and "window" in caplog.text
     await ctx.record_exchange("p2", "x" * 2000, "y")
     assert conv.request_messages("p2", "Q" * 300)[2].content == "Q" * 300  # never clipped
+
+
+def test_a_prepared_request_keeps_its_time_for_the_turn_that_asks_it() -> None:
+    """A speculation prepared at hh:mm:59.9 and adopted a second later must have the same
+    messages: the turn asking the same query gets the prepared request's current time
+    (within PIN_S); another query, or a later one, gets its own."""
+    llm = ScriptedLLM()
+    clock = Clock(T0 + 39_900_000)  # 22:13:59.9
+    conv = Conversation(llm, context=manager(llm, clock), clock=clock)
+    prepared = conv.request_messages("p", "What time is it?", prepared=True)
+    clock.advance(1.0)  # the minute changed before the endpoint confirmed the words
+    assert conv.request_messages("p", "What time is it?") == prepared
+    assert conv.request_messages("p", "What time is it?") != prepared  # used once
+    conv.request_messages("p", "What time is it?", prepared=True)
+    other = conv.request_messages("p", "Something else?")
+    assert other[1].content != prepared[1].content  # its own time: 22:14

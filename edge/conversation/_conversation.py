@@ -43,6 +43,8 @@ ROUTE_EXAMPLES = (
 """Phrases typical of general requests, offered to routing as lexical evidence."""
 FINAL_FRAME_TIMEOUT_S = 5.0
 MAX_METRICS = 256
+PIN_S = 30.0
+"""How long a prepared (speculative) request's current time holds for the turn that asks it."""
 
 
 class Conversation:
@@ -95,6 +97,7 @@ class Conversation:
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
+        self._pinned: dict[str, tuple[str, int]] = {}  # pid -> (query, its prepared time)
 
     @property
     def system_message(self) -> str:
@@ -148,10 +151,20 @@ class Conversation:
 
     async def participant_left(self, participant_id: str) -> None:
         """Departure keeps context too; the application clears the manager."""
+        self._pinned.pop(participant_id, None)
 
     async def close(self) -> None:
         """Stop new answers; answers in flight finish."""
         self._closed = True
+
+    def _request_time(self, participant_id: str, query: str, prepared: bool) -> int:
+        now = self._clock()
+        pinned = self._pinned.pop(participant_id, None)
+        if prepared:
+            self._pinned[participant_id] = (query, now)
+        elif pinned is not None and pinned[0] == query and now - pinned[1] < PIN_S * 1e6:
+            return pinned[1]
+        return now
 
     def last_metrics(self, participant_id: str) -> RequestMetrics | None:
         """What the participant's latest answer request cost (queue wait, time to first
@@ -160,8 +173,15 @@ class Conversation:
 
     # ----------------------------------------------------------------- requests
 
-    def request_messages(self, participant_id: str, query: str) -> list[ChatMessage]:
+    def request_messages(
+        self, participant_id: str, query: str, *, prepared: bool = False
+    ) -> list[ChatMessage]:
         """The three messages of an answer request.
+
+        ``prepared``: the request is made ahead of its turn (a speculation); the turn
+        that then asks the same query within :data:`PIN_S` gets the same current time,
+        hence the same messages (a minute boundary in between would otherwise make them
+        differ, and the prepared answer would be thrown away).
 
         When the model can count tokens (the local backend), the request must also fit its
         context window with room for the answer: byte budgets are only an estimate of
@@ -169,7 +189,10 @@ class Conversation:
         context blocks are left out (entries first, then summaries) and a warning is
         logged. The current request is never clipped."""
         messages = self.context.messages(
-            participant_id, system=self.system_message, request=query, now_us=self._clock()
+            participant_id,
+            system=self.system_message,
+            request=query,
+            now_us=self._request_time(participant_id, query, prepared),
         )
         llm = self.llm
         if not isinstance(llm, TokenCounter):

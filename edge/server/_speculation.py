@@ -112,7 +112,7 @@ class TurnSpeculator(Agent):
                 conversation = self.conversation
                 self.answers.speculate(
                     pid,
-                    conversation.request_messages(pid, text),
+                    conversation.request_messages(pid, text, prepared=True),
                     max_tokens=conversation.max_tokens,
                     temperature=conversation.temperature,
                 )
