@@ -19,10 +19,12 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def models():  # type: ignore[no-untyped-def]
-    """The real default STT (Whisper tiny.en) and TTS (Piper joe), loaded once per module."""
+    """The real default STT (Whisper tiny.en) and TTS (Piper joe), loaded once per module.
+    Piper speaks without its random variation, so a test hears the same audio every run
+    (a randomly long pause after "Stop." once split a test's utterance in two)."""
     from edge.voice import PiperTTS, WhisperSTT
 
-    stt, tts = WhisperSTT(), PiperTTS()
+    stt, tts = WhisperSTT(), PiperTTS(noise_scale=0.0, noise_w_scale=0.0)
     stt.load()
     tts.load()
     return stt, tts

@@ -56,7 +56,11 @@ class TextToSpeech(Protocol):
 
 
 class PiperTTS:
-    """A Piper voice. ``length_scale`` < 1 speaks faster."""
+    """A Piper voice. ``length_scale`` < 1 speaks faster.
+
+    Piper adds random variation to each synthesis (``noise_scale`` to the sound,
+    ``noise_w_scale`` to phoneme lengths; the voice's own values by default), so the same
+    text gives slightly different audio each time; ``0`` for both makes it repeatable."""
 
     def __init__(
         self,
@@ -64,10 +68,14 @@ class PiperTTS:
         *,
         config_path: Path | str | None = None,
         length_scale: float | None = None,
+        noise_scale: float | None = None,
+        noise_w_scale: float | None = None,
     ) -> None:
         self._model_path = Path(model_path) if model_path is not None else None
         self._config_path = Path(config_path) if config_path is not None else None
         self.length_scale = length_scale
+        self.noise_scale = noise_scale
+        self.noise_w_scale = noise_w_scale
         self._voice = None
         self._lock = threading.Lock()
 
@@ -106,7 +114,11 @@ class PiperTTS:
         self.load()
         from piper import SynthesisConfig
 
-        syn = SynthesisConfig(length_scale=self.length_scale)
+        syn = SynthesisConfig(
+            length_scale=self.length_scale,
+            noise_scale=self.noise_scale,
+            noise_w_scale=self.noise_w_scale,
+        )
         with self._lock:
             started = time.perf_counter()
             parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
