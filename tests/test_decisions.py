@@ -202,3 +202,19 @@ async def test_prepare_computes_the_prior_in_the_background() -> None:
     assert len(llm.calls) == 1 and llm.calls[0][3] is Priority.BACKGROUND
     await service.decide(ChoiceQuestion("x", TWO))
     assert len(llm.calls) == 2  # the prior was ready
+
+
+async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> None:
+    """A question carrying recent conversation is evaluated (in the background, into the
+    decisions' cache key) up to its request, so the next decision reuses that prefix."""
+    llm = FakeScorer([0.0, 0.0])
+    service = LocalDecisionService(llm)
+    context = ("User: what's new?", "Assistant: nothing much")
+    await service.prepare(ChoiceQuestion("", TWO, context=context))
+    assert [c[3] for c in llm.calls] == [Priority.BACKGROUND, Priority.BACKGROUND]
+    warmed = llm.calls[1][0]
+    asked = service.prompt(ChoiceQuestion("what time is it", TWO, context=context))
+    assert "nothing much" in warmed and asked.startswith(warmed.split("Request:")[0] + "Request:")
+    assert llm.calls[1][2] == service.cache_key
+    await service.prepare(ChoiceQuestion("", TWO))  # no context: the prior only, cached
+    assert len(llm.calls) == 2

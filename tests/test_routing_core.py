@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from routing_helpers import Recorder, ScriptedAgent, turn
 
@@ -348,3 +349,28 @@ async def test_prepare_decisions_hands_the_option_set_to_the_service() -> None:
     await router.prepare_decisions()
     await router.handle(turn("x"))
     assert prepared[0].criteria == router._decisions.questions[0].criteria
+
+
+async def test_after_an_exchange_the_next_decision_is_prepared_with_its_context() -> None:
+    """The decision prefix a participant's next turn starts with (their recent
+    conversation) is prepared in the background after each of their exchanges."""
+    prepared = []
+
+    class Preparing(ScriptedDecisions):
+        async def prepare(self, question):
+            prepared.append(question)
+
+    rec = Recorder()
+    agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
+    async with AgentRouter(
+        agents, Preparing(["conversation", "notes"]), output=rec.output
+    ) as router:
+        await router.handle(turn("hello there"))
+        assert prepared == []  # started in the background, after the exchange
+        for _ in range(50):
+            if prepared:
+                break
+            await anyio.sleep(0.01)
+        assert prepared[0].text == ""
+        assert prepared[0].criteria == router._decisions.questions[0].criteria
+        assert "hello there" in "\n".join(prepared[0].context)

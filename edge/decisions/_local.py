@@ -157,10 +157,25 @@ class LocalDecisionService:
     async def prepare(self, question: ChoiceQuestion) -> None:
         """Evaluate ``question``'s option prefix and content-free prior ahead of time, at
         background priority, so the first real decision with these options is warm. Call it
-        at start-up with the destinations' routing aids (the text is ignored)."""
-        if self.uses_model and len(question.criteria) > 1 and self.calibrate:
-            keys = list(_KEYS[: len(question.criteria)])
+        at start-up with the destinations' routing aids (the text is ignored).
+
+        A question with recent conversation (``context``) also has its prompt up to the
+        request (its text, normally empty, ends it) evaluated into ``cache_key``'s state:
+        the next decision with that context (the same participant's next turn) then
+        evaluates only the request's tokens.
+        """
+        if not self.uses_model or len(question.criteria) < 2:
+            return
+        keys = list(_KEYS[: len(question.criteria)])
+        if self.calibrate:
             await self._prior(question, keys, priority=Priority.BACKGROUND)
+        if self._context(question):
+            await self.llm.score(
+                self.prompt(question),
+                keys,
+                cache_key=self.cache_key,
+                priority=Priority.BACKGROUND,
+            )
 
     async def _prior(
         self,

@@ -175,13 +175,29 @@ class AgentRouter:
         """Let the decision service prepare for the options a turn of ``participant_id``
         would see (all eligible destinations), e.g. evaluate the local model's option prefix
         at start-up so the first real decision is warm. A no-op for services without
-        ``prepare()`` or with fewer than two eligible destinations."""
+        ``prepare()`` or with fewer than two eligible destinations.
+
+        With the participant's completed history, the question carries their recent
+        conversation, so the prepared prefix is the one their next decision starts with
+        (the router does this in the background after each of their exchanges)."""
         if not isinstance(self._decisions, PreparingDecisions):
             return
         aids = self._aids(participant_id)
         eligible = sorted(name for name, aid in aids.items() if aid.eligible)
         if len(eligible) > 1:
-            await self._decisions.prepare(routing_question("", eligible, aids, []))
+            state = self._participants.get(participant_id)
+            history = newest_within(list(state.history), self.context_budget_bytes) if state else []
+            await self._decisions.prepare(routing_question("", eligible, aids, history))
+
+    async def _prepare_next_decision(self, participant_id: str) -> None:
+        """After an exchange: prepare the participant's next decision, unless their focus
+        skips it. Best effort (a closing model, a failed evaluation): logged, never raised."""
+        if self.focus(participant_id) is not None:
+            return
+        try:
+            await self.prepare_decisions(participant_id)
+        except Exception as exc:  # warming only: the turn decides anyway
+            log.debug("preparing the next decision of %r failed: %s", participant_id, exc)
 
     async def likely_destination(self, participant_id: str, text: str) -> str | None:
         """Where a turn saying ``text`` would most likely go now, without running it or
@@ -369,6 +385,8 @@ class AgentRouter:
             state.completed += 1
             state.history.append(Exchange(exchange_id, turn.query, result.text, turn.timestamp_us))
             state.history = newest_within(state.history, self.context_budget_bytes)
+            if self._tasks.running and isinstance(self._decisions, PreparingDecisions):
+                self._tasks.start_soon(self._prepare_next_decision, pid)
         return result
 
     async def _select_and_answer(
