@@ -9,7 +9,7 @@ import anyio
 import pytest
 from conversation_helpers import T0, Clock, eventually, is_compaction, manager, responder
 
-from edge.conversation import DEFAULT_SYSTEM_PROMPT, Conversation
+from edge.conversation import DEFAULT_STOP, DEFAULT_SYSTEM_PROMPT, Conversation
 from edge.interaction import TEXT_OUTPUT_TOPIC, ResponseOutput
 from edge.llm import ActivityTracker, GenerationError, Priority, ScriptedLLM, ScriptedReply
 from edge.routing import AgentExchange, AgentTurn, RoutableAgent, RoutingTurnContext
@@ -301,3 +301,17 @@ def test_a_prepared_request_keeps_its_time_for_the_turn_that_asks_it() -> None:
     conv.request_messages("p", "What time is it?", prepared=True)
     other = conv.request_messages("p", "Something else?")
     assert other[1].content != prepared[1].content  # its own time: 22:14
+
+
+async def test_an_answer_ends_where_the_model_starts_writing_the_next_turns() -> None:
+    """Small models continue the transcript-like context with invented ``User:`` lines:
+    the answer stops there, so they are neither streamed nor recorded."""
+    llm = ScriptedLLM(["Your code is 4711.\n\nUser: thanks\nAssistant: You're welcome."])
+    conv, ctx, runtime, sink = setup(llm)
+    async with runtime:
+        result = await conv.answer(turn("What is my code?"), started=Started(sink))
+    assert result.text.strip() == "Your code is 4711."
+    assert "thanks" not in "".join(f.text for f in sink.frames)
+    assert llm.requests[0].options.stop == conv.stop == DEFAULT_STOP
+    (exchange,) = ctx.transcript("p1")
+    assert "thanks" not in exchange.assistant

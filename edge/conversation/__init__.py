@@ -23,7 +23,13 @@ from ._compaction import (
     CompactionRequest,
 )
 from ._context import TranscriptEntry
-from ._conversation import DEFAULT_DESCRIPTION, DEFAULT_SYSTEM_PROMPT, ROUTE_EXAMPLES, Conversation
+from ._conversation import (
+    DEFAULT_DESCRIPTION,
+    DEFAULT_STOP,
+    DEFAULT_SYSTEM_PROMPT,
+    ROUTE_EXAMPLES,
+    Conversation,
+)
 from ._eval import CASES as EVAL_CASES
 from ._eval import CaseResult as EvalCaseResult
 from ._eval import run_eval
@@ -40,6 +46,7 @@ from ._render import ContextBlock
 
 __all__ = [
     "DEFAULT_DESCRIPTION",
+    "DEFAULT_STOP",
     "DEFAULT_SYSTEM_PROMPT",
     "EVAL_CASES",
     "RECALL_EVAL_CASES",

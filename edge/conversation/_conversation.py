@@ -9,7 +9,15 @@ from importlib import resources
 import anyio
 
 from edge.interaction import ResponseOutput
-from edge.llm import ChatMessage, LLMService, Priority, RequestMetrics, TextStream, TokenCounter
+from edge.llm import (
+    ChatMessage,
+    GenerationOptions,
+    LLMService,
+    Priority,
+    RequestMetrics,
+    TextStream,
+    TokenCounter,
+)
 from edge.routing import (
     Admission,
     AgentTurn,
@@ -45,6 +53,10 @@ FINAL_FRAME_TIMEOUT_S = 5.0
 MAX_METRICS = 256
 PIN_S = 30.0
 """How long a prepared (speculative) request's current time holds for the turn that asks it."""
+DEFAULT_STOP = ("\nUser:", "\nUser (", "\nAssistant:", "\n[")
+"""Where an answer ends if the model goes on to write the conversation's next lines itself
+(the context shows dialogue as ``[12:04] User: …`` lines, and small models continue them):
+those invented turns are never spoken or recorded."""
 
 
 class Conversation:
@@ -73,6 +85,7 @@ class Conversation:
         examples: tuple[str, ...] = ROUTE_EXAMPLES,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        stop: tuple[str, ...] = DEFAULT_STOP,
         clock: Callable[[], int] = now_us,
     ) -> None:
         if not isinstance(context, ContextManager):
@@ -94,6 +107,7 @@ class Conversation:
         self.examples = tuple(examples)
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.stop = tuple(stop)
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
@@ -165,6 +179,17 @@ class Conversation:
         elif pinned is not None and pinned[0] == query and now - pinned[1] < PIN_S * 1e6:
             return pinned[1]
         return now
+
+    def answer_options(self, participant_id: str) -> GenerationOptions:
+        """How an answer for ``participant_id`` is generated (a speculation that should be
+        adopted by the turn must ask with the same options)."""
+        return GenerationOptions(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            stop=self.stop,
+            priority=Priority.INTERACTIVE,
+            cache_key=participant_id,
+        )
 
     def last_metrics(self, participant_id: str) -> RequestMetrics | None:
         """What the participant's latest answer request cost (queue wait, time to first
@@ -254,13 +279,7 @@ class Conversation:
         )
 
     async def _stream(self, turn: AgentTurn, messages: list, started: StartedSignal) -> str:
-        stream = self.llm.stream(
-            messages,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            priority=Priority.INTERACTIVE,
-            cache_key=turn.participant_id,
-        )
+        stream = self.llm.stream(messages, self.answer_options(turn.participant_id))
         self._metrics.pop(turn.participant_id, None)
         self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below
         while len(self._metrics) > MAX_METRICS:

@@ -27,6 +27,12 @@ from ._types import (
 )
 
 
+def _before_stop(text: str, stop: tuple[str, ...]) -> str:
+    """The reply up to its first stop string, as a real backend would end it."""
+    cut = min((i for s in stop if (i := text.find(s)) >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
 @dataclass
 class ScriptedReply:
     """One scripted answer.
@@ -132,7 +138,8 @@ class ScriptedLLM(StreamingLLM):
 
         async def deltas() -> AsyncIterator[str]:
             started = time.perf_counter()
-            pieces = re.findall(r"\s*\S+", reply.text) or ([reply.text] if reply.text else [])
+            text = _before_stop(reply.text, options.stop)
+            pieces = re.findall(r"\s*\S+", text) or ([text] if text else [])
             busy = self.activity.interactive() if interactive else nullcontext()
             try:
                 with busy:

@@ -113,8 +113,7 @@ class TurnSpeculator(Agent):
                 self.answers.speculate(
                     pid,
                     conversation.request_messages(pid, text, prepared=True),
-                    max_tokens=conversation.max_tokens,
-                    temperature=conversation.temperature,
+                    conversation.answer_options(pid),
                 )
                 if self.prepare_speech is not None:
                     await self.prepare_speech(pid, self.answers.held(pid))
