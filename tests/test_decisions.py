@@ -42,13 +42,17 @@ class FakeScorer:
 
     logprobs: object = None
     calls: list[tuple[str, list[str], str | None, Priority]] = field(default_factory=list)
+    seeds: list[str | None] = field(default_factory=list)
 
     def format_chat(self, messages, add_generation_prompt=True):
         body = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
         return body + ("<assistant>" if add_generation_prompt else "")
 
-    async def score(self, prompt, continuations, *, cache_key=None, priority=Priority.INTERACTIVE):
+    async def score(
+        self, prompt, continuations, *, cache_key=None, priority=Priority.INTERACTIVE, seed_key=None
+    ):
         self.calls.append((prompt, list(continuations), cache_key, Priority(priority)))
+        self.seeds.append(seed_key)
         values = self.logprobs(prompt) if callable(self.logprobs) else self.logprobs
         return Scored(list(values), [1] * len(continuations), RequestMetrics(cache_key=cache_key))
 
@@ -206,15 +210,21 @@ async def test_prepare_computes_the_prior_in_the_background() -> None:
 
 async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> None:
     """A question carrying recent conversation is evaluated (in the background, into the
-    decisions' cache key) up to its request, so the next decision reuses that prefix."""
+    asker's own key, started from the shared options prefix) up to its request, so the
+    asker's next decision reuses that prefix."""
     llm = FakeScorer([0.0, 0.0])
     service = LocalDecisionService(llm)
     context = ("User: what's new?", "Assistant: nothing much")
-    await service.prepare(ChoiceQuestion("", TWO, context=context))
+    await service.prepare(ChoiceQuestion("", TWO, context=context, asker="p1"))
     assert [c[3] for c in llm.calls] == [Priority.BACKGROUND, Priority.BACKGROUND]
     warmed = llm.calls[1][0]
-    asked = service.prompt(ChoiceQuestion("what time is it", TWO, context=context))
-    assert "nothing much" in warmed and asked.startswith(warmed.split("Request:")[0] + "Request:")
-    assert llm.calls[1][2] == service.cache_key
+    asked = ChoiceQuestion("what time is it", TWO, context=context, asker="p1")
+    assert "nothing much" in warmed
+    assert service.prompt(asked).startswith(warmed.split("Request:")[0] + "Request:")
+    assert (llm.calls[1][2], llm.seeds[1]) == ("decisions:p1", "decisions")
+    await service.decide(asked)
+    assert (llm.calls[2][2], llm.seeds[2]) == ("decisions:p1", "decisions")
+    await service.decide(ChoiceQuestion("what time is it", TWO, asker="p1"))  # no context
+    assert (llm.calls[3][2], llm.seeds[3]) == ("decisions", None)
     await service.prepare(ChoiceQuestion("", TWO))  # no context: the prior only, cached
-    assert len(llm.calls) == 2
+    assert len(llm.calls) == 4

@@ -141,6 +141,21 @@ async def test_score_sums_to_a_distribution_and_reuses_prefix(llm: LlamaCppLLM) 
     assert again.metrics.reused_tokens >= again.metrics.prompt_tokens - 1
 
 
+async def test_score_under_a_new_key_starts_from_its_seed(llm: LlamaCppLLM) -> None:
+    """A per-participant key without state starts from the shared key's prefix (a copy),
+    whoever held the live context last, and leaves the shared state as it was."""
+    options = "Options: A) chat B) notes. " * 6
+    shared = llm.format_chat(ask(options + "Request: N/A"))
+    first = await llm.score(shared, ["A", "B"], cache_key="opts")
+    await llm.chat(ask("x"), max_tokens=2, cache_key="frank")  # someone else's turn
+    mine = llm.format_chat(ask(options + "Recent: we spoke of notes. Request: read them"))
+    seeded = await llm.score(mine, ["A", "B"], cache_key="opts:p1", seed_key="opts")
+    assert seeded.metrics.reused_tokens > first.metrics.prompt_tokens // 2
+    again = await llm.score(shared, ["A", "B"], cache_key="opts")
+    assert again.metrics.reused_tokens >= again.metrics.prompt_tokens - 1
+    assert again.logprobs == pytest.approx(first.logprobs, abs=1e-4)
+
+
 async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> None:
     msgs = ask("What is in the test bay?", system=SYSTEM + " Be friendly.")
     warm = await llm.warm(msgs, cache_key="dave")

@@ -374,3 +374,4 @@ async def test_after_an_exchange_the_next_decision_is_prepared_with_its_context(
         assert prepared[0].text == ""
         assert prepared[0].criteria == router._decisions.questions[0].criteria
         assert "hello there" in "\n".join(prepared[0].context)
+        assert prepared[0].asker == "p1"

@@ -5,7 +5,9 @@ How a decision is made (see docs/routing.md for the measurements behind it):
 
 1. The options (label letter, description, example phrases) form a system prompt that
    depends only on the criteria, so it is a stable prefix: ``cache_key`` keeps its KV state
-   and repeated decisions evaluate only the request.
+   and repeated decisions evaluate only the request. A question with recent conversation
+   and an ``asker`` has its own state (``cache_key:asker``, started from the shared one),
+   which :meth:`LocalDecisionService.prepare` fills up to the request after each exchange.
 2. The model scores the single-token letters ``A``, ``B``, ... from its next-token
    distribution after the formatted prompt (``llm.score``): one evaluation per decision.
 3. Tiny models prefer some letters regardless of the request, so the log-probabilities are
@@ -143,10 +145,7 @@ class LocalDecisionService:
     async def _model_logprobs(self, question: ChoiceQuestion) -> tuple[list[float], Any]:
         keys = list(_KEYS[: len(question.criteria)])
         result = await self.llm.score(
-            self.prompt(question),
-            keys,
-            cache_key=self.cache_key,
-            priority=Priority.INTERACTIVE,
+            self.prompt(question), keys, priority=Priority.INTERACTIVE, **self._keys(question)
         )
         scores = _normalized(result.logprobs, len(keys))
         if self.calibrate:
@@ -160,7 +159,7 @@ class LocalDecisionService:
         at start-up with the destinations' routing aids (the text is ignored).
 
         A question with recent conversation (``context``) also has its prompt up to the
-        request (its text, normally empty, ends it) evaluated into ``cache_key``'s state:
+        request (its text, normally empty, ends it) evaluated, into the asker's state:
         the next decision with that context (the same participant's next turn) then
         evaluates only the request's tokens.
         """
@@ -171,11 +170,16 @@ class LocalDecisionService:
             await self._prior(question, keys, priority=Priority.BACKGROUND)
         if self._context(question):
             await self.llm.score(
-                self.prompt(question),
-                keys,
-                cache_key=self.cache_key,
-                priority=Priority.BACKGROUND,
+                self.prompt(question), keys, priority=Priority.BACKGROUND, **self._keys(question)
             )
+
+    def _keys(self, question: ChoiceQuestion) -> dict[str, str]:
+        """Where a question's prompt is evaluated: the asker's own state when the prompt
+        carries their recent conversation (started from the shared options prefix), so
+        participants taking turns do not evict each other's prepared prefix."""
+        if question.asker and self._context(question):
+            return {"cache_key": f"{self.cache_key}:{question.asker}", "seed_key": self.cache_key}
+        return {"cache_key": self.cache_key}
 
     async def _prior(
         self,

@@ -43,13 +43,16 @@ class ChoiceQuestion:
     """Which of ``criteria`` fits ``text``?
 
     ``instruction`` says what is being decided (kept in the stable prompt prefix);
-    ``context`` holds recent lines of the conversation, oldest first, that may help.
+    ``context`` holds recent lines of the conversation, oldest first, that may help;
+    ``asker`` says whose (a participant id; "" for nobody in particular), so a service
+    may keep per-asker state such as the local model's prompt prefix.
     """
 
     text: str
     criteria: tuple[Criterion, ...]
     instruction: str = "Choose the destination that should handle the user's request."
     context: tuple[str, ...] = ()
+    asker: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "criteria", tuple(self.criteria))

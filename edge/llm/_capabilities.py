@@ -63,6 +63,7 @@ class Scorer(ChatFormatter, Protocol):
         *,
         cache_key: str | None = None,
         priority: Priority | str = ...,
+        seed_key: str | None = None,
     ) -> ScoreResult: ...
 
 

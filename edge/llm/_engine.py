@@ -237,14 +237,20 @@ class LlamaEngine:
         return bool(llama_cpp.llama_vocab_is_eog(self.llama._model.vocab, token))
 
     # -- KV state ------------------------------------------------------------------------
-    def switch_to(self, key: str) -> None:
-        """Make ``key`` the live context's owner, saving the previous owner's state."""
+    def switch_to(self, key: str, seed: str | None = None) -> None:
+        """Make ``key`` the live context's owner, saving the previous owner's state.
+
+        A key with no saved state starts from ``seed``'s (a copy: a shared prefix such as
+        the decision options, extended per participant), when there is one."""
         if self.owner == key:
             return
-        if self.owner is not None and self._dirty and self.llama.n_tokens > 0:
-            self.store.put(self.owner, self.save_state())
+        previous = self.owner
+        if previous is not None and self._dirty and self.llama.n_tokens > 0:
+            self.store.put(previous, self.save_state())
         self._dirty = False
         state = self.store.get(key)
+        if state is None and seed is not None and seed != previous:
+            state = self.store.get(seed)  # (the live context already is the seed's otherwise)
         if state is not None:
             self.load_state(state)
         self.owner = key

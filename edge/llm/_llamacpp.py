@@ -218,7 +218,12 @@ class LlamaCppLLM(StreamingLLM):
             )
 
     async def _ensure(
-        self, slot: Slot, key: str, target: Sequence[int], need_logits: bool = True
+        self,
+        slot: Slot,
+        key: str,
+        target: Sequence[int],
+        need_logits: bool = True,
+        seed: str | None = None,
     ) -> int:
         """Bring the live context to ``target`` for ``key``; returns the tokens reused.
 
@@ -226,6 +231,7 @@ class LlamaCppLLM(StreamingLLM):
         nodes whether interactive work waits and, if so, drops the batch in progress
         (builds without that hook can only yield between ``background_chunk_tokens`` chunks).
         The request then yields the slot and, once back, plans again from its saved state.
+        A ``key`` without a saved state starts from ``seed``'s (see ``Engine.switch_to``).
         """
         chunk = self._engine.n_batch
         abort_check = None
@@ -237,7 +243,7 @@ class LlamaCppLLM(StreamingLLM):
                 abort_check = slot.should_yield
         first_reuse: int | None = None
         while True:
-            await self._step(self._engine.switch_to, key)
+            await self._step(self._engine.switch_to, key, seed)
             reuse, pending = self._engine.plan(target, need_logits)
             first_reuse = reuse if first_reuse is None else first_reuse
             await self._step(self._engine.truncate, reuse)
@@ -414,10 +420,12 @@ class LlamaCppLLM(StreamingLLM):
         *,
         cache_key: str | None = None,
         priority: Priority | str = Priority.INTERACTIVE,
+        seed_key: str | None = None,
     ) -> ScoreResult:
         """Log-probability of each continuation after the raw ``prompt`` text.
 
-        The prompt is evaluated once (its prefix reused from ``cache_key``'s state); the
+        The prompt is evaluated once (its prefix reused from ``cache_key``'s state, or,
+        while that key has none, from ``seed_key``'s: a copy, left unchanged); the
         first token of every continuation is read from that one next-token distribution,
         and only further tokens of multi-token continuations cost an evaluation each.
         """
@@ -442,7 +450,7 @@ class LlamaCppLLM(StreamingLLM):
             if self._closed:
                 raise LLMClosedError("the LLM service is closed")
             try:
-                metrics.reused_tokens = await self._ensure(slot, key, tokens)
+                metrics.reused_tokens = await self._ensure(slot, key, tokens, seed=seed_key)
                 metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
                 base = await self._step(engine.logprobs)
                 scores = [float(base[c[0]]) for c in conts]

@@ -20,9 +20,11 @@ def routing_question(
     candidates: list[str],
     aids: Mapping[str, RoutingAid],
     history: list[Exchange],
+    asker: str = "",
 ) -> ChoiceQuestion:
     """The decision question for ``candidates``, options sorted by route name so the same
-    destinations always give the same (cacheable) option prefix."""
+    destinations always give the same (cacheable) option prefix; ``asker`` is the
+    participant whose turn it is."""
     return ChoiceQuestion(
         text=text,
         criteria=tuple(
@@ -30,6 +32,7 @@ def routing_question(
             for name in sorted(candidates)
         ),
         context=as_lines(history),
+        asker=asker,
     )
 
 

@@ -187,7 +187,8 @@ class AgentRouter:
         if len(eligible) > 1:
             state = self._participants.get(participant_id)
             history = newest_within(list(state.history), self.context_budget_bytes) if state else []
-            await self._decisions.prepare(routing_question("", eligible, aids, history))
+            question = routing_question("", eligible, aids, history, participant_id)
+            await self._decisions.prepare(question)
 
     async def _prepare_next_decision(self, participant_id: str) -> None:
         """After an exchange: prepare the participant's next decision, unless their focus
@@ -215,7 +216,7 @@ class AgentRouter:
         if len(candidates) < 2:
             return candidates[0] if candidates else None
         history = newest_within(list(state.history), self.context_budget_bytes) if state else []
-        question = routing_question(text, candidates, aids, history)
+        question = routing_question(text, candidates, aids, history, participant_id)
         decisions = self._decisions
         ask = decisions.prefetch if isinstance(decisions, PrefetchDecisions) else decisions.decide
         try:
@@ -468,7 +469,7 @@ class AgentRouter:
         when nothing can be chosen."""
         if len(candidates) == 1:
             return candidates[0]
-        question = routing_question(turn.query, candidates, aids, history)
+        question = routing_question(turn.query, candidates, aids, history, turn.participant_id)
         answer = await self._decisions.decide(question)
         try:
             answer = validate_answer(question, answer)
