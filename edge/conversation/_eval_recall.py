@@ -25,7 +25,7 @@ from datetime import UTC
 from importlib import resources
 from typing import Any
 
-from edge.llm import LLMService, Priority
+from edge.llm import LLMService
 
 from ._conversation import Conversation
 from ._eval import _idle, score
@@ -144,13 +144,7 @@ async def _probe(
 ) -> Probe:
     """Ask the question as an answer request would, without recording the exchange."""
     messages = conv.request_messages(pid, case.question)
-    response = await llm.chat(
-        messages,
-        max_tokens=conv.max_tokens,
-        temperature=0.0,
-        priority=Priority.INTERACTIVE,
-        cache_key=pid,
-    )
+    response = await llm.chat(messages, conv.answer_options(pid))  # as conv.answer() asks
     answer = response.content.strip()
     metrics = response.metrics
     return Probe(
