@@ -381,13 +381,15 @@ class Listener:
 
         async def finalize() -> None:
             job = reuse
-            if job is not None:
-                await job.done.wait()
-            if job is None or job.result is None:
-                job = _Pass(utterance, event.speech_end_sample, "final")
-                await self._run_pass(job, audio)
+            try:
+                if job is not None:
+                    await job.done.wait()
+                if job is None or job.result is None:
+                    job = _Pass(utterance, event.speech_end_sample, "final")
+                    await self._run_pass(job, audio)
+            finally:  # cancelled (the participant left) or failed: no final pending either way
+                self._final_pending.discard(utterance)
             text = job.result.text if job.result else ""
-            self._final_pending.discard(utterance)
             self.stats.append(
                 UtteranceStats(
                     utterance,

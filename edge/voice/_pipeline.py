@@ -57,7 +57,7 @@ from ._messages import (
 )
 from ._sentences import first_piece
 from ._speaker import Speaker
-from ._stt import SpeechToText, WhisperSTT
+from ._stt import LoadsModel, SpeechToText, WhisperSTT
 from ._tts import PiperTTS, TextToSpeech
 from ._vad import SileroVAD
 
@@ -134,9 +134,8 @@ class VoicePipeline(Agent):
         """Load the STT, TTS and VAD models now, in worker threads, and time one warm-up
         transcription (it decides whether partial transcripts are affordable here)."""
         for model in (self.stt, self.tts):
-            loader = getattr(model, "load", None)
-            if loader is not None:
-                await anyio.to_thread.run_sync(loader)
+            if isinstance(model, LoadsModel):
+                await anyio.to_thread.run_sync(model.load)
         await anyio.to_thread.run_sync(self._vad_factory)
         warm = await anyio.to_thread.run_sync(
             self.stt.transcribe,

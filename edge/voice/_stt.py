@@ -38,6 +38,14 @@ class Recognition:
 
 
 @runtime_checkable
+class LoadsModel(Protocol):
+    """A speech model that can load its weights ahead of the first request (blocking,
+    idempotent): the pipeline calls it in a worker thread at start-up."""
+
+    def load(self) -> None: ...
+
+
+@runtime_checkable
 class SpeechToText(Protocol):
     """What the pipeline needs from a recognizer: 16 kHz mono float32 in, text out."""
 
