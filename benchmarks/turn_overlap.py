@@ -12,29 +12,25 @@ noise hits both alike), hands-free (from the last voiced sample to the first rep
 own endpointing) and, on the overlapped instance, push-to-talk (from ``end_of_utterance``).
 Prints p50 / max per path with the ratio to the sequential p50, premature endpoints, and
 the overlapped instance's speculation counts; writes
-``benchmarks/results/turn_overlap.json``.
+``benchmarks/results/<machine class>/turn_overlap.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-from pathlib import Path
 from typing import Any
 
 import anyio
 from chain_paths import RATE, ws_turn
+from figures import write_results
 from rich.console import Console
 from rich.table import Table
 from versus_chain import QUESTIONS, speak_questions
 
 from edge.server import AudioFormat, EdgeClient, EdgeService, ServiceSettings
 from edge.voice import PiperTTS, VadConfig, VoiceConfig
-
-OUT = Path(__file__).parent / "results"
 
 
 def service(profile: str | None, overlapped: bool, after_ms: int | None = None) -> EdgeService:
@@ -139,15 +135,9 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     result = anyio.run(run, args, console)
-    result["machine"] = {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "load_average_1m": os.getloadavg()[0],
-    }
+    result["load_average_1m"] = os.getloadavg()[0]
     report(result, console)
-    OUT.mkdir(exist_ok=True)
-    path = OUT / "turn_overlap.json"
-    path.write_text(json.dumps(result, indent=2, default=str))
+    path = write_results("turn_overlap", result)
     console.print(f"wrote {path} (load average {os.getloadavg()[0]:.1f})")
 
 
