@@ -53,10 +53,12 @@ FINAL_FRAME_TIMEOUT_S = 5.0
 MAX_METRICS = 256
 PIN_S = 30.0
 """How long a prepared (speculative) request's current time holds for the turn that asks it."""
-DEFAULT_STOP = ("\nUser:", "\nUser (", "\nAssistant:", "\n[")
-"""Where an answer ends if the model goes on to write the conversation's next lines itself
-(the context shows dialogue as ``[12:04] User: …`` lines, and small models continue them):
-those invented turns are never spoken or recorded."""
+DEFAULT_STOP = ("\nUser:",)
+"""Where an answer ends if the model goes on to write the participant's next turn itself
+(small models continue the transcript-like context with a ``User:`` line and an answer to
+it): that invented turn is never spoken or recorded. Lines the model quotes from the
+context (``User (earlier): …``, ``[14:20] …``) are kept: the small default model often
+answers by quoting them, and cutting them there lost the answer in the recall eval."""
 
 
 class Conversation:
