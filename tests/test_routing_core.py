@@ -336,35 +336,37 @@ async def test_caller_history_never_reseeds_after_router_exchanges() -> None:
     assert router.history("p1") == ()
 
 
-async def test_prepare_decisions_hands_the_option_set_to_the_service() -> None:
-    prepared = []
+class Preparing(ScriptedDecisions):
+    """Scripted decisions that record the questions they are asked to prepare for."""
 
-    class Preparing(ScriptedDecisions):
-        async def prepare(self, question):
-            prepared.append(question)
+    def __init__(self, script) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(script)
+        self.prepared: list = []
 
+    async def prepare(self, question):  # type: ignore[no-untyped-def]
+        self.prepared.append(question)
+
+
+def preparing_router(script: list[str]) -> tuple[AgentRouter, Preparing]:
     rec = Recorder()
     agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
-    router = AgentRouter(agents, Preparing(["notes"]), output=rec.output)
+    decisions = Preparing(script)
+    return AgentRouter(agents, decisions, output=rec.output), decisions
+
+
+async def test_prepare_decisions_hands_the_option_set_to_the_service() -> None:
+    router, decisions = preparing_router(["notes"])
     await router.prepare_decisions()
     await router.handle(turn("x"))
-    assert prepared[0].criteria == router._decisions.questions[0].criteria
+    assert decisions.prepared[0].criteria == decisions.questions[0].criteria
 
 
 async def test_after_an_exchange_the_next_decision_is_prepared_with_its_context() -> None:
     """The decision prefix a participant's next turn starts with (their recent
     conversation) is prepared in the background after each of their exchanges."""
-    prepared = []
-
-    class Preparing(ScriptedDecisions):
-        async def prepare(self, question):
-            prepared.append(question)
-
-    rec = Recorder()
-    agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
-    async with AgentRouter(
-        agents, Preparing(["conversation", "notes"]), output=rec.output
-    ) as router:
+    router, decisions = preparing_router(["conversation", "notes"])
+    prepared = decisions.prepared
+    async with router:
         await router.handle(turn("hello there"))
         assert prepared == []  # started in the background, after the exchange
         for _ in range(50):
@@ -372,6 +374,6 @@ async def test_after_an_exchange_the_next_decision_is_prepared_with_its_context(
                 break
             await anyio.sleep(0.01)
         assert prepared[0].text == ""
-        assert prepared[0].criteria == router._decisions.questions[0].criteria
+        assert prepared[0].criteria == decisions.questions[0].criteria
         assert "hello there" in "\n".join(prepared[0].context)
         assert prepared[0].asker == "p1"
