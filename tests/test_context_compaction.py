@@ -3,6 +3,8 @@ re-warming, hooks, clear and close during compaction."""
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -367,6 +369,26 @@ async def test_spec_usage_without_async_with_compacts() -> None:
     await eventually(lambda: ctx.summary("p") == "Without async with.")
     await ctx.close()
     assert compactions(llm)
+
+
+@pytest.mark.parametrize("settle", [False, True])
+async def test_async_with_after_first_use_takes_over_the_compaction_loop(settle) -> None:
+    """Writes before ``async with`` start the loop on first use; entering ``async with``
+    then (before or after that loop got going) hands over to it, with no error anywhere."""
+    errors: list[BaseException] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+    llm = ScriptedLLM(responder("Handed over."))
+    ctx = manager(llm, **SMALL)
+    await ctx.record_exchange("p", "first words", "ok")
+    if settle:
+        await anyio.sleep(0.05)  # the first-use loop is running by now
+    async with ctx:
+        await fill(ctx)
+        await eventually(lambda: ctx.summary("p") == "Handed over.")
+    await anyio.sleep(0.01)
+    assert errors == []
+    loop.set_exception_handler(None)
 
 
 async def test_a_resumed_participant_is_reloaded_from_the_store_and_rewarmed(tmp_path) -> None:

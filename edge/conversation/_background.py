@@ -127,24 +127,33 @@ class Worker(Generic[J]):
     def running(self) -> bool:
         return self._tasks.running
 
+    @property
+    def detached(self) -> bool:
+        """Whether the loop was started on first use and still runs on its own."""
+        return self._detached is not None and not self._detached.done()
+
     def wake(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
     async def open(self) -> None:
-        """Start the loop in the owner's lifecycle (``__aenter__``)."""
+        """Start the loop in the owner's lifecycle (``__aenter__``); a loop started on
+        first use (see :meth:`start_detached`) hands over to it."""
+        await self._stop_detached()
         await self._tasks.open()
         await self._tasks.start(self._serve, name="context-compaction")
 
     async def close(self) -> None:
         """Stop the loop (cancelling the job it runs) and wait for it."""
+        await self._stop_detached()
+        await self._tasks.close()
+
+    async def _stop_detached(self) -> None:
         if self._stop is not None and self._detached is not None and not self._detached.done():
             self._stop.set()
             assert self._stopped is not None
             with anyio.CancelScope(shield=True):
                 await self._stopped.wait()
-
-        await self._tasks.close()
 
     def start_detached(self) -> bool:
         """Start the loop in a task of its own (no ``async with``), unless it runs; False
@@ -162,7 +171,10 @@ class Worker(Generic[J]):
 
     async def _own_lifecycle(self, stop: anyio.Event, stopped: anyio.Event) -> None:
         try:
-            await self.open()
+            if stop.is_set() or self._tasks.running:
+                return  # the owner entered ``async with`` first: its loop serves
+            await self._tasks.open()
+            await self._tasks.start(self._serve, name="context-compaction")
             try:
                 await stop.wait()
             finally:

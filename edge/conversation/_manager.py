@@ -189,7 +189,7 @@ class ContextManager:
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> ContextManager:
-        if self._worker.running:
+        if self._worker.running and not self._worker.detached:
             raise RuntimeError("the context manager is already running")
         if self._closed:
             raise RuntimeError("the context manager is closed")
