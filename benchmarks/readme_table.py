@@ -74,10 +74,13 @@ def conversation(m: str) -> str:
 def recall_cost(m: str) -> str:
     r = load_results("conversation_ttft", m)["scenarios"]
     on, off = r["recall-on"], r["recall-off"]
+    recalled = [t["ttft_s"] for t in on["turns"] if t["recalled"]]
+    others = [t["ttft_s"] for t in on["turns"] if not t["recalled"]]
     return (
         f"{ms(on['ttft_s'])} / {ms(off['ttft_s'])} (+{ms(on['ttft_s'] - off['ttft_s'])}); "
         f"+{ms(on['recalled_turns_added_mean_s'])} on the {on['turns_with_recall']} of "
-        f"{len(on['turns'])} turns that recall"
+        f"{len(on['turns'])} turns that recall (p50 {ms(statistics.median(recalled))}; "
+        f"the others {ms(statistics.median(others))})"
     )
 
 
