@@ -17,6 +17,8 @@ from edge.interaction import PARTICIPANT_LEFT_TOPIC, ParticipantLeft
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.runtime import Agent, HandlerContext
 from edge.server import EdgeService, ServiceSettings
+from edge.voice import VoiceConfig
+from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS
 
 
 async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
@@ -36,6 +38,21 @@ class Departures(Agent):
 
     async def on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
         self.left.append((ctx.metadata.participant_id, message.reason))
+
+
+def tone_service(llm: ScriptedLLM, config: VoiceConfig, **kw: object) -> EdgeService:
+    """A voice service on scripted models: the tone "recogniser", an energy VAD and tone
+    speech, routing every turn to the conversation."""
+    return EdgeService(
+        settings(voice=True),
+        llm=llm,
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=ToneSTT(),
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+        voice_config=config,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def settings(**kw: object) -> ServiceSettings:

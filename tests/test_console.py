@@ -11,7 +11,6 @@ import httpx
 import numpy as np
 import pytest
 
-from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeClient, EdgeService
 from edge.voice import VoiceConfig, write_wav
@@ -22,27 +21,14 @@ from tests.console_helpers import (
     fake_microphone,
     page_state,
 )
-from tests.server_helpers import answer_for, make_service, settings
-from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, tone
+from tests.server_helpers import answer_for, make_service, tone_service
+from tests.voice_helpers import tone
 
 pytestmark = pytest.mark.anyio
 
 
 def http_base(service: EdgeService) -> str:
     return service.websocket_url.replace("ws://", "http://", 1)
-
-
-def tone_service(llm: ScriptedLLM, *, playback_speed: float) -> EdgeService:
-    """A voice service with the tone "recogniser", a fake VAD and TTS."""
-    return EdgeService(
-        settings(voice=True),
-        llm=llm,
-        decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(playback_speed=playback_speed, partial_interval_s=0),
-    )
 
 
 async def test_page_and_files_are_served_beside_health_and_sessions() -> None:
@@ -181,7 +167,9 @@ async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_u
     same pitch); releasing it sends ``end_of_utterance``, which alone ends the utterance
     here (the tone never pauses). The reply is spoken back to the page."""
     wav = write_wav(tmp_path / "tone.wav", tone(6.0, 440.0, level=0.3), 16_000)
-    service = tone_service(ScriptedLLM(answer_for), playback_speed=0)
+    service = tone_service(
+        ScriptedLLM(answer_for), VoiceConfig(playback_speed=0, partial_interval_s=0)
+    )
     async with service, chromium_page(fake_microphone(wav)) as page:
         await connect(page, console_address(service.websocket_url, service.token))
         await page.focus("#ptt")
@@ -213,7 +201,10 @@ async def test_speaking_over_a_reply_stops_it_in_the_page(
     speech = np.concatenate([tone(1.5, 440.0, level=0.3), np.zeros(64_000, np.float32)])
     wav = write_wav(tmp_path / "tone.wav", speech, 16_000)  # the fake microphone loops it
     long_reply = " ".join(["Here is a long story about the lab."] * 20)  # 16 s of speech
-    service = tone_service(ScriptedLLM([long_reply], default="Short answer."), playback_speed=1)
+    service = tone_service(
+        ScriptedLLM([long_reply], default="Short answer."),
+        VoiceConfig(playback_speed=1, partial_interval_s=0),
+    )
     async with service, chromium_page(fake_microphone(wav)) as page:
         await connect(page, console_address(service.websocket_url, service.token))
         await page.fill("#turn-text", "tell me a story")

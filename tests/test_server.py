@@ -24,7 +24,14 @@ from edge.server._protocol import (
     Status,
 )
 from edge.voice import chunk_pcm
-from tests.server_helpers import Departures, answer_for, make_service, settings, wait_for
+from tests.server_helpers import (
+    Departures,
+    answer_for,
+    make_service,
+    settings,
+    tone_service,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -295,19 +302,11 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
 
     from edge.server._protocol import AudioMessage, InterruptedMessage
     from edge.voice import VoiceConfig, float_to_pcm16
-    from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
+    from tests.voice_helpers import silence, tone
 
     long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
     llm = ScriptedLLM([long_reply], default="Short answer.")
-    service = EdgeService(
-        settings(voice=True),
-        llm=llm,
-        decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(playback_speed=1.0, partial_interval_s=0),  # real time
-    )
+    service = tone_service(llm, VoiceConfig(playback_speed=1.0, partial_interval_s=0))  # real time
     async with (
         service,
         EdgeClient(

@@ -28,7 +28,7 @@ from edge.voice import (
     float_to_pcm16,
     sounds_complete,
 )
-from tests.server_helpers import settings
+from tests.server_helpers import settings, tone_service
 from tests.voice_helpers import EnergyVAD, Recorder, ToneSTT, ToneTTS, silence, tone, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -182,18 +182,10 @@ TURN_VAD = VadConfig(
 
 def voice_service(llm: ScriptedLLM, **kw: object) -> EdgeService:
     """The service with scripted models; participant p1 (fed in process) wants audio."""
-    service = EdgeService(
-        settings(voice=True),
-        llm=llm,
-        decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(
-            vad=TURN_VAD, playback_speed=0, partial_interval_s=0, speculative_after_ms=96
-        ),
-        **kw,
+    config = VoiceConfig(
+        vad=TURN_VAD, playback_speed=0, partial_interval_s=0, speculative_after_ms=96
     )
+    service = tone_service(llm, config, **kw)
     service.hub.attach("p1", SimulatedSpeaker("p1"))
     return service
 
