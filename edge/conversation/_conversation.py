@@ -215,11 +215,9 @@ class Conversation:
         tokens (digits and times cost more tokens per byte). If it does not fit, the oldest
         context blocks are left out (entries first, then summaries) and a warning is
         logged. The current request is never clipped."""
+        now = self._request_time(participant_id, query, prepared)
         messages = self.context.messages(
-            participant_id,
-            system=self.system_message,
-            request=query,
-            now_us=self._request_time(participant_id, query, prepared),
+            participant_id, system=self.system_message, request=query, now_us=now
         )
         llm = self.llm
         if not isinstance(llm, TokenCounter):
@@ -239,7 +237,7 @@ class Conversation:
             del blocks[summaries if summaries < len(blocks) else 0]
             summaries = min(summaries, len(blocks))
             dropped += 1
-            context = self.context.render_blocks(blocks, now_us=self._clock())
+            context = self.context.render_blocks(blocks, now_us=now)  # the same time
             candidate = [messages[0], ChatMessage(role="user", content=context), messages[2]]
             if fits(candidate):
                 messages = candidate
@@ -247,7 +245,7 @@ class Conversation:
         else:
             messages = [
                 messages[0],
-                ChatMessage(role="user", content=self.context.render_blocks([])),
+                ChatMessage(role="user", content=self.context.render_blocks([], now_us=now)),
                 messages[2],
             ]
         log.warning(
