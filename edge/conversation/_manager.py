@@ -685,13 +685,12 @@ class ContextManager:
         part.warm_pending = False
 
     async def _warm(self, part: ParticipantContext) -> None:
-        """Evaluate the participant's prompt prefix (system prompt and context, with the
-        current time: a turn in the same minute reuses all of it, a later one all but the
-        time's last digits) into their KV state, so the next answer starts fast."""
+        """Evaluate the participant's stable prompt prefix (system prompt and context,
+        without the current time) into their KV state, so the next answer starts fast."""
         part.warm_pending = False
         if not isinstance(self._llm, Warmable) or part.system is None:
             return
-        context = self._renderer.context_message(part.blocks(self._renderer), self._clock())
+        context = self._renderer.context_message(part.blocks(self._renderer), None)
         messages = [
             ChatMessage(role="system", content=part.system),
             ChatMessage(role="user", content=context),
