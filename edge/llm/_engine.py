@@ -42,7 +42,8 @@ def check_gguf(path: Path) -> None:
 
 
 _LLAMA_LOG = logging.getLogger("edge.llm.llama_cpp")
-_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+"""ggml.h's ``ggml_log_level`` (DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT 5 continues a line)."""
 _log_callback: Any = None
 
 
