@@ -35,11 +35,12 @@ $(LLAMA_WHEEL): | $(BIN)/python
 	  llama-cpp-python==$(LLAMA_VERSION)
 	@touch $@
 
-$(STAMP): pyproject.toml models/requirements.txt $(LLAMA_WHEEL) | $(BIN)/python
+$(STAMP): pyproject.toml models/requirements.txt models/catalogue.toml $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps --no-index --find-links $(WHEELHOUSE) \
 	  llama-cpp-python==$(LLAMA_VERSION)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps -r models/requirements.txt
+	$(BIN)/edge models --prepare
 	@touch $(STAMP)
 
 run: setup
@@ -71,6 +72,7 @@ bench: setup
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined --set benchmarks/routing_eval_holdout.jsonl
 	$(BIN)/python benchmarks/conversation_ttft.py
+	$(BIN)/python benchmarks/weight_formats.py
 	$(BIN)/python benchmarks/voice_latency.py --llm
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/device_budgets.py

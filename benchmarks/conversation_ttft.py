@@ -12,8 +12,8 @@ Scenarios (same participant context, real default model):
   ten questions, half about the earlier facts, with the CI profile's recall budget and
   with recall off: p50 TTFT of each, and the time to select the recalled statements.
 
-Usage: ``python benchmarks/conversation_ttft.py [--threads N]``; writes
-``benchmarks/results/<machine class>/conversation_ttft.json`` and ``.png``.
+Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--only-recall] [--model GGUF]``;
+writes ``benchmarks/results/<machine class>/conversation_ttft.json`` and ``.png``.
 Timings on a shared machine are noisy; run it on an idle device.
 """
 
@@ -192,7 +192,7 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
 
 
 async def main(args: argparse.Namespace) -> dict:
-    llm = LlamaCppLLM(n_ctx=4096, temperature=0.0, n_threads=args.threads)
+    llm = LlamaCppLLM(args.model, n_ctx=4096, temperature=0.0, n_threads=args.threads)
     await llm.load()
     try:
         if args.only_recall:
@@ -264,7 +264,8 @@ def report(results: dict, args: argparse.Namespace) -> None:
     ax.set_title("Conversation TTFT with and without a compaction backlog")
     fig.tight_layout()
     bench = "conversation_ttft_recall" if args.only_recall else "conversation_ttft"
-    path = write_results(bench, {"threads": args.threads, "scenarios": results}, fig)
+    meta = {"threads": args.threads, "model": args.model, "scenarios": results}
+    path = write_results(bench, meta, fig)
     Console().print(f"wrote {path} and .png")
 
 
@@ -272,5 +273,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--only-recall", action="store_true", help="only the recall scenarios")
+    parser.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
     ns = parser.parse_args()
     report(anyio.run(partial(main, ns)), ns)

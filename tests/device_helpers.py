@@ -48,6 +48,14 @@ def local_catalogue(tmp: Path, *, llm_bytes: bytes = b"GGUF-fake-model") -> Cata
         target = tmp / "models" / entry.id
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(llm_bytes if entry.role == "llm" else b"x")
-        data.update(package=None, file=None, version=None, path=str(target), sha256={})
+        data.update(
+            package=None,
+            file=None,
+            version=None,
+            path=str(target),
+            sha256={},
+            derive_from=None,
+            quantize=None,
+        )
         entries.append(ModelEntry.model_validate(data))
     return Catalogue(entries)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_missing_package_error_names_the_package() -> None:
 def test_malformed_catalogues_are_rejected_clearly(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[model]]\nid = 'z'\nrole = 'llm'\nformat = 'gguf'\n")
-    with pytest.raises(CatalogueError, match="either package"):
+    with pytest.raises(CatalogueError, match="one of package"):
         read_catalogue(bad)
     bad.write_text("[[model]]\nid = 'z'\nrole = 'robot'\nformat = 'gguf'\npath = 'a'\n")
     with pytest.raises(CatalogueError, match="role"):
@@ -63,3 +64,90 @@ def test_user_catalogue_adds_models(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_edge_models_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models", "--role", "tts"]) == 0
     assert "piper-en_US-joe-medium" in capsys.readouterr().out
+
+
+def derived(source: str = "src", **kw: object) -> ModelEntry:
+    data = {"id": "fast", "role": "llm", "format": "gguf", "derive_from": source}
+    return ModelEntry.model_validate({"quantize": "q8_0", **data, **kw})
+
+
+def test_derived_entries_are_validated_and_say_how_to_build_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path))
+    entry = derived()
+    assert entry.derived_path == tmp_path / "fast.gguf"
+    with pytest.raises(ModelMissingError, match="edge models --prepare"):
+        entry.locate()
+    (tmp_path / "fast.gguf").write_bytes(b"GGUF")
+    assert entry.locate() == tmp_path / "fast.gguf"
+    for bad in ({"quantize": None}, {"format": "onnx"}, {"path": "/x.gguf"}):
+        with pytest.raises(ValueError, match="derive_from|one of package"):
+            derived(**bad)
+
+
+def test_prepare_refuses_a_source_that_fails_its_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edge.catalogue import prepare
+
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path / "derived"))
+    source_file = tmp_path / "src.gguf"
+    source_file.write_bytes(b"GGUF not the real weights")
+    source = ModelEntry(
+        id="src", role="llm", format="gguf", path=str(source_file), sha256={".": "0" * 64}
+    )
+    catalogue = Catalogue([source, derived()])
+    with pytest.raises(CatalogueError, match="fails its SHA-256 check"):
+        prepare(catalogue, catalogue.get("fast"))
+    assert not (tmp_path / "derived").exists() or not any((tmp_path / "derived").iterdir())
+
+
+def test_edge_models_prepare_reports_a_bad_source_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "src.gguf"
+    source.write_bytes(b"GGUF truncated")
+    extra = tmp_path / "models.toml"
+    extra.write_text(
+        f"[[model]]\nid = 'src'\nrole = 'llm'\nformat = 'gguf'\npath = '{source}'\n"
+        f"default = true\n[model.sha256]\n'.' = '{'0' * 64}'\n"
+        "[[model]]\nid = 'smollm2-135m-instruct-q8_0'\nrole = 'llm'\nformat = 'gguf'\n"
+        "derive_from = 'src'\nquantize = 'q8_0'\n"  # replaces the shipped entry
+    )
+    monkeypatch.setenv("EDGE_MODELS_FILE", str(extra))
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path / "derived"))
+    assert main(["models", "--prepare"]) == 2
+    assert "fails its SHA-256 check" in capsys.readouterr().out
+    assert not (tmp_path / "derived").exists()
+
+
+@pytest.mark.model
+@pytest.mark.anyio
+async def test_prepare_builds_the_q8_0_llm_from_its_source_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real conversion: the file matches the catalogue's digest (the same bytes on
+    every machine for this llama.cpp), is built once, and answers like its source."""
+    from edge.catalogue import prepare
+    from edge.llm import LlamaCppLLM
+
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path))
+    catalogue = Catalogue.load()
+    entry = catalogue.get("smollm2-135m-instruct-q8_0")
+    assert entry.derive_from == catalogue.default("llm").id
+    where, built = prepare(catalogue, entry)
+    assert built and where.parent == tmp_path and entry.verify() == {".": True}
+    assert prepare(catalogue, entry) == (where, False)
+    assert [p.name for p in os.scandir(tmp_path)] == [where.name]  # no partial file left
+
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    answers = []
+    for path in (where, catalogue.get(entry.derive_from).locate()):
+        llm = LlamaCppLLM(model_path=path, n_ctx=512, temperature=0.0, n_threads=2)
+        await llm.load()
+        try:
+            answers.append((await llm.chat(question, max_tokens=12)).content)
+        finally:
+            await llm.close()
+    assert answers[0].strip() and answers[0] == answers[1], answers  # greedy, same words

@@ -9,9 +9,11 @@ from ._catalogue import (
     ModelEntry,
     ModelMissingError,
     default_model_path,
+    derived_models_dir,
     read_toml,
     sha256_file,
 )
+from ._derive import prepare, prepare_all
 
 __all__ = [
     "BUILTIN_CATALOGUE",
@@ -21,6 +23,9 @@ __all__ = [
     "ModelEntry",
     "ModelMissingError",
     "default_model_path",
+    "derived_models_dir",
+    "prepare",
+    "prepare_all",
     "read_toml",
     "sha256_file",
 ]

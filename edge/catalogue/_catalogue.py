@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,17 @@ class ModelMissingError(FileNotFoundError):
     """A catalogued model is not installed; the message says how to install it."""
 
 
+def derived_models_dir() -> Path:
+    """Where models built from other entries live (``EDGE_MODELS_DIR``, else inside the
+    Python environment the service runs in, so a virtual environment carries its own)."""
+    configured = os.environ.get("EDGE_MODELS_DIR")
+    return Path(configured) if configured else Path(sys.prefix) / "share" / "xr-edge" / "models"
+
+
 class ModelEntry(BaseModel):
-    """One supported model. Exactly one of ``package`` (+ ``file``) or ``path``."""
+    """One supported model. Exactly one of ``package`` (+ ``file``), ``path`` or
+    ``derive_from`` (+ ``quantize``): a GGUF converted from another entry's file by
+    ``edge models --prepare``, for a weight format this device's kernels run faster."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -38,6 +48,8 @@ class ModelEntry(BaseModel):
     version: str | None = None
     file: str | None = None
     path: str | None = None
+    derive_from: str | None = None
+    quantize: Literal["q8_0"] | None = None
     size_bytes: int | None = Field(default=None, gt=0)
     context_length: int | None = Field(default=None, gt=0)
     sample_rate: int | None = Field(default=None, gt=0)
@@ -48,8 +60,17 @@ class ModelEntry(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelEntry:
-        if (self.package is None) == (self.path is None):
-            raise ValueError(f"model {self.id!r}: give either package (with file) or path")
+        sources = [s for s in (self.package, self.path, self.derive_from) if s is not None]
+        if len(sources) != 1:
+            raise ValueError(
+                f"model {self.id!r}: give one of package (with file), path or derive_from"
+            )
+        if (self.derive_from is None) != (self.quantize is None) or (
+            self.derive_from is not None and self.format != "gguf"
+        ):
+            raise ValueError(
+                f"model {self.id!r}: derive_from and quantize go together, for a gguf model"
+            )
         if self.package is not None and not self.file:
             raise ValueError(
                 f"model {self.id!r}: a package model needs file (its path inside the package)"
@@ -58,9 +79,21 @@ class ModelEntry(BaseModel):
 
     @property
     def source(self) -> str:
+        if self.derive_from:
+            return f"{self.quantize} conversion of {self.derive_from}"
         return f"pip package {self.package}" if self.package else f"file {self.path}"
 
+    @property
+    def derived_path(self) -> Path:
+        """Where ``edge models --prepare`` writes a derived model."""
+        return derived_models_dir() / f"{self.id}.gguf"
+
     def install_hint(self) -> str:
+        if self.derive_from:
+            return (
+                f"build it from {self.derive_from} with: edge models --prepare "
+                "(make run and make test do this)"
+            )
         if self.package:
             pin = f"=={self.version}" if self.version else ""
             return (
@@ -71,8 +104,10 @@ class ModelEntry(BaseModel):
 
     def locate(self) -> Path:
         """Where the model's file (or directory) is, or :class:`ModelMissingError`."""
+        where = self.derived_path if self.derive_from else None
         if self.path is not None:
             where = Path(os.path.expanduser(self.path))
+        if where is not None:
             if not where.exists():
                 raise ModelMissingError(
                     f"model {self.id!r} not found at {where}: {self.install_hint()}"

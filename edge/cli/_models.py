@@ -7,7 +7,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from edge.catalogue import Catalogue, CatalogueError, ModelMissingError
+from edge.catalogue import Catalogue, CatalogueError, ModelMissingError, prepare_all
+from edge.llm import ModelLoadError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +16,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verify", action="store_true", help="check SHA-256 digests of installed models"
     )
+    p.add_argument(
+        "--prepare",
+        action="store_true",
+        help="build the models the catalogue derives from others (a weight-format "
+        "conversion, once; make run and make test do this)",
+    )
+    p.add_argument("--force", action="store_true", help="with --prepare: build them again")
     p.add_argument("--role", choices=["llm", "stt", "tts", "vad"], help="only this role")
     p.set_defaults(func=run)
 
@@ -26,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     except CatalogueError as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2
+    if args.prepare:
+        return prepare_models(console, catalogue, force=args.force)
     table = Table(title="Model catalogue")
     for col in ("id", "role", "format", "size", "ctx", "licence", "status"):
         table.add_column(col, overflow="fold")
@@ -73,3 +83,15 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(note, soft_wrap=True)
     return 1 if (bad or missing_default) else 0
+
+
+def prepare_models(console: Console, catalogue: Catalogue, *, force: bool) -> int:
+    try:
+        done = prepare_all(catalogue, force=force)
+    except (CatalogueError, ModelMissingError, ModelLoadError) as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return 2
+    for entry, where, built in done:
+        what = "built" if built else "already built"
+        console.print(f"{entry.id}: {what} ({entry.source}) at {where}", soft_wrap=True)
+    return 0

@@ -13,6 +13,7 @@ from ._capabilities import (
 )
 from ._llamacpp import LlamaCppLLM, ScoreResult
 from ._openai import OpenAICompatLLM
+from ._quantize import quantize_gguf
 from ._scheduler import ModelScheduler, Slot
 from ._scripted import RecordedRequest, ScriptedLLM, ScriptedReply
 from ._speculation import SpeculationStats, SpeculativeLLM
@@ -75,4 +76,5 @@ __all__ = [
     "Warmable",
     "as_messages",
     "collect",
+    "quantize_gguf",
 ]
