@@ -276,3 +276,27 @@ async def test_over_budget_prefix_stays_stable_for_several_turns() -> None:
     over = firsts[20:]
     changes = sum(1 for a, b in itertools.pairwise(over) if a != b)
     assert changes <= len(over) // 3  # not a new prefix on every turn
+
+
+class ForgettingLLM(ScriptedLLM):
+    """A scripted model that records the cache keys it is told to forget."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten: list[str] = []
+
+    async def forget_cache(self, *keys: str) -> None:
+        self.forgotten.extend(keys)
+
+
+async def test_clear_drops_the_participants_model_state_and_suspend_keeps_it() -> None:
+    from edge.decisions import LocalDecisionService
+
+    llm = ForgettingLLM()
+    ctx = ContextManager(llm)
+    await ctx.record_exchange("p", "My locker code is 4711.", "Noted.")
+    await ctx.suspend("p")
+    assert llm.forgotten == []  # a reconnect reuses the warm prefix
+    await ctx.clear("p")
+    await LocalDecisionService(llm).forget("p")
+    assert llm.forgotten == ["p", "decisions:p"]

@@ -165,3 +165,25 @@ async def test_product_path_routes_notes_and_questions_with_the_real_model() -> 
         answer = await client.ask("What is the capital of France?", limit_s=60)
         assert {r.source for r in answer.replies} == {"conversation"} and answer.text
         await wait_for(lambda: "centrifuge needs a new rotor" in service.context.render("lab"))
+
+
+def held(llm: LlamaCppLLM) -> set[str]:
+    """The keys whose tokens the model holds: saved states and the live context's."""
+    return set(llm.cached_keys()) | {llm._engine.owner or ""}
+
+
+async def test_forget_drops_the_participants_saved_model_states() -> None:
+    """Forgetting erases what the model keeps for a participant too: their conversation's
+    prompt state and the routing decision state prepared for their next turn."""
+    llm = LlamaCppLLM(n_ctx=2048, default_max_tokens=24)
+    service = EdgeService(settings(voice=False, notes=True), llm=llm)  # two destinations
+    async with service:
+        async with EdgeClient(service.websocket_url, participant_id="erased") as client:
+            answer = await client.ask("My locker code is 4711. What is a locker?", limit_s=60)
+            assert answer.text
+            mine = {"erased", "decisions:erased"}
+            await wait_for(lambda: mine <= held(llm), limit=60)
+            await client.forget()
+        assert not mine & held(llm)
+        async with EdgeClient(service.websocket_url, participant_id="other") as client:
+            assert (await client.ask("Hello there.", limit_s=60)).text  # the model still works

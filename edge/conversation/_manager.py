@@ -13,7 +13,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from edge.llm import ChatMessage, LLMError, LLMService, Priority, Warmable
+from edge.llm import ChatMessage, ForgetsCache, LLMError, LLMService, Priority, Warmable
 from edge.runtime import Agent, now_us
 from edge.store import Record, SessionStore, StoredSection
 
@@ -221,10 +221,12 @@ class ContextManager:
 
     async def clear(self, participant_id: str) -> None:
         """Cancel the participant's compaction, wait for it, and forget their context
-        everywhere, the store and the recall index included. Idempotent; other
-        participants are unaffected."""
+        everywhere, the store, the recall index and the model's saved prompt state
+        included. Idempotent; other participants are unaffected."""
         await self.suspend(participant_id)
         self._recall.index.forget(participant_id)
+        if isinstance(self._llm, ForgetsCache):
+            await self._llm.forget_cache(participant_id)
         if not (self._closed and self._owns_store):  # the own store closes with the manager
             await self.store.run(self.store.forget, participant_id)
 

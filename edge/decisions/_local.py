@@ -28,7 +28,7 @@ from collections import OrderedDict
 from importlib import resources
 from typing import Any
 
-from edge.llm import LLMService, Priority, Scorer
+from edge.llm import ForgetsCache, LLMService, Priority, Scorer
 
 from ._lexical import lexical_scores
 from ._types import ChoiceAnswer, ChoiceQuestion, DecisionError, answer_from_logits
@@ -172,6 +172,11 @@ class LocalDecisionService:
             await self.llm.score(
                 self.prompt(question), keys, priority=Priority.BACKGROUND, **self._keys(question)
             )
+
+    async def forget(self, asker: str) -> None:
+        """Drop the state prepared for ``asker``'s decisions (they were erased)."""
+        if isinstance(self.llm, ForgetsCache):
+            await self.llm.forget_cache(f"{self.cache_key}:{asker}")
 
     def _keys(self, question: ChoiceQuestion) -> dict[str, str]:
         """Where a question's prompt is evaluated: the asker's own state when the prompt

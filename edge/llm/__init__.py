@@ -5,6 +5,7 @@ an OpenAI-compatible remote backend, and a scripted model for tests."""
 from ._activity import ActivityTracker
 from ._capabilities import (
     ChatFormatter,
+    ForgetsCache,
     Loadable,
     ReportsActivity,
     Scorer,
@@ -46,6 +47,7 @@ __all__ = [
     "ChatResponse",
     "ContextOverflowError",
     "FinishReason",
+    "ForgetsCache",
     "GenerationError",
     "GenerationOptions",
     "LLMClosedError",

@@ -53,6 +53,13 @@ class Warmable(Protocol):
 
 
 @runtime_checkable
+class ForgetsCache(Protocol):
+    """Drops the KV states saved under cache keys (a participant erased everywhere)."""
+
+    async def forget_cache(self, *keys: str) -> None: ...
+
+
+@runtime_checkable
 class Scorer(ChatFormatter, Protocol):
     """Scores continuations of a raw prompt (log-probabilities), for local decisions."""
 

@@ -205,6 +205,19 @@ class LlamaCppLLM(StreamingLLM):
         """Cache keys with a saved KV state (least recently used first)."""
         return self._engine.store.keys()
 
+    async def forget_cache(self, *keys: str) -> None:
+        """Drop the KV states saved under ``keys``, after any request using the model; the
+        live context is cleared too when it holds one of them, so none of their tokens
+        stay in memory."""
+        if self._engine.llama is None:
+            return
+        async with self.scheduler.slot(Priority.INTERACTIVE, RequestMetrics()):
+            live = self._engine.owner in keys
+            for key in keys:
+                self._engine.forget(key)
+            if live:
+                await self._step(self._engine.reset)
+
     # -- internals -----------------------------------------------------------------------
     async def _step(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)

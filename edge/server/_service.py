@@ -97,6 +97,8 @@ class EdgeService:
             else None
         )
         self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
+        if isinstance(self.decisions, LocalDecisionService):
+            self.sessions.on_forget.append(self.decisions.forget)
         self.router = self._make_router()
         self.voice = (
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None

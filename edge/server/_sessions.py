@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Any
@@ -66,6 +66,9 @@ class Sessions:
         self.store = store
         self.context = context
         self.retention = retention or Retention()
+        self.on_forget: list[Callable[[str], Awaitable[None]]] = []
+        """Called with the participant's id after :meth:`forget` erased their context
+        (e.g. the decision service dropping the state it prepared for them)."""
 
     async def open(self, participant_id: str, resume: str | None) -> tuple[str, bool]:
         """``(session_token, resumed)`` for a hello; a resumed participant's context is
@@ -80,6 +83,8 @@ class Sessions:
 
     async def forget(self, participant_id: str) -> None:
         await self.context.clear(participant_id)
+        for hook in self.on_forget:
+            await hook(participant_id)
 
     async def answer(self, participant_id: str, request: Any) -> ServerMessage:
         """The reply to one session request of the connection that owns the participant."""
