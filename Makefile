@@ -74,6 +74,7 @@ bench: setup
 	$(BIN)/python benchmarks/conversation_ttft.py
 	$(BIN)/python benchmarks/weight_formats.py
 	$(BIN)/python benchmarks/voice_latency.py --llm
+	$(BIN)/python benchmarks/stt_window.py
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/device_budgets.py
 

@@ -109,3 +109,17 @@ def test_thresholds_validated() -> None:
     with pytest.raises(ValueError, match="neg_threshold"):
         VadConfig(threshold=0.3, neg_threshold=0.6)
     assert VadConfig(threshold=0.5).silence_threshold == pytest.approx(0.35)
+
+
+def test_encoder_window_fits_the_utterance_with_a_floor() -> None:
+    from edge.voice import WhisperSTT
+    from edge.voice._stt import encoder_frames
+
+    second = 16_000
+    assert encoder_frames(2 * second, 10.0) == 1000  # 3 s rounds up to 5 s; the floor wins
+    assert encoder_frames(12 * second, 10.0) == 1500  # 13 s, in 5 s steps
+    assert encoder_frames(28 * second, 10.0) == 3000
+    assert encoder_frames(30 * second, 10.0) is None  # longer than one window: all of it
+    assert encoder_frames(2 * second, None) is None
+    with pytest.raises(ValueError, match="between 5 and 30"):
+        WhisperSTT(encoder_window_s=2.0)

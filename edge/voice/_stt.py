@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,8 +54,46 @@ class SpeechToText(Protocol):
     def transcribe(self, audio: np.ndarray) -> Recognition: ...
 
 
+FRAMES_PER_S = 100
+"""Whisper's feature frames per second of audio (its encoder sees 3,000: 30 s)."""
+
+
+def encoder_frames(samples: int, window_s: float | None, rate: int = STT_RATE) -> int | None:
+    """How many feature frames the encoder sees for ``samples`` of audio: the audio plus
+    1 s, at least ``window_s``, in steps of 5 s; None (all 30 s) when ``window_s`` is None
+    or the audio does not fit one window."""
+    if window_s is None or samples > (29 * rate):
+        return None
+    frames = samples * FRAMES_PER_S // rate + FRAMES_PER_S
+    step = 5 * FRAMES_PER_S
+    return min(3000, max(int(window_s * FRAMES_PER_S), -(-frames // step) * step))
+
+
+def _fitted_model_class() -> Any:
+    from faster_whisper import WhisperModel
+
+    class FittedWhisperModel(WhisperModel):  # type: ignore[misc]
+        """Encodes the first ``window_frames`` feature frames of each 30 s window (the
+        rest is padding after a short utterance); None encodes all 3,000."""
+
+        window_frames: int | None = None
+
+        def encode(self, features: Any) -> Any:
+            if self.window_frames is not None:
+                features = features[..., : self.window_frames]
+            return super().encode(features)
+
+    return FittedWhisperModel
+
+
 class WhisperSTT:
-    """faster-whisper, greedy decoding without timestamps (fast and stable for short turns)."""
+    """faster-whisper, greedy decoding without timestamps (fast and stable for short turns).
+
+    The encoder sees the utterance plus 1 s, at least ``encoder_window_s`` (10 s), not
+    Whisper's whole 30 s window of mostly padding: a pass over a short question takes a
+    quarter of the time with the same words (``benchmarks/stt_window.py``). Shorter
+    windows make Whisper loop on short clips, hence the floor; ``None`` keeps 30 s.
+    """
 
     sample_rate = STT_RATE
 
@@ -67,8 +105,12 @@ class WhisperSTT:
         compute_type: str = "int8",
         cpu_threads: int = 0,
         beam_size: int = 1,
+        encoder_window_s: float | None = 10.0,
     ) -> None:
+        if encoder_window_s is not None and not 5 <= encoder_window_s <= 30:
+            raise ValueError("encoder_window_s is between 5 and 30 seconds (or None)")
         self._model_path = Path(model_path) if model_path is not None else None
+        self.encoder_window_s = encoder_window_s
         self.language = language
         self.compute_type = compute_type
         self.cpu_threads = cpu_threads
@@ -96,10 +138,10 @@ class WhisperSTT:
         if not (path / "model.bin").exists():
             raise SpeechToTextError(f"{path} is not a CTranslate2 Whisper model (no model.bin)")
         try:
-            from faster_whisper import WhisperModel
+            import faster_whisper  # noqa: F401
         except ImportError as exc:  # pragma: no cover - dependency of the package
             raise SpeechToTextError("faster-whisper is not installed") from exc
-        self._model = WhisperModel(
+        self._model = _fitted_model_class()(
             str(path),
             device="cpu",
             compute_type=self.compute_type,
@@ -118,15 +160,20 @@ class WhisperSTT:
         with self._lock:
             self._load_locked()
             started = time.perf_counter()
-            segments, _ = self._model.transcribe(  # type: ignore[union-attr]
-                audio,
-                language=self.language,
-                beam_size=self.beam_size,
-                temperature=0.0,
-                condition_on_previous_text=False,
-                without_timestamps=True,
-                vad_filter=False,
-            )
-            text = " ".join(segment.text.strip() for segment in segments).strip()
+            model: Any = self._model
+            model.window_frames = encoder_frames(len(audio), self.encoder_window_s)
+            try:
+                segments, _ = model.transcribe(
+                    audio,
+                    language=self.language,
+                    beam_size=self.beam_size,
+                    temperature=0.0,
+                    condition_on_previous_text=False,
+                    without_timestamps=True,
+                    vad_filter=False,
+                )
+                text = " ".join(segment.text.strip() for segment in segments).strip()
+            finally:
+                model.window_frames = None
             elapsed = time.perf_counter() - started
         return Recognition(text, duration, elapsed)
