@@ -25,6 +25,7 @@ from edge.voice import (
     TRANSCRIPT_TOPIC,
     AudioFormatError,
     AudioInput,
+    Recognition,
     VadConfig,
     VoiceConfig,
     VoicePipeline,
@@ -108,6 +109,29 @@ async def test_speech_becomes_a_query_with_partials_and_reused_final() -> None:
         assert listener.stats[0].reused_pass  # the pass started at the pause was reused
         _, meta, _ = rec.seen[USER_QUERY_TOPIC.name][0]
         assert meta.participant_id == "p1" and meta.source == "voice"
+
+
+class FullWindowToneSTT(ToneSTT):
+    """Records which passes asked for the whole window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full_calls: list[float] = []
+
+    def transcribe_full(self, audio: np.ndarray) -> Recognition:
+        self.full_calls.append(len(audio) / 16_000)
+        return self.transcribe(audio)
+
+
+async def test_the_pause_pass_decodes_with_the_whole_window_and_the_others_do_not() -> None:
+    stt = FullWindowToneSTT()
+    runtime, voice, rec, _ = make(stt=stt)
+    async with voice, runtime:
+        await feed(runtime, utterance(), pause_s=0.01)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        listener, _ = voice.session("p1")
+        assert listener.stats[0].reused_pass  # the final transcript is the pause pass's
+    assert len(stt.full_calls) == 1 and len(stt.calls) > len(stt.full_calls)  # partials
 
 
 async def test_two_utterances_in_order() -> None:

@@ -50,7 +50,13 @@ from ._pipeline import VoicePipeline
 from ._sentences import SentenceSplitter, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
-from ._stt import Recognition, SpeechToText, SpeechToTextError, WhisperSTT
+from ._stt import (
+    FullWindowSpeechToText,
+    Recognition,
+    SpeechToText,
+    SpeechToTextError,
+    WhisperSTT,
+)
 from ._tts import NothingToSpeakError, PiperTTS, Synthesis, TextToSpeech, TextToSpeechError
 from ._vad import SileroVAD, VadModelMissingError, default_vad_path
 
@@ -68,6 +74,7 @@ __all__ = [
     "AudioOutput",
     "EndOfUtterance",
     "Endpointer",
+    "FullWindowSpeechToText",
     "Listener",
     "NothingToSpeakError",
     "PiperTTS",

@@ -44,7 +44,7 @@ from ._endpoint import (
 )
 from ._messages import Transcript
 from ._sentences import clearly_continues, end_verdict
-from ._stt import Recognition, SpeechToText
+from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,10 @@ class Listener:
             return None
         job.started = True
         job.started_at = time.perf_counter()
-        result = self._stt.transcribe(audio)
+        if job.kind == "speculative" and isinstance(self._stt, FullWindowSpeechToText):
+            result = self._stt.transcribe_full(audio)  # its end mark decides the end silence
+        else:
+            result = self._stt.transcribe(audio)
         self._cost.record(result.elapsed_s)
         return result
 

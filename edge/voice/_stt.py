@@ -54,6 +54,20 @@ class SpeechToText(Protocol):
     def transcribe(self, audio: np.ndarray) -> Recognition: ...
 
 
+@runtime_checkable
+class FullWindowSpeechToText(Protocol):
+    """A recognizer that can also decode with Whisper's whole 30 s window: slower, but
+    its end punctuation is the model's usual one, which the end-of-utterance verdict
+    reads (a fitted window drops a question's "?" more often)."""
+
+    def transcribe_full(self, audio: np.ndarray) -> Recognition: ...
+
+
+TOKENS_PER_S = 10
+"""The most tokens decoded per second of audio (speech is 3-5), plus 20: a pass that
+starts to loop stops there instead of at Whisper's 448 tokens (seconds of decoding)."""
+
+
 FRAMES_PER_S = 100
 """Whisper's feature frames per second of audio (its encoder sees 3,000: 30 s)."""
 
@@ -151,6 +165,13 @@ class WhisperSTT:
 
     def transcribe(self, audio: np.ndarray) -> Recognition:
         """Transcribe 16 kHz mono float32 audio; empty text when nothing was said."""
+        return self._transcribe(audio, self.encoder_window_s)
+
+    def transcribe_full(self, audio: np.ndarray) -> Recognition:
+        """The same with Whisper's whole 30 s window (see :class:`FullWindowSpeechToText`)."""
+        return self._transcribe(audio, None)
+
+    def _transcribe(self, audio: np.ndarray, window_s: float | None) -> Recognition:
         audio = np.asarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise ValueError("transcribe takes mono audio (a 1-D array)")
@@ -161,7 +182,7 @@ class WhisperSTT:
             self._load_locked()
             started = time.perf_counter()
             model: Any = self._model
-            model.window_frames = encoder_frames(len(audio), self.encoder_window_s)
+            model.window_frames = encoder_frames(len(audio), window_s)
             try:
                 segments, _ = model.transcribe(
                     audio,
@@ -171,6 +192,7 @@ class WhisperSTT:
                     condition_on_previous_text=False,
                     without_timestamps=True,
                     vad_filter=False,
+                    max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
                 )
                 text = " ".join(segment.text.strip() for segment in segments).strip()
             finally:
