@@ -127,3 +127,36 @@ async def test_stop_waits_for_inflight_delivery_and_dynamic_handlers() -> None:
         await anyio.sleep(0.01)
         await runtime.stop()
     assert done == ["late"]
+
+
+def test_compute_gate_runs_heavy_steps_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from edge.llm._llamacpp import _gated
+    from edge.runtime import COMPUTE_GATE, ComputeGate
+
+    gate = ComputeGate(enabled=True)
+    inside, most = [0], [0]
+
+    def step() -> None:
+        with gate.hold():
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.01)
+            inside[0] -= 1
+
+    threads = [threading.Thread(target=step) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
+    with ComputeGate(enabled=False).hold(), ComputeGate(enabled=False).hold():
+        pass  # off: never blocks
+    monkeypatch.setenv("EDGE_COMPUTE_GATE", "0")
+    assert not ComputeGate().enabled
+    monkeypatch.setenv("EDGE_COMPUTE_GATE", "1")
+    assert ComputeGate().enabled
+    if COMPUTE_GATE.enabled:  # the model's steps hold the process's gate
+        assert _gated(COMPUTE_GATE._lock.locked) is True

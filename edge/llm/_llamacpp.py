@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from edge.runtime import COMPUTE_GATE
+
 from ._engine import EvalAborted, LlamaEngine
 from ._scheduler import ModelScheduler, Slot
 from ._types import (
@@ -63,6 +65,12 @@ def split_on_stop(text: str, stop: Sequence[str]) -> tuple[str, bool, str]:
                 hold = max(hold, n)
                 break
     return text[: len(text) - hold], False, text[len(text) - hold :]
+
+
+def _gated(fn: Callable[..., T], *args: Any) -> T:
+    """One model step, alone among the device's heavy steps (:data:`COMPUTE_GATE`)."""
+    with COMPUTE_GATE.hold():
+        return fn(*args)
 
 
 def resolve_model_path(model_path: str | Path | None) -> Path:
@@ -220,7 +228,7 @@ class LlamaCppLLM(StreamingLLM):
 
     # -- internals -----------------------------------------------------------------------
     async def _step(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(_gated, fn, *args, limiter=self._limiter)
 
     def _check_fits(self, tokens: Sequence[int], what: str) -> None:
         n_ctx = self._engine.n_ctx

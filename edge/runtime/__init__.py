@@ -16,14 +16,17 @@ Example::
 """
 
 from ._agent import Agent, Handler, subscribe
+from ._compute import COMPUTE_GATE, ComputeGate
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
 from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
 
 __all__ = [
+    "COMPUTE_GATE",
     "Agent",
     "AgentRuntime",
     "BackgroundTasks",
+    "ComputeGate",
     "Handler",
     "HandlerContext",
     "MessageMetadata",

@@ -90,6 +90,7 @@ class _Pass:
     stale: bool = False  # a partial overtaken before it reached the model: skipped
     started: bool = False  # reached the model
     started_at: float = 0.0
+    queued_at: float = field(default_factory=time.perf_counter)
     speculative: bool = False  # its words are the pause's guess (reported when done)
     guess: bool = False  # a partial whose words are offered as a guess when done
 
@@ -285,6 +286,7 @@ class Listener:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
             job.done.set()
+        self._log_pass(job, len(audio))
         if job.speculative and job.result is not None:
             self._speculative_result(job, job.result.text)
         elif job.guess and job.result is not None:
@@ -301,6 +303,24 @@ class Listener:
                     )
 
             self._enqueue(send_partial)
+
+    def _log_pass(self, job: _Pass, samples: int) -> None:
+        """One debug line per pass: its kind, audio, time queued for the model and run."""
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        if not job.started:
+            log.debug("%s: %s pass skipped (overtaken)", self.participant_id, job.kind)
+            return
+        log.debug(
+            "%s: %s pass of utterance %d over %.2f s of audio: queued %.3f s, ran %.3f s: %r",
+            self.participant_id,
+            job.kind,
+            job.utterance,
+            samples / self._rate,
+            job.started_at - job.queued_at,
+            job.result.elapsed_s if job.result is not None else -1.0,
+            job.result.text if job.result is not None else None,
+        )
 
     def _speculative_result(self, job: _Pass, text: str) -> None:
         """A pause's transcript arrived before the endpoint: adapt the end silence to it

@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from edge.runtime import COMPUTE_GATE
+
 from ._audio import STT_RATE
 
 
@@ -180,21 +182,22 @@ class WhisperSTT:
             return Recognition("", duration, 0.0)
         with self._lock:
             self._load_locked()
-            started = time.perf_counter()
             model: Any = self._model
             model.window_frames = encoder_frames(len(audio), window_s)
             try:
-                segments, _ = model.transcribe(
-                    audio,
-                    language=self.language,
-                    beam_size=self.beam_size,
-                    temperature=0.0,
-                    condition_on_previous_text=False,
-                    without_timestamps=True,
-                    vad_filter=False,
-                    max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
-                )
-                text = " ".join(segment.text.strip() for segment in segments).strip()
+                with COMPUTE_GATE.hold():  # not beside a llama.cpp step on a small device
+                    started = time.perf_counter()
+                    segments, _ = model.transcribe(
+                        audio,
+                        language=self.language,
+                        beam_size=self.beam_size,
+                        temperature=0.0,
+                        condition_on_previous_text=False,
+                        without_timestamps=True,
+                        vad_filter=False,
+                        max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
+                    )
+                    text = " ".join(segment.text.strip() for segment in segments).strip()
             finally:
                 model.window_frames = None
             elapsed = time.perf_counter() - started
