@@ -140,6 +140,9 @@ class Worker(Generic[J]):
         """Start the loop in the owner's lifecycle (``__aenter__``); a loop started on
         first use (see :meth:`start_detached`) hands over to it."""
         await self._stop_detached()
+        await self._start_loop()
+
+    async def _start_loop(self) -> None:
         await self._tasks.open()
         await self._tasks.start(self._serve, name="context-compaction")
 
@@ -173,8 +176,7 @@ class Worker(Generic[J]):
         try:
             if stop.is_set() or self._tasks.running:
                 return  # the owner entered ``async with`` first: its loop serves
-            await self._tasks.open()
-            await self._tasks.start(self._serve, name="context-compaction")
+            await self._start_loop()
             try:
                 await stop.wait()
             finally:

@@ -8,6 +8,7 @@ blocking: the pipeline calls them in worker threads. Calls are serialized by a l
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ def encoder_frames(samples: int, window_s: float | None, rate: int = STT_RATE) -
     return min(3000, max(int(window_s * FRAMES_PER_S), -(-frames // step) * step))
 
 
+@functools.cache
 def _fitted_model_class() -> Any:
     from faster_whisper import WhisperModel
 
