@@ -45,13 +45,19 @@ _LLAMA_LOG = logging.getLogger("edge.llm.llama_cpp")
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 """ggml.h's ``ggml_log_level`` (DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT 5 continues a line)."""
 _log_callback: Any = None
+_ABORTED_LINES = (
+    "removing memory module entries",
+    "graph_compute_async failed with error 1",
+    "compute status: 1",
+    "failed to decode, ret = 2",
+)
 
 
 def route_llama_logs() -> None:
     """Send llama.cpp's own log lines to Python logging (``edge.llm.llama_cpp``).
 
-    The line llama.cpp prints when a background batch is aborted on purpose is logged at
-    debug level rather than as an error.
+    The lines llama.cpp prints when a background batch is aborted on purpose (the abort
+    callback; ggml status 1, ``llama_decode`` 2) are logged at debug level, not as errors.
     """
     global _log_callback
     if _log_callback is not None:
@@ -66,7 +72,7 @@ def route_llama_logs() -> None:
         line = text.decode("utf-8", "replace").rstrip()
         lvl = last[0] if level == 5 else _LEVELS.get(level, logging.DEBUG)
         last[0] = lvl
-        if "removing memory module entries" in line:
+        if any(marker in line for marker in _ABORTED_LINES):
             lvl = logging.DEBUG
         if line and _LLAMA_LOG.isEnabledFor(lvl):
             _LLAMA_LOG.log(lvl, "%s", line)
