@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
+from datetime import tzinfo
 from typing import Any
 from urllib.parse import quote
 
@@ -31,7 +33,7 @@ from edge.interaction import (
 from edge.llm import LLMService, Loadable, SpeculativeLLM
 from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
-from edge.runtime import AgentRuntime
+from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
 
 from ._access import is_loopback, load_or_create_token
@@ -61,7 +63,9 @@ class EdgeService:
     ``stt`` / ``tts`` / ``vad_factory``). Without an injected ``llm`` the device
     configuration is loaded (profile from ``settings.profile``, ``EDGE_PROFILE`` or
     detection) and sizes the LLM, the context manager and the router; with one, it is
-    loaded only when a profile is named or a ``device`` config is given.
+    loaded only when a profile is named or a ``device`` config is given. ``clock`` (wall
+    time in microseconds) and ``timezone`` are what the store, the context manager and the
+    conversation record and show times with (the system clock and the local zone by default).
     """
 
     def __init__(
@@ -75,8 +79,12 @@ class EdgeService:
         tts: Any = None,
         voice_config: Any = None,
         vad_factory: Any = None,
+        clock: Callable[[], int] = now_us,
+        timezone: tzinfo | None = None,
     ) -> None:
         self.settings = settings or ServiceSettings()
+        self._clock = clock
+        self._timezone = timezone
         self.device = self._load_device(device, llm, stt, tts)
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
@@ -90,6 +98,7 @@ class EdgeService:
             instructions=self.settings.instructions,
             runtime=self.runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
+            clock=clock,
         )
         self.notes = (
             NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
@@ -171,7 +180,9 @@ class EdgeService:
     def _make_context(self) -> ContextManager:
         """The context manager over the sessions store (``self.store``, ``self.sessions``)."""
         s = self.settings
-        self.store = SessionStore(s.data_dir / STORE_FILE if s.durable_sessions else None)
+        self.store = SessionStore(
+            s.data_dir / STORE_FILE if s.durable_sessions else None, clock=self._clock
+        )
         summary, incremental = self._context_topics
         kwargs = self.device.context_manager_kwargs() if self.device is not None else {}
         context = ContextManager(
@@ -179,6 +190,8 @@ class EdgeService:
             summary_context_topics=summary,
             incremental_context_topics=incremental,
             store=self.store,
+            timezone=self._timezone,
+            clock=self._clock,
             **kwargs,
         )
         retention = Retention(
