@@ -294,15 +294,19 @@ async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() 
         # the code survives in the summary (extractive) or is recalled; never lost
         messages = ctx.messages("p", system="S", request="What is my locker code?")
         assert "4711" in messages[1].content
-        stable = ctx._renderer.context_message(ctx.blocks("p"), None)
-        assert messages[1].content.startswith(stable)
+        stable = ctx._renderer.context_message(ctx.blocks("p"), clock())
+        assert messages[1].content.startswith(stable)  # what re-warming evaluates
         ctx._participants["p"].sections["dialogue"].summary = "The user chatted."
         recalled = ctx.recalled("p", "What is my locker code?")
         assert recalled is not None and "4711" in recalled.text
         messages = ctx.messages("p", system="S", request="What is my locker code?")
         context = messages[1].content
-        assert context.startswith(ctx._renderer.context_message(ctx.blocks("p"), None))
-        assert context.index(recalled.text) < context.index("Current time:")
+        # the warmed prefix (context, then the time), then the recalled block last
+        assert (
+            context
+            == f"{ctx._renderer.context_message(ctx.blocks('p'), clock())}\n\n{recalled.text}"
+        )
+        assert context.index("Current time:") < context.index(recalled.text)
     await ctx.clear("p")
     assert ctx.recalled("p", "locker code") is None
 

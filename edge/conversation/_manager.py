@@ -416,7 +416,8 @@ class ContextManager:
                 self.store.set_system(participant_id, system)
         blocks = self.blocks(participant_id)
         recalled = self._recalled(participant_id, request, blocks)
-        context = self.render_blocks(blocks + ([recalled] if recalled else []), now_us=now_us)
+        now = self._clock() if now_us is None else now_us
+        context = self._renderer.context_message(blocks, now, recalled)
         return [
             ChatMessage(role="system", content=system),
             ChatMessage(role="user", content=context),
@@ -426,8 +427,9 @@ class ContextManager:
     def recalled(self, participant_id: str, request: str) -> ContextBlock | None:
         """The earlier statements most relevant to ``request`` that the model no longer
         sees, newest first, within ``recall_budget_bytes`` (None when there are none).
-        :meth:`messages` places it after the stable context, before the current time and
-        the request (every token of it is evaluated anew for each request)."""
+        :meth:`messages` places it after the context and the current time, right before the
+        request (every token of it is evaluated anew for each request; what precedes it is
+        what the participant's cache is warmed with)."""
         return self._recalled(participant_id, request, self.blocks(participant_id))
 
     def _recalled(
@@ -687,12 +689,14 @@ class ContextManager:
         part.warm_pending = False
 
     async def _warm(self, part: ParticipantContext) -> None:
-        """Evaluate the participant's stable prompt prefix (system prompt and context,
-        without the current time) into their KV state, so the next answer starts fast."""
+        """Evaluate the participant's prompt prefix (system prompt and context with the
+        current time) into their KV state, so the next answer evaluates only its recalled
+        block and request: in the same minute the whole prefix is reused, later all but the
+        time's last digits (its date and hour rarely change between turns)."""
         part.warm_pending = False
         if not isinstance(self._llm, Warmable) or part.system is None:
             return
-        context = self._renderer.context_message(part.blocks(self._renderer), None)
+        context = self._renderer.context_message(part.blocks(self._renderer), self._clock())
         messages = [
             ChatMessage(role="system", content=part.system),
             ChatMessage(role="user", content=context),

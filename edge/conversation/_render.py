@@ -1,7 +1,8 @@
 """How context is shown to the model: times, entry and summary blocks, the context message.
 
 The layout keeps everything stable first so a local model reuses its KV prefix: summaries,
-then entries in recorded-time order, and the current time last.
+then entries in recorded-time order, the current time, and last the statements recalled
+for the current request (new to each request).
 """
 
 from __future__ import annotations
@@ -69,11 +70,22 @@ class Renderer:
         span = f"{self.time(start_us)} to {self.time(end_us)}"
         return f"Summary of {self.label(section)} ({span}): {text}"
 
-    def context_message(self, blocks: list[ContextBlock], now_us: int | None) -> str:
-        """Blocks in the given order, then the current time (omitted when ``now_us`` is None,
-        which is the stable prefix used to warm a model's cache)."""
+    def context_message(
+        self,
+        blocks: list[ContextBlock],
+        now_us: int | None,
+        recalled: ContextBlock | None = None,
+    ) -> str:
+        """Blocks in the given order, then the current time (omitted when ``now_us`` is
+        None), then the ``recalled`` block for this request, if any.
+
+        Everything up to the current time is what a model's cache is warmed with between
+        turns (the time's date and hour rarely change before the next turn); only the
+        recalled block and the request are new to each request."""
         parts = [b.text for b in blocks] or ["(No earlier conversation or context.)"]
         body = "Context:\n\n" + "\n\n".join(parts)
-        if now_us is None:
-            return body
-        return f"{body}\n\nCurrent time: {self.now(now_us)}"
+        if now_us is not None:
+            body = f"{body}\n\nCurrent time: {self.now(now_us)}"
+        if recalled is not None:
+            body = f"{body}\n\n{recalled.text}"
+        return body
