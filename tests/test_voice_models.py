@@ -176,3 +176,30 @@ async def test_fitted_encoder_window_hears_the_same_words_faster(models, spoken)
     a, b = fitted.transcribe(audio), full.transcribe(audio)
     assert words(a.text) == words(b.text) == words(QUESTION)
     assert a.elapsed_s < b.elapsed_s
+
+
+def test_piper_synthesis_runs_alone_among_heavy_steps_and_does_not_spin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside a llama.cpp step on two cores, onnxruntime's threads and llama.cpp's slowed
+    each other about twofold: a synthesis holds the compute gate, and its session's threads
+    do not spin-wait after a run."""
+    from edge.runtime import COMPUTE_GATE
+
+    monkeypatch.setattr(COMPUTE_GATE, "enabled", True)
+    tts = PiperTTS()
+    tts.load()
+    voice = tts._voice
+    options = voice.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    held: list[bool] = []
+    synthesize = voice.synthesize
+
+    def checked(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        held.append(COMPUTE_GATE._lock.locked())
+        return synthesize(*args, **kwargs)
+
+    monkeypatch.setattr(voice, "synthesize", checked)
+    result = tts.synthesize("Hello there.")
+    assert held == [True] and result.audio.size > 0
+    assert not COMPUTE_GATE._lock.locked()

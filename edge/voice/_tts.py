@@ -3,17 +3,27 @@
 :class:`PiperTTS` wraps one ``PiperVoice`` (the catalogue's default voice unless given a
 path), loaded lazily. ``synthesize`` is blocking: the pipeline calls it in worker
 threads, one sentence at a time.
+
+A synthesis is one of the device's heavy model steps (:data:`edge.runtime.COMPUTE_GATE`):
+beside a llama.cpp step on two cores, onnxruntime's threads and llama.cpp's OpenMP team
+slowed each other (a first clause took 267 ms instead of 137 ms, each generated token
+31 ms instead of 11 ms), so on a small device it waits for the step in progress and runs
+alone. Its threads do not spin-wait once a run ends (onnxruntime's
+``session.intra_op.allow_spinning`` off), which would take the cores from the next step.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from edge.runtime import COMPUTE_GATE
 
 from ._sentences import speakable
 
@@ -100,11 +110,7 @@ class PiperTTS:
             config = self._config_path or path.with_name(path.name + ".json")
             if not path.exists() or not config.exists():
                 raise TextToSpeechError(f"Piper voice needs {path} and its config {config}")
-            try:
-                from piper import PiperVoice
-            except ImportError as exc:  # pragma: no cover - dependency of the package
-                raise TextToSpeechError("piper-tts is not installed") from exc
-            self._voice = PiperVoice.load(path, config_path=config)
+            self._voice = _load_voice(path, config)
 
     def synthesize(self, text: str) -> Synthesis:
         """Speak ``text``; raises :class:`NothingToSpeakError` when nothing is speakable."""
@@ -119,7 +125,7 @@ class PiperTTS:
             noise_scale=self.noise_scale,
             noise_w_scale=self.noise_w_scale,
         )
-        with self._lock:
+        with self._lock, COMPUTE_GATE.hold():
             started = time.perf_counter()
             parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
             elapsed = time.perf_counter() - started
@@ -130,3 +136,30 @@ class PiperTTS:
             joined.extend((gap, part) if joined else (part,))
         audio = np.concatenate(joined).astype(np.float32) if joined else np.zeros(0, np.float32)
         return Synthesis(audio, rate, elapsed)
+
+
+def _load_voice(path: Path, config: Path) -> Any:
+    """A ``PiperVoice`` as ``PiperVoice.load`` makes it on the CPU, with an onnxruntime
+    session whose threads do not spin-wait after a run (see the module's notes)."""
+    try:
+        import onnxruntime
+        from piper import PiperVoice
+        from piper.config import PiperConfig
+        from piper.voice import ESPEAK_DATA_DIR
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise TextToSpeechError("piper-tts is not installed") from exc
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        session = onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise TextToSpeechError(f"Piper voice {path} could not load: {exc}") from exc
+    return PiperVoice(
+        config=PiperConfig.from_dict(settings),
+        session=session,
+        espeak_data_dir=Path(ESPEAK_DATA_DIR),
+        download_dir=path.parent,
+    )
