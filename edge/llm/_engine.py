@@ -83,10 +83,11 @@ def route_llama_logs() -> None:
 
 @dataclass(frozen=True)
 class SavedState:
-    """A context's KV state and the tokens it holds (without llama-cpp-python's copy of
-    the logits matrix, which is ~100 MB at this vocabulary and which sampling never reads)."""
+    """A context's KV state (llama.cpp's state of sequence 0: its KV cells, no logits)
+    and the tokens it holds. ``data`` is the buffer llama.cpp wrote (a ctypes array),
+    handed back to it as is on restore: no copy on either side."""
 
-    data: bytes
+    data: Any
     tokens: tuple[int, ...]
 
     @property
@@ -263,20 +264,25 @@ class LlamaEngine:
         self.owner = key
 
     def save_state(self) -> SavedState:
+        """The live sequence's KV state. Sequence-level state, not the whole context's:
+        for 500 tokens (11.5 MB) saving took 3 ms instead of 6.5 ms and restoring 3.5 ms
+        instead of 11.7 ms (the whole-context restore resets every cell of the window)."""
         from llama_cpp import llama_cpp as capi
 
         ctx = self.llama._ctx.ctx
-        size = capi.llama_state_get_size(ctx)
+        size = capi.llama_state_seq_get_size(ctx, 0)
         buf = (ctypes.c_uint8 * size)()
-        written = capi.llama_state_get_data(ctx, buf, size)
+        written = capi.llama_state_seq_get_data(ctx, buf, size, 0)
+        if written != size:
+            raise RuntimeError("llama.cpp could not save the context's state")
         tokens = tuple(int(t) for t in self.llama.input_ids[: self.llama.n_tokens])
-        return SavedState(ctypes.string_at(buf, written), tokens)
+        return SavedState(buf, tokens)
 
     def load_state(self, state: SavedState) -> None:
         from llama_cpp import llama_cpp as capi
 
-        buf = (ctypes.c_uint8 * len(state.data)).from_buffer_copy(state.data)
-        if capi.llama_state_set_data(self.llama._ctx.ctx, buf, len(state.data)) != len(state.data):
+        size = len(state.data)
+        if capi.llama_state_seq_set_data(self.llama._ctx.ctx, state.data, size, 0) != size:
             raise RuntimeError("llama.cpp could not restore a saved state")
         n = len(state.tokens)
         self.llama.input_ids[:n] = state.tokens
