@@ -158,9 +158,31 @@ async def test_context_is_bounded_newest_first() -> None:
 
 async def test_lexical_evidence_combines_with_model() -> None:
     llm = FakeScorer([math.log(0.7), math.log(0.3)])  # mild, uncalibrated preference for A
-    service = LocalDecisionService(llm, calibrate=False)
+    service = LocalDecisionService(llm, calibrate=False, model_cap=None)  # always asked
     answer = await service.decide(ChoiceQuestion("Take a note: buy gloves", TWO))
     assert answer.label == "notes" and answer.source == "model"
+
+
+async def test_strong_lexical_evidence_decides_without_the_model() -> None:
+    """With the model's evidence capped, a lexical lead it cannot overturn (nor make
+    uncertain) decides alone: no prompt is evaluated."""
+    llm = FakeScorer([math.log(0.999), math.log(0.001)])  # the model would say A
+    service = LocalDecisionService(llm, calibrate=False)
+    note = await service.decide(ChoiceQuestion("Take a note: buy gloves", TWO))
+    assert note.label == "notes" and note.source == "lexical" and not llm.calls
+    # without any evidence either way the model is asked, and its evidence is capped
+    unclear = await service.decide(ChoiceQuestion("bananas", TWO))
+    assert unclear.source == "model" and len(llm.calls) == 1
+    cap = service.model_cap
+    assert cap is not None
+    assert math.isclose(unclear.probabilities["conversation"], 1 / (1 + math.exp(-2 * cap)))
+    # the lead the capped model could just overturn: asked
+    weak = LocalDecisionService(llm, calibrate=False, model_cap=1.5)
+    lexical = {"conversation": 0.0, "notes": 2.0}
+    assert not weak.settled(ChoiceQuestion("x", TWO), lexical)
+    assert service.settled(ChoiceQuestion("x", TWO), lexical)
+    with pytest.raises(ValueError, match="model_cap"):
+        LocalDecisionService(llm, model_cap=-1)
 
 
 async def test_without_score_the_service_is_lexical() -> None:
@@ -218,13 +240,13 @@ async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> 
     await service.prepare(ChoiceQuestion("", TWO, context=context, asker="p1"))
     assert [c[3] for c in llm.calls] == [Priority.BACKGROUND, Priority.BACKGROUND]
     warmed = llm.calls[1][0]
-    asked = ChoiceQuestion("what time is it", TWO, context=context, asker="p1")
+    asked = ChoiceQuestion("bananas", TWO, context=context, asker="p1")  # no lexical lead
     assert "nothing much" in warmed
     assert service.prompt(asked).startswith(warmed.split("Request:")[0] + "Request:")
     assert (llm.calls[1][2], llm.seeds[1]) == ("decisions:p1", "decisions")
     await service.decide(asked)
     assert (llm.calls[2][2], llm.seeds[2]) == ("decisions:p1", "decisions")
-    await service.decide(ChoiceQuestion("what time is it", TWO, asker="p1"))  # no context
+    await service.decide(ChoiceQuestion("bananas", TWO, asker="p1"))  # no context
     assert (llm.calls[3][2], llm.seeds[3]) == ("decisions", None)
     await service.prepare(ChoiceQuestion("", TWO))  # no context: the prior only, cached
     assert len(llm.calls) == 4

@@ -40,7 +40,8 @@ async def llm():  # type: ignore[no-untyped-def]
 
 
 async def test_decisions_route_clear_requests_and_reuse_the_prefix(llm: LlamaCppLLM) -> None:
-    service = LocalDecisionService(llm, cache_key="decisions-test")
+    # model_cap=None: the model is asked even where lexical evidence decides alone
+    service = LocalDecisionService(llm, cache_key="decisions-test", model_cap=None)
     criteria = (CONVERSATION, notes_criterion())
     note = await service.decide(
         ChoiceQuestion("Take a note: the centrifuge needs a new rotor", criteria)
@@ -55,6 +56,14 @@ async def test_decisions_route_clear_requests_and_reuse_the_prefix(llm: LlamaCpp
     assert question.metrics is not None
     assert question.metrics.reused_tokens > 0
     assert question.metrics.evaluated_tokens < question.metrics.prompt_tokens / 2
+    # with the model's evidence capped (the default) these clear requests need no model
+    capped = LocalDecisionService(llm, cache_key="decisions-test")
+    for text, label in (
+        ("Take a note: buy gloves", "notes"),
+        ("Who wrote Hamlet?", "conversation"),
+    ):
+        answer = await capped.decide(ChoiceQuestion(text, criteria))
+        assert answer.source == "lexical" and answer.metrics is None and answer.label == label
 
 
 async def test_model_scores_alone_form_a_distribution(llm: LlamaCppLLM) -> None:
