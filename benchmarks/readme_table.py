@@ -92,8 +92,9 @@ def routing(m: str, held_out: bool = False) -> dict[str, Any]:
 
 def routing_latency(m: str) -> str:
     r = routing(m)
-    return f"{s(r['cold_s'])} / {s(r['prepared_first_s'])} / {s(r['warm_median_s'])}, " + s(
-        r["warm_p90_s"]
+    asked = f"; the model asked for {r['model_asked']} of {len(r['outcomes'])}"
+    return f"{s(r['cold_s'])} / {s(r['prepared_first_s'])} / {s(r['warm_median_s'])}, " + (
+        s(r["warm_p90_s"]) + asked
     )
 
 
@@ -197,7 +198,8 @@ ROWS: list[Row] = [
         "same",
     ),
     (
-        "routing decision (2 destinations): cold / first after `prepare` / warm median, p90",
+        "routing decision (2 destinations): cold / first after `prepare` (both asking the model) "
+        "/ warm median, p90 (most decided by lexical evidence alone)",
         routing_latency,
         "`benchmarks/routing_decisions.py --variants combined`",
     ),

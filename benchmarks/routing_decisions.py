@@ -15,8 +15,10 @@ service, and reports accuracy plus cold and warm decision latency:
 
 "Cold" is the first decision on a freshly loaded model (the option prefix and the
 content-free prior are evaluated); "warm" are the eval-set decisions after the first,
-which reuse the cached prefix.
+which reuse the cached prefix, or ask no model at all when the lexical evidence decides
+(``model asked`` counts those that did ask it).
 "Prepared 1st" is the first decision after ``prepare()`` evaluated the prefix and prior.
+Cold and prepared 1st always ask the model (``model_cap=None``): they time the model path.
 Prints tables and writes ``benchmarks/results/<machine class>/routing_decisions[_<set>].json``
 and a PNG.
 ``--set benchmarks/routing_eval_holdout.jsonl`` runs the held-out set.
@@ -59,6 +61,10 @@ def criteria() -> tuple[Criterion, ...]:
     )
 
 
+NO_CAP = {"model_cap": None}
+"""Options for a decision that always asks the model (cold and prepared-first timings)."""
+
+
 def load_set(path: Path) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for i, row in enumerate(rows):
@@ -74,7 +80,7 @@ async def cold_decision(args: argparse.Namespace, options: dict, query: str) -> 
     llm = LlamaCppLLM(args.model, n_threads=args.threads)
     await llm.load()
     try:
-        service = LocalDecisionService(llm, cache_key="bench-cold", **options)
+        service = LocalDecisionService(llm, cache_key="bench-cold", **options | NO_CAP)
         start, cpu = time.perf_counter(), time.process_time()
         await service.decide(ChoiceQuestion(query, criteria()))
         return time.perf_counter() - start, time.process_time() - cpu
@@ -95,7 +101,7 @@ async def run_variant(name: str, llm: object, rows: list[dict], args: argparse.N
         cold = await cold_decision(args, options, rows[0]["query"])
         # A second service on its own key, prepared ahead (as `edge serve` does at start):
         # its first decision finds the option prefix and the prior ready.
-        prepared = LocalDecisionService(llm, cache_key=f"bench-{name}-prepared", **options)
+        prepared = LocalDecisionService(llm, cache_key=f"bench-{name}-prepared", **options | NO_CAP)
         await prepared.prepare(ChoiceQuestion("", crits))
         start = time.perf_counter()
         await prepared.decide(ChoiceQuestion(rows[0]["query"], crits))
@@ -121,6 +127,7 @@ async def run_variant(name: str, llm: object, rows: list[dict], args: argparse.N
                 "uncertain": answer.label is None,
                 "probabilities": dict(answer.probabilities),
                 "latency_s": latencies[-1],
+                "source": answer.source,
             }
         )
     correct = [o["chosen"] == o["expected"] for o in outcomes]
@@ -140,6 +147,7 @@ async def run_variant(name: str, llm: object, rows: list[dict], args: argparse.N
         "cold_cpu_s": cold[1],
         "warm_cpu_median_s": statistics.median(cpu_s[1:]) if len(cpu_s) > 1 else None,
         "warm_reused_tokens_median": statistics.median(reused[1:]) if len(reused) > 1 else None,
+        "model_asked": sum(1 for o in outcomes if o["source"] == "model"),
         "errors": [o for o, c in zip(outcomes, correct, strict=True) if not c],
         "outcomes": outcomes,
     }
