@@ -273,6 +273,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--only-recall", action="store_true", help="only the recall scenarios")
-    parser.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
+    parser.add_argument(
+        "--model", help="a GGUF file or a catalogue id (default: the catalogue's default LLM)"
+    )
     ns = parser.parse_args()
     report(anyio.run(partial(main, ns)), ns)

@@ -158,3 +158,27 @@ async def test_prepare_builds_the_q8_0_llm_from_its_source_once(
             await llm.close()
     assert answer.strip()
     assert abs(likelihoods[0] - likelihoods[1]) < 0.25, (answer, likelihoods)  # nats/token
+
+
+def test_the_llm_takes_a_catalogue_id_or_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LlamaCppLLM(model_path=...)`` (and ``edge eval conversation --model``) accept a
+    catalogue id as well as a file; a bare name that is neither stays a path."""
+    from edge.llm import ModelLoadError
+    from edge.llm._llamacpp import resolve_model_path
+
+    catalogue = Catalogue.load()
+    default = catalogue.default("llm")
+    assert resolve_model_path(None) == default.locate()
+    assert resolve_model_path(default.id) == default.locate()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path("no-such-model") == Path("no-such-model")
+    assert resolve_model_path("sub/model.gguf") == Path("sub/model.gguf")
+    (tmp_path / default.id).write_text("a file of that name wins")
+    assert resolve_model_path(default.id) == Path(default.id)
+    with pytest.raises(ModelLoadError, match="not a GGUF language model"):
+        resolve_model_path(catalogue.default("stt").id)
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path / "empty"))
+    with pytest.raises(ModelLoadError, match="edge models --prepare"):
+        resolve_model_path("smollm2-135m-instruct-q8_0")  # derived, not built there

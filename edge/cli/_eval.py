@@ -24,7 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "oversized exchanges/updates, and long-session recall (control vs after 10 and 30 "
         "turns, design and held-out halves)",
     )
-    conv.add_argument("--model", help="a GGUF file (default: the catalogue's default LLM)")
+    conv.add_argument(
+        "--model",
+        help="a GGUF file or a catalogue id, e.g. smollm2-135m-instruct-q8_0 "
+        "(default: the catalogue's default LLM)",
+    )
     conv.add_argument(
         "--base-url", help="an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1"
     )

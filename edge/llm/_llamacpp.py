@@ -74,12 +74,27 @@ def _gated(fn: Callable[..., T], *args: Any) -> T:
 
 
 def resolve_model_path(model_path: str | Path | None) -> Path:
-    if model_path is not None:
-        return Path(model_path).expanduser()
-    from edge.catalogue import Catalogue, ModelMissingError
+    """The GGUF file for ``model_path``: a path as given; a catalogue id (a bare name that
+    is not a file here, e.g. ``"smollm2-135m-instruct-q8_0"``) located through the
+    catalogue; None for the catalogue's default LLM. A name that is neither stays a path,
+    whose absence :func:`check_gguf` reports when the model loads."""
+    from edge.catalogue import Catalogue, CatalogueError, ModelMissingError
 
+    if model_path is not None:
+        path = Path(model_path).expanduser()
+        name = str(model_path)
+        if path.exists() or "/" in name or name.endswith(".gguf"):
+            return path
+        try:
+            entry = Catalogue.load().get(name)
+        except CatalogueError:
+            return path
+    else:
+        entry = Catalogue.load().default("llm")
+    if entry.format != "gguf":
+        raise ModelLoadError(f"catalogue model {entry.id!r} is not a GGUF language model")
     try:
-        return Catalogue.load().default("llm").locate()
+        return entry.locate()
     except ModelMissingError as exc:
         raise ModelLoadError(str(exc)) from exc
 
