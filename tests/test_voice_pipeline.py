@@ -123,15 +123,25 @@ class FullWindowToneSTT(ToneSTT):
         return self.transcribe(audio)
 
 
-async def test_the_pause_pass_decodes_with_the_whole_window_and_the_others_do_not() -> None:
+@pytest.mark.parametrize("full_window", [False, True])
+async def test_only_the_pause_pass_may_decode_with_the_whole_window(full_window: bool) -> None:
+    """By default every pass is fitted; ``full_window_pause_pass`` gives the pass started
+    in a pause (whose text is the final transcript) Whisper's whole window."""
     stt = FullWindowToneSTT()
-    runtime, voice, rec, _ = make(stt=stt)
+    config = VoiceConfig(
+        vad=FAST_VAD,
+        partial_interval_s=0.3,
+        playback_speed=0,
+        full_window_pause_pass=full_window,
+    )
+    runtime, voice, rec, _ = make(config, stt=stt)
     async with voice, runtime:
         await feed(runtime, utterance(), pause_s=0.01)
         await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
         listener, _ = voice.session("p1")
         assert listener.stats[0].reused_pass  # the final transcript is the pause pass's
-    assert len(stt.full_calls) == 1 and len(stt.calls) > len(stt.full_calls)  # partials
+    assert len(stt.full_calls) == (1 if full_window else 0)
+    assert len(stt.calls) > len(stt.full_calls)  # partials
 
 
 async def test_two_utterances_in_order() -> None:

@@ -70,7 +70,13 @@ class VoiceConfig(BaseModel):
       at once if it missed at most ``partial_guess_gap_ms`` of the speech (0, the
       default, turns that off: on a 2-core device the guessed answer's model work slowed
       the transcription that confirms it from ~0.3 s to 1-1.6 s, more than it gained;
-      where STT and the LLM run in parallel, ~300 lets the answer start a pass earlier).
+      where STT and the LLM run in parallel, ~300 lets the answer start a pass earlier);
+    * ``full_window_pause_pass``: the pass started in a pause encodes Whisper's whole 30 s
+      window (``FullWindowSpeechToText``) instead of a window fitted to the utterance.
+      Off by default: with the fitted window the pause pass took ~0.1 s instead of
+      0.5-0.6 s on the 2-core benchmark host, so the answer's speculation started in time
+      for 11 of 14 hands-free turns instead of 3-5 (benchmarks/README.md); the whole
+      window adds Whisper's end mark to more cut-off questions.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,3 +92,4 @@ class VoiceConfig(BaseModel):
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=100, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
+    full_window_pause_pass: bool = False

@@ -270,8 +270,9 @@ class Listener:
             return None
         job.started = True
         job.started_at = time.perf_counter()
-        if job.kind == "speculative" and isinstance(self._stt, FullWindowSpeechToText):
-            result = self._stt.transcribe_full(audio)  # its end mark decides the end silence
+        full = self.config.full_window_pause_pass and job.kind == "speculative"
+        if full and isinstance(self._stt, FullWindowSpeechToText):
+            result = self._stt.transcribe_full(audio)
         else:
             result = self._stt.transcribe(audio)
         self._cost.record(result.elapsed_s)
