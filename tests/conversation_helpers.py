@@ -15,13 +15,17 @@ SECOND = 1_000_000
 
 
 class Clock:
-    """A settable clock in Unix microseconds."""
+    """A settable clock in Unix microseconds; with ``step_us``, each reading is that much
+    later than the one before (entries keep their order, the shown minute stays put)."""
 
-    def __init__(self, start: int = T0) -> None:
+    def __init__(self, start: int = T0, step_us: int = 0) -> None:
         self.now = start
+        self.step_us = step_us
 
     def __call__(self) -> int:
-        return self.now
+        now = self.now
+        self.now += self.step_us
+        return now
 
     def advance(self, seconds: float = 1.0) -> int:
         self.now += int(seconds * SECOND)

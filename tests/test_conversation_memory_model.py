@@ -4,13 +4,13 @@ model answers), ten ordinary turns with idle pauses so compaction runs, then the
 Assertions are on the fact (the number), never on the model's wording; the question may be
 asked a second time (see ``ten_turns_later``).
 
-The service runs on a pinned clock (see ``PinnedClock``): the prompt shows the current
-minute, and with the wall clock each run showed the model a different prompt (a fresh-clone
-run once got a degenerate answer that the same code did not give at other minutes)."""
+The service runs on a pinned clock (``PINNED_START_US``, 1 ms later each reading): the
+prompt shows the current minute, and with the wall clock each run showed the model a
+different prompt (a fresh-clone run once got a degenerate answer that the same code did not
+give at other minutes)."""
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime
 
 import anyio
@@ -19,6 +19,7 @@ import pytest
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
 from edge.server import EdgeClient, EdgeService
+from tests.conversation_helpers import Clock
 from tests.server_helpers import settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
@@ -37,17 +38,8 @@ ORDINARY = (
 )
 
 
-class PinnedClock:
-    """Wall time in microseconds from a fixed moment, 1 ms later at each reading: entries
-    keep their order and the minute the prompt shows never changes during the test."""
-
-    START_US = int(datetime(2026, 9, 21, 14, 20, tzinfo=UTC).timestamp() * 1e6)
-
-    def __init__(self) -> None:
-        self._ticks = itertools.count()
-
-    def __call__(self) -> int:
-        return self.START_US + 1_000 * next(self._ticks)
+PINNED_START_US = int(datetime(2026, 9, 21, 14, 20, tzinfo=UTC).timestamp() * 1e6)
+"""The pinned clock's first reading; it then advances 1 ms a reading (``Clock``)."""
 
 
 async def settle(service: EdgeService, limit_s: float = 120.0) -> None:
@@ -64,7 +56,7 @@ async def test_a_fact_is_recalled_after_ten_turns_through_the_service() -> None:
         settings(voice=False, notes=False, profile="ci-2core-24gb"),
         llm=LlamaCppLLM(n_ctx=4096, default_max_tokens=40, temperature=0.0),
         decisions=ScriptedDecisions(default="conversation"),  # routing has its own tests
-        clock=PinnedClock(),
+        clock=Clock(PINNED_START_US, step_us=1_000),
         timezone=UTC,
     )
     reports = []

@@ -397,10 +397,17 @@ class ContextManager:
         now = self._clock() if now_us is None else now_us
         return self._renderer.context_message(self.blocks(participant_id), now)
 
-    def render_blocks(self, blocks: list[ContextBlock], *, now_us: int | None = None) -> str:
-        """A context message from chosen ``blocks`` (e.g. a subset of :meth:`blocks`)."""
+    def render_blocks(
+        self,
+        blocks: list[ContextBlock],
+        *,
+        now_us: int | None = None,
+        recalled: ContextBlock | None = None,
+    ) -> str:
+        """A context message from chosen ``blocks`` (e.g. a subset of :meth:`blocks`), then
+        the current time, then ``recalled`` (see :meth:`recalled`)."""
         now = self._clock() if now_us is None else now_us
-        return self._renderer.context_message(list(blocks), now)
+        return self._renderer.context_message(list(blocks), now, recalled)
 
     def messages(
         self, participant_id: str, *, system: str, request: str, now_us: int | None = None
@@ -416,8 +423,7 @@ class ContextManager:
                 self.store.set_system(participant_id, system)
         blocks = self.blocks(participant_id)
         recalled = self._recalled(participant_id, request, blocks)
-        now = self._clock() if now_us is None else now_us
-        context = self._renderer.context_message(blocks, now, recalled)
+        context = self.render_blocks(blocks, now_us=now_us, recalled=recalled)
         return [
             ChatMessage(role="system", content=system),
             ChatMessage(role="user", content=context),
