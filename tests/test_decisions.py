@@ -250,3 +250,35 @@ async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> 
     assert (llm.calls[3][2], llm.seeds[3]) == ("decisions", None)
     await service.prepare(ChoiceQuestion("", TWO))  # no context: the prior only, cached
     assert len(llm.calls) == 4
+
+
+async def test_a_prepare_running_when_its_asker_is_forgotten_drops_its_state() -> None:
+    """``forget`` preempts a background prepare (the model's slot goes to it first); the
+    prepare then finishes and would leave the erased participant's state behind: it drops
+    it when it ends."""
+    import anyio
+
+    release = anyio.Event()
+    forgotten: list[tuple[str, ...]] = []
+
+    @dataclass
+    class SlowScorer(FakeScorer):
+        async def score(self, prompt, continuations, **kw):  # type: ignore[no-untyped-def]
+            if kw.get("cache_key", "").startswith("decisions:"):
+                await release.wait()
+            return await super().score(prompt, continuations, **kw)
+
+        async def forget_cache(self, *keys: str) -> None:
+            forgotten.append(keys)
+
+    service = LocalDecisionService(SlowScorer([0.0, 0.0]))
+    question = ChoiceQuestion("", TWO, context=("User: hi",), asker="p1")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.prepare, question)
+        await anyio.wait_all_tasks_blocked()
+        await service.forget("p1")
+        assert forgotten == [("decisions:p1",)]
+        release.set()
+    assert forgotten == [("decisions:p1",), ("decisions:p1",)]
+    await service.prepare(question)  # a later participant with that id keeps its state
+    assert len(forgotten) == 2

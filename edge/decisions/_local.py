@@ -30,9 +30,11 @@ from __future__ import annotations
 import logging
 import math
 import string
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from importlib import resources
 from typing import Any
+
+import anyio
 
 from edge.llm import ForgetsCache, LLMService, Priority, Scorer
 
@@ -99,6 +101,8 @@ class LocalDecisionService:
         self._system = _template("decide_system.txt")
         self._user = _template("decide_user.txt")
         self._priors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
+        self._preparing: Counter[str] = Counter()  # askers with a prepare running
+        self._forgotten: set[str] = set()  # of those, erased meanwhile
 
     @property
     def uses_model(self) -> bool:
@@ -210,14 +214,34 @@ class LocalDecisionService:
         keys = list(_KEYS[: len(question.criteria)])
         if self.calibrate:
             await self._prior(question, keys, priority=Priority.BACKGROUND)
-        if self._context(question):
+        if not self._context(question):
+            return
+        asker = question.asker
+        self._preparing[asker] += 1
+        try:
             await self.llm.score(
                 self.prompt(question), keys, priority=Priority.BACKGROUND, **self._keys(question)
             )
+        finally:
+            self._preparing[asker] -= 1
+            if not self._preparing[asker]:
+                del self._preparing[asker]
+            if asker in self._forgotten:  # erased while this ran: its state goes too
+                if asker not in self._preparing:
+                    self._forgotten.discard(asker)
+                with anyio.CancelScope(shield=True):
+                    await self._drop(asker)
 
     async def forget(self, asker: str) -> None:
-        """Drop the state prepared for ``asker``'s decisions (they were erased)."""
-        if isinstance(self.llm, ForgetsCache):
+        """Drop the state prepared for ``asker``'s decisions (they were erased). A
+        :meth:`prepare` for them still running (a background evaluation that the forget
+        preempted) drops the state it leaves when it ends."""
+        if asker in self._preparing:
+            self._forgotten.add(asker)
+        await self._drop(asker)
+
+    async def _drop(self, asker: str) -> None:
+        if asker and isinstance(self.llm, ForgetsCache):
             await self.llm.forget_cache(f"{self.cache_key}:{asker}")
 
     def _keys(self, question: ChoiceQuestion) -> dict[str, str]:
