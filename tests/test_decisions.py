@@ -252,20 +252,23 @@ async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> 
     assert len(llm.calls) == 4
 
 
-async def test_a_prepare_running_when_its_asker_is_forgotten_drops_its_state() -> None:
-    """``forget`` preempts a background prepare (the model's slot goes to it first); the
-    prepare then finishes and would leave the erased participant's state behind: it drops
-    it when it ends."""
+async def test_forget_cancels_a_prepare_still_running_for_its_asker() -> None:
+    """A background prepare still running (or preempted, waiting to resume) when its asker
+    is forgotten would save the erased participant's state again: ``forget`` cancels it
+    before dropping the state, so none is left when ``forget`` returns."""
     import anyio
 
-    release = anyio.Event()
+    started = anyio.Event()
     forgotten: list[tuple[str, ...]] = []
+    scored: list[str] = []
 
     @dataclass
     class SlowScorer(FakeScorer):
         async def score(self, prompt, continuations, **kw):  # type: ignore[no-untyped-def]
             if kw.get("cache_key", "").startswith("decisions:"):
-                await release.wait()
+                started.set()
+                await anyio.sleep_forever()
+            scored.append(kw.get("cache_key", ""))
             return await super().score(prompt, continuations, **kw)
 
         async def forget_cache(self, *keys: str) -> None:
@@ -273,12 +276,18 @@ async def test_a_prepare_running_when_its_asker_is_forgotten_drops_its_state() -
 
     service = LocalDecisionService(SlowScorer([0.0, 0.0]))
     question = ChoiceQuestion("", TWO, context=("User: hi",), asker="p1")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.prepare, question)
-        await anyio.wait_all_tasks_blocked()
-        await service.forget("p1")
-        assert forgotten == [("decisions:p1",)]
-        release.set()
-    assert forgotten == [("decisions:p1",), ("decisions:p1",)]
-    await service.prepare(question)  # a later participant with that id keeps its state
-    assert len(forgotten) == 2
+    other = ChoiceQuestion("", TWO, context=("User: hello",), asker="p2")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(service.prepare, question)
+            await started.wait()
+            started = anyio.Event()
+            tg.start_soon(service.prepare, other)
+            await started.wait()
+            await service.forget("p1")
+            assert forgotten == [("decisions:p1",)]
+            await anyio.wait_all_tasks_blocked()
+            assert "p1" not in service._preparing and "p2" in service._preparing  # p2 runs on
+            tg.cancel_scope.cancel()
+    await service.forget("p1")  # nothing running: just the drop
+    assert forgotten == [("decisions:p1",)] * 2

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import string
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from importlib import resources
 from typing import Any
 
@@ -101,8 +101,7 @@ class LocalDecisionService:
         self._system = _template("decide_system.txt")
         self._user = _template("decide_user.txt")
         self._priors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
-        self._preparing: Counter[str] = Counter()  # askers with a prepare running
-        self._forgotten: set[str] = set()  # of those, erased meanwhile
+        self._preparing: dict[str, set[anyio.CancelScope]] = {}  # running, by asker
 
     @property
     def uses_model(self) -> bool:
@@ -211,33 +210,31 @@ class LocalDecisionService:
         """
         if not self.uses_model or len(question.criteria) < 2:
             return
+        with anyio.CancelScope() as scope:  # :meth:`forget` cancels it
+            running = self._preparing.setdefault(question.asker, set())
+            running.add(scope)
+            try:
+                await self._prepare(question)
+            finally:
+                running.discard(scope)
+                if not running and self._preparing.get(question.asker) is running:
+                    del self._preparing[question.asker]
+
+    async def _prepare(self, question: ChoiceQuestion) -> None:
         keys = list(_KEYS[: len(question.criteria)])
         if self.calibrate:
             await self._prior(question, keys, priority=Priority.BACKGROUND)
-        if not self._context(question):
-            return
-        asker = question.asker
-        self._preparing[asker] += 1
-        try:
+        if self._context(question):
             await self.llm.score(
                 self.prompt(question), keys, priority=Priority.BACKGROUND, **self._keys(question)
             )
-        finally:
-            self._preparing[asker] -= 1
-            if not self._preparing[asker]:
-                del self._preparing[asker]
-            if asker in self._forgotten:  # erased while this ran: its state goes too
-                if asker not in self._preparing:
-                    self._forgotten.discard(asker)
-                with anyio.CancelScope(shield=True):
-                    await self._drop(asker)
 
     async def forget(self, asker: str) -> None:
         """Drop the state prepared for ``asker``'s decisions (they were erased). A
-        :meth:`prepare` for them still running (a background evaluation that the forget
-        preempted) drops the state it leaves when it ends."""
-        if asker in self._preparing:
-            self._forgotten.add(asker)
+        :meth:`prepare` for them still running (a background evaluation, perhaps preempted
+        and waiting to resume) is cancelled first, so it cannot save that state again."""
+        for scope in self._preparing.pop(asker, ()):
+            scope.cancel()
         await self._drop(asker)
 
     async def _drop(self, asker: str) -> None:
