@@ -8,11 +8,15 @@ Scenarios (same participant context, real default model):
 * ``compacted+rewarm``: the first answer after the participant's own summary changed, with
   the manager's re-warm of the prompt prefix done while idle;
 * ``compacted-cold``: the same with ``rewarm=False`` (the whole context is evaluated);
+* ``own-compaction-during`` / ``own-compaction-after``: the participant's next turn
+  arrives while the model writes the summary of their own dialogue (0.3 s into it), or the
+  moment that summary is committed (the worst case: their whole context changed);
 * ``recall-on`` / ``recall-off``: a long session (facts, ordinary turns, compaction) then
   ten questions, half about the earlier facts, with the CI profile's recall budget and
   with recall off: p50 TTFT of each, and the time to select the recalled statements.
 
-Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--only-recall] [--model GGUF]``;
+Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--only-recall |
+--only-own-compaction] [--model GGUF]``;
 writes ``benchmarks/results/<machine class>/conversation_ttft.json`` and ``.png``.
 Timings on a shared machine are noisy; run it on an idle device.
 """
@@ -118,6 +122,42 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
     return result
 
 
+async def entries_under_threshold(llm: LlamaCppLLM) -> int:
+    """How many ``fill`` entries a dialogue holds without compacting yet (a manager that is
+    never started: it only measures)."""
+    probe = ContextManager(llm, timezone=UTC, **BUDGETS)
+    n = 0
+    while True:
+        await fill(probe, "p", 1, start=n)
+        if probe._participants["p"].sections["dialogue"].needs_compaction():
+            return n
+        n += 1
+
+
+async def scenario_own_compaction(llm: LlamaCppLLM, when: str) -> dict:
+    """The participant asks again while their own dialogue compacts (``during``) or right
+    when the compaction commits (``after``); the compaction is the model's own. Recall is
+    off: this measures how warm the prompt prefix is (the recall scenarios measure recall)."""
+    ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, recall_budget_bytes=0, **BUDGETS)
+    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    fire = anyio.Event()
+    ctx.add_hook("pre_compact" if when == "during" else "post_compact", lambda _: fire.set())
+    await fill(ctx, "p", await entries_under_threshold(llm))
+    async with ctx:
+        await ask(conv, "p", "Where is sample 3?")  # its exchange starts the compaction
+        if not ctx._participants["p"].sections["dialogue"].needs_compaction():
+            await ctx.record_exchange("p", "Where is sample 4?", "Sample 4 is in rack 4.")
+        with anyio.fail_after(120):
+            await fire.wait()
+        if when == "during":
+            await anyio.sleep(0.3)
+        result = await ask(conv, "p", "Where is sample 5?")
+        result["compaction_running"] = ctx._jobs.running("p")
+        await idle(ctx)
+        result["method"] = ctx.last_compaction("p").method if ctx.last_compaction("p") else None
+    return result
+
+
 FACTS = (
     "My locker code is 4711.",
     "Sample B7 goes to the incubator after lunch.",
@@ -195,6 +235,11 @@ async def main(args: argparse.Namespace) -> dict:
     llm = LlamaCppLLM(args.model, n_ctx=4096, temperature=0.0, n_threads=args.threads)
     await llm.load()
     try:
+        if args.only_own_compaction:
+            return {
+                f"own-compaction-{when}": await scenario_own_compaction(llm, when)
+                for when in ("during", "after")
+            }
         if args.only_recall:
             return paired(
                 {
@@ -205,6 +250,8 @@ async def main(args: argparse.Namespace) -> dict:
         results = await scenario_warm_and_backlog(llm)
         results["compacted+rewarm"] = await scenario_after_compaction(llm, True)
         results["compacted-cold"] = await scenario_after_compaction(llm, False)
+        for when in ("during", "after"):
+            results[f"own-compaction-{when}"] = await scenario_own_compaction(llm, when)
         results["recall-on"] = await scenario_recall(llm, 320)  # the CI profile's budget
         results["recall-off"] = await scenario_recall(llm, 0)
     finally:
@@ -263,7 +310,9 @@ def report(results: dict, args: argparse.Namespace) -> None:
     ax.set_ylabel("TTFT (ms)")
     ax.set_title("Conversation TTFT with and without a compaction backlog")
     fig.tight_layout()
-    bench = "conversation_ttft_recall" if args.only_recall else "conversation_ttft"
+    bench = "conversation_ttft"
+    if args.only_recall or args.only_own_compaction:
+        bench += "_recall" if args.only_recall else "_own_compaction"
     meta = {"threads": args.threads, "model": args.model, "scenarios": results}
     path = write_results(bench, meta, fig)
     Console().print(f"wrote {path} and .png")
@@ -273,6 +322,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--only-recall", action="store_true", help="only the recall scenarios")
+    parser.add_argument(
+        "--only-own-compaction", action="store_true", help="only the own-compaction scenarios"
+    )
     parser.add_argument(
         "--model", help="a GGUF file or a catalogue id (default: the catalogue's default LLM)"
     )

@@ -62,6 +62,38 @@ class WarmingLLM(ScriptedLLM):
         return RequestMetrics(priority=Priority(priority), cache_key=cache_key)
 
 
+class MovingLLM(WarmingLLM):
+    """A warming scripted LLM that keeps which context each cache key holds and can hand a
+    key's state to another (``move_cache``) and forget keys, like the local backend."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.held: dict[str, str] = {}  # cache key -> the context message warmed into it
+        self.events: list[tuple[str, str]] = []  # ("warm" | "compact" | "move" | ..., key)
+
+    async def warm(self, messages, *, cache_key, priority=Priority.BACKGROUND) -> RequestMetrics:
+        self.held[cache_key] = messages[1].content
+        self.events.append(("warm", cache_key))
+        return await super().warm(messages, cache_key=cache_key, priority=priority)
+
+    async def move_cache(self, source: str, target: str) -> bool:
+        self.events.append(("move", f"{source}->{target}"))
+        if source not in self.held:
+            return False
+        self.held[target] = self.held.pop(source)
+        return True
+
+    async def forget_cache(self, *keys: str) -> None:
+        for key in keys:
+            self.events.append(("forget", key))
+            self.held.pop(key, None)
+
+    def generate(self, messages, options):  # type: ignore[no-untyped-def]
+        if is_compaction(list(messages)):
+            self.events.append(("compact", ""))
+        return super().generate(messages, options)
+
+
 def manager(llm, clock: Clock | None = None, **kwargs) -> ContextManager:
     kwargs.setdefault("compaction_quiet_s", 0)
     return ContextManager(llm, timezone=UTC, clock=clock or Clock(), **kwargs)

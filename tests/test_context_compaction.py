@@ -10,6 +10,7 @@ import anyio.lowlevel
 import pytest
 from conversation_helpers import (
     Clock,
+    MovingLLM,
     WarmingLLM,
     compactions,
     eventually,
@@ -19,6 +20,7 @@ from conversation_helpers import (
 )
 
 from edge.conversation import CompactionPrompts, CompactionReport, CompactionRequest
+from edge.conversation._manager import SUCCESSOR_KEY
 from edge.llm import Priority, ScriptedLLM, ScriptedReply
 
 pytestmark = pytest.mark.anyio
@@ -228,8 +230,8 @@ async def test_prefix_is_rewarmed_after_a_summary_changes() -> None:
     async with manager(llm, **SMALL) as ctx:
         ctx.messages("p", system="SYSTEM", request="q")
         await fill(ctx)
-        await eventually(lambda: idle(ctx) and llm.warmed)
-        (messages, key, priority) = llm.warmed[0]
+        await eventually(lambda: idle(ctx) and ctx.summary("p") and llm.warmed)
+        (messages, key, priority) = llm.warmed[-1]  # (the first: before the compaction)
         assert key == "p" and priority is Priority.BACKGROUND
         assert messages[0].content == "SYSTEM" and "Summary" in messages[1].content
         answer = ctx.messages("p", system="SYSTEM", request="next")
@@ -249,6 +251,71 @@ async def test_prefix_is_rewarmed_after_each_exchange() -> None:
         assert "capital of France" in messages[1].content  # the new exchange is in it
         answer = ctx.messages("p", system="SYSTEM", request="And of Italy?")
         assert answer[1].content.startswith(messages[1].content)  # a prefix of the next
+
+
+async def test_a_compaction_warms_the_next_prefix_aside_and_hands_it_over() -> None:
+    """The participant's current prefix is warmed before their compaction starts (a turn
+    during it finds it warm); the compaction warms the prefix its summary gives them under
+    a key of its own and hands it over when it commits, so no re-warm follows."""
+    llm = MovingLLM(responder("S."))
+    async with manager(llm, **SMALL) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")
+        await fill(ctx)
+        await eventually(lambda: idle(ctx) and ctx.summary("p"))
+        successor = SUCCESSOR_KEY + "p"
+        assert llm.events[0] == ("warm", "p")  # before the compaction
+        assert llm.events[1:] == [
+            ("compact", ""),
+            ("warm", successor),
+            ("move", f"{successor}->p"),
+        ]
+        assert "Summary" in llm.held["p"] and successor not in llm.held
+        assert ctx.messages("p", system="SYSTEM", request="next")[1].content == llm.held["p"]
+
+
+async def test_a_clear_during_the_successor_warm_drops_it() -> None:
+    llm = MovingLLM(responder("S."))
+    release = anyio.Event()
+    warm = llm.warm
+
+    async def slow_warm(messages, *, cache_key, priority=Priority.BACKGROUND):  # type: ignore[no-untyped-def]
+        result = await warm(messages, cache_key=cache_key, priority=priority)
+        if cache_key.startswith(SUCCESSOR_KEY):
+            await release.wait()
+        return result
+
+    llm.warm = slow_warm  # type: ignore[method-assign]
+    async with manager(llm, **SMALL) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")
+        await fill(ctx)
+        await eventually(lambda: SUCCESSOR_KEY + "p" in llm.held)
+        await ctx.clear("p")
+    assert llm.held == {} and not any(kind == "move" for kind, _ in llm.events)
+
+
+async def test_an_exchange_during_the_compaction_is_warmed_after_the_handover() -> None:
+    """A turn recorded while the compaction ran is not in the prefix warmed aside: the
+    handover still happens (its start is reused) and a re-warm follows."""
+    llm = MovingLLM(responder("S."))
+    release = anyio.Event()
+    warm = llm.warm
+
+    async def slow_warm(messages, *, cache_key, priority=Priority.BACKGROUND):  # type: ignore[no-untyped-def]
+        result = await warm(messages, cache_key=cache_key, priority=priority)
+        if cache_key.startswith(SUCCESSOR_KEY):
+            await release.wait()
+        return result
+
+    llm.warm = slow_warm  # type: ignore[method-assign]
+    async with manager(llm, **SMALL) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")
+        await fill(ctx)
+        await eventually(lambda: SUCCESSOR_KEY + "p" in llm.held)
+        await ctx.record_exchange("p", "A late question?", "A late answer.")
+        release.set()
+        await eventually(lambda: idle(ctx) and "late question" in llm.held.get("p", ""))
+    moved = llm.events.index(("move", f"{SUCCESSOR_KEY}p->p"))
+    assert ("warm", "p") in llm.events[moved:]
 
 
 async def test_clear_during_compaction_cancels_it_and_forgets() -> None:

@@ -165,6 +165,27 @@ async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> No
     assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
 
 
+async def test_move_cache_hands_a_warmed_state_to_another_key(llm: LlamaCppLLM) -> None:
+    """A prefix warmed under one key serves another after ``move_cache``, whether the state
+    is saved or is the live context; the source key is gone, the target's old state too."""
+    old = ask("Where is calibration?", system=SYSTEM + " Old context.")
+    new = ask("Where is calibration?", system=SYSTEM + " New context.")
+    await llm.warm(old, cache_key="frank")
+    warm = await llm.warm(new, cache_key="next:frank")  # the live context
+    assert await llm.move_cache("next:frank", "frank")
+    assert "next:frank" not in llm.cached_keys()
+    r = await llm.chat(new, max_tokens=3, cache_key="frank")
+    assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
+    await llm.warm(new, cache_key="next:gina")
+    await llm.chat(ask("x"), max_tokens=2, cache_key="erin")  # now a saved state
+    assert await llm.move_cache("next:gina", "gina")
+    r = await llm.chat(new, max_tokens=3, cache_key="gina")
+    assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
+    assert not await llm.move_cache("nobody", "gina")  # nothing to move: nothing changes
+    with pytest.raises(ValueError, match="reserved"):
+        await llm.move_cache("__job:1", "gina")
+
+
 async def test_bad_model_files_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="does not exist"):
         await LlamaCppLLM(tmp_path / "missing.gguf").load()

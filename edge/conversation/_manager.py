@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Literal
@@ -13,7 +14,15 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from edge.llm import ChatMessage, ForgetsCache, LLMError, LLMService, Priority, Warmable
+from edge.llm import (
+    ChatMessage,
+    ForgetsCache,
+    LLMError,
+    LLMService,
+    MovesCache,
+    Priority,
+    Warmable,
+)
 from edge.runtime import Agent, now_us
 from edge.store import Record, SessionStore, StoredSection
 
@@ -49,6 +58,9 @@ log = logging.getLogger(__name__)
 
 HISTORY_RESERVE = 256
 """Bytes ``compaction_input_budget_bytes`` must exceed half the largest section budget by."""
+SUCCESSOR_KEY = "__next:"
+"""Prefix of the model cache key under which a compaction warms the participant's next
+prompt prefix before it commits (the key is then handed to the participant)."""
 
 
 class ContextManager:
@@ -63,11 +75,13 @@ class ContextManager:
 
     Edge options: compaction starts only after the device (the model's activity tracker
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
-    background priority, drains the whole backlog oldest first, then re-warms the prompt
-    prefix of each participant whose summary changed or who completed an exchange
-    (``rewarm``, when the model has ``warm``), so their next answer evaluates only its
-    request. ``timezone`` is the zone times are shown in (local by default); ``clock``
-    returns Unix microseconds.
+    background priority and drains the whole backlog oldest first. With ``rewarm`` (and a
+    model that can ``warm``) the prompt prefix of each participant who completed an exchange
+    is re-warmed first, so their next answer evaluates only its request, and a compaction
+    warms the prefix its summary will give the participant under a key of its own before it
+    commits (the model's ``move_cache`` then hands it over): a turn during or right after
+    their own compaction finds a warm prefix either way. ``timezone`` is the zone times are
+    shown in (local by default); ``clock`` returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
     is indexed in ``recall_index`` (the store's FTS5 index when the store keeps the whole
@@ -533,8 +547,31 @@ class ContextManager:
                 candidates, previous, self.compaction_input_budget_bytes, self._renderer
             )
         made = Summarized(None, "cancelled", "cancelled")
-        with self._jobs.track(part.participant_id):
-            made = await self._summarize(part, section, previous, texts, limit, custom, taken)
+        successor: tuple[str, str] | None = None
+        try:
+            with self._jobs.track(part.participant_id):
+                made = await self._summarize(part, section, previous, texts, limit, custom, taken)
+                if made.text is not None:
+                    successor = await self._warm_successor(part, section, made.text, taken)
+            report = await self._commit(part, section, made, taken, previous, texts, started)
+            if report.ok:  # applied: the prefix warmed aside becomes the participant's
+                adopted, successor = await self._adopt_successor(part, successor), None
+                part.warm_pending = part.warm_pending and not adopted
+            return report
+        finally:
+            if successor is not None:  # warmed, then not adopted (no summary, a clear)
+                await self._drop_successor(successor[0])
+
+    async def _commit(
+        self,
+        part: ParticipantContext,
+        section: Section,
+        made: Summarized,
+        taken: list[Entry],
+        previous: str,
+        texts: list[str],
+        started: float,
+    ) -> CompactionReport:
         if self._participants.get(part.participant_id) is not part:
             made = Summarized(None, "cancelled", "participant cleared", made.attempts)
         result = made.text
@@ -669,12 +706,12 @@ class ContextManager:
                     key = section.oldest_key()
                     if best is None or key < best[0]:
                         best = (key, part, section)
-        if best is not None:
-            return ("compact", best[1], best[2])
-        if self._rewarm and isinstance(self._llm, Warmable):
-            for pid, part in self._participants.items():
+        if self._rewarm and isinstance(self._llm, Warmable):  # first: cheap, and a turn
+            for pid, part in self._participants.items():  # during a compaction needs it
                 if part.warm_pending and not self._lock(pid).locked():
                     return ("warm", part, None)
+        if best is not None:
+            return ("compact", best[1], best[2])
         return None
 
     async def _run_job(self, job: tuple[str, ParticipantContext, Section | None]) -> None:
@@ -702,18 +739,67 @@ class ContextManager:
         part.warm_pending = False
         if not isinstance(self._llm, Warmable) or part.system is None:
             return
-        context = self._renderer.context_message(part.blocks(self._renderer), self._clock())
+        with self._jobs.track(part.participant_id):
+            await self._warm_into(part, self._prefix(part), part.participant_id)
+
+    def _prefix(self, part: ParticipantContext, sections: list[Section] | None = None) -> str:
+        """The context message a warm evaluates: the participant's blocks (of
+        ``sections``, by default their own) and the current time."""
+        view = part if sections is None else ParticipantContext(part.participant_id, sections)
+        return self._renderer.context_message(view.blocks(self._renderer), self._clock())
+
+    async def _warm_into(self, part: ParticipantContext, context: str, key: str) -> bool:
+        assert isinstance(self._llm, Warmable) and part.system is not None
         messages = [
             ChatMessage(role="system", content=part.system),
             ChatMessage(role="user", content=context),
         ]
-        with self._jobs.track(part.participant_id):
-            try:
-                await self._llm.warm(
-                    messages, cache_key=part.participant_id, priority=Priority.BACKGROUND
-                )
-            except LLMError as exc:
-                log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
+        try:
+            await self._llm.warm(messages, cache_key=key, priority=Priority.BACKGROUND)
+        except LLMError as exc:
+            log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
+            return False
+        return True
+
+    async def _warm_successor(
+        self, part: ParticipantContext, section: Section, summary: str, taken: list[Entry]
+    ) -> tuple[str, str] | None:
+        """Before a compaction commits: warm the prompt prefix the participant will have
+        once ``summary`` replaces ``taken`` under a key of its own, while their current
+        prefix (warmed before the compaction started) still serves their turns. Returns
+        the key and the context warmed; :meth:`_adopt_successor` makes it theirs."""
+        llm = self._llm
+        if not (self._rewarm and isinstance(llm, Warmable) and isinstance(llm, MovesCache)):
+            return None
+        if part.system is None:
+            return None
+        after = replace(section, entries=list(section.entries))
+        after.apply_summary(summary, taken)
+        context = self._prefix(part, [after if s is section else s for s in part.sections.values()])
+        key = SUCCESSOR_KEY + part.participant_id
+        warmed = False
+        try:
+            warmed = await self._warm_into(part, context, key)
+        finally:
+            if not warmed:  # failed or cancelled (a clear): drop what it left
+                await self._drop_successor(key)
+        return (key, context) if warmed else None
+
+    async def _drop_successor(self, key: str) -> None:
+        if isinstance(self._llm, ForgetsCache):
+            with anyio.CancelScope(shield=True):
+                await self._llm.forget_cache(key)
+
+    async def _adopt_successor(
+        self, part: ParticipantContext, successor: tuple[str, str] | None
+    ) -> bool:
+        """After the commit: the successor prefix becomes the participant's KV state.
+        True when it is exactly their prompt prefix now (no re-warm needed)."""
+        if successor is None or not isinstance(self._llm, MovesCache):
+            return False
+        key, warmed = successor
+        moved = await self._llm.move_cache(key, part.participant_id)
+        return moved and warmed == self._prefix(part)
 
     # ----------------------------------------------------------------- save and restore
 

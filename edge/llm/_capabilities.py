@@ -60,6 +60,14 @@ class ForgetsCache(Protocol):
 
 
 @runtime_checkable
+class MovesCache(Protocol):
+    """Hands the KV state saved under one cache key to another (see
+    :meth:`~edge.llm.LlamaCppLLM.move_cache`)."""
+
+    async def move_cache(self, source: str, target: str) -> bool: ...
+
+
+@runtime_checkable
 class Scorer(ChatFormatter, Protocol):
     """Scores continuations of a raw prompt (log-probabilities), for local decisions."""
 

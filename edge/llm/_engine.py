@@ -297,6 +297,20 @@ class LlamaEngine:
             self.owner = None
             self._dirty = False
 
+    def move(self, source: str, target: str) -> bool:
+        """Give ``source``'s state (saved, or the live context it owns) to ``target``,
+        replacing target's; False (nothing changed) when ``source`` has none."""
+        if self.owner == source:
+            self.store.drop(target)
+            self.owner = target
+            return True
+        state = self.store.pop(source)
+        if state is None:
+            return False
+        self.forget(target)
+        self.store.put(target, state)
+        return True
+
     def plan(self, target: Sequence[int], need_logits: bool = True) -> tuple[int, list[int]]:
         """How many of ``target``'s tokens the live context already holds, and the rest.
 

@@ -54,9 +54,14 @@ class KVStore:
         return state
 
     def drop(self, key: str) -> None:
+        self.pop(key)
+
+    def pop(self, key: str) -> Any | None:
+        """Remove and return ``key``'s state (None when there is none)."""
         old = self._states.pop(key, None)
         if old is not None:
             self.used_bytes -= int(old.llama_state_size)
+        return old
 
     def clear(self) -> None:
         self._states.clear()

@@ -241,6 +241,17 @@ class LlamaCppLLM(StreamingLLM):
             if live:
                 await self._step(self._engine.reset)
 
+    async def move_cache(self, source: str, target: str) -> bool:
+        """Make the KV state evaluated under ``source`` ``target``'s (replacing target's),
+        e.g. a participant's next prompt prefix warmed aside while their current one still
+        serves them; False when ``source`` has no state (then nothing changes)."""
+        if self._engine.llama is None:
+            return False
+        if any(key.startswith("__job:") for key in (source, target)):
+            raise ValueError("cache keys starting with '__job:' are reserved")
+        async with self.scheduler.slot(Priority.INTERACTIVE, RequestMetrics()):
+            return self._engine.move(source, target)
+
     # -- internals -----------------------------------------------------------------------
     async def _step(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(_gated, fn, *args, limiter=self._limiter)
