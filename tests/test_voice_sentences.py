@@ -91,3 +91,40 @@ def test_the_first_sentence_is_cut_after_its_first_clause() -> None:
     # only the first sentence is cut early
     later = split_stream(["Short one. " + text])
     assert later[1].startswith("When you calibrate") and later[1].endswith("tubes.")
+
+
+def test_a_long_first_sentence_is_cut_at_a_phrase_boundary() -> None:
+    """A first sentence with no clause break past ``first_max_chars`` is cut before its last
+    function word within the limit (or else its last whole word), so the first audio does
+    not wait for the whole sentence; later sentences are whole."""
+    text = (
+        "It's a common misconception that the color of the sky is determined by the sun "
+        "reflecting off water. Blue light scatters more than red light does in the air."
+    )
+    deltas = [(" " if i else "") + w for i, w in enumerate(text.split())]
+    pieces = split_stream(deltas, first_max_chars=60)
+    assert pieces[0] == "It's a common misconception that the color of the sky"
+    assert pieces[1] == "is determined by the sun reflecting off water."
+    assert pieces[2] == "Blue light scatters more than red light does in the air."
+    assert " ".join(pieces).split() == text.split()
+    # no function word within the limit: the last whole word
+    words = "Pneumonoultramicroscopic silicovolcanic dust particles irritate lungs badly."
+    assert split_stream([words], first_max_chars=40)[0] == "Pneumonoultramicroscopic silicovolcanic"
+    # a word still streaming is not cut inside or before; before "from" (a function word)
+    splitter = SentenceSplitter(first_max_chars=30)
+    assert splitter.feed("Bees make honey and beeswax from nect") == ["Bees make honey and beeswax"]
+    splitter = SentenceSplitter(first_max_chars=30)
+    assert splitter.feed("Honeybees produce beeswax plus royaljel") == ["Honeybees produce beeswax"]
+    # a clause break within the limit still wins
+    clause = split_stream(["Bees make honey and wax, then more from flowers."], first_max_chars=30)
+    assert clause[0] == "Bees make honey and wax,"
+    with pytest.raises(ValueError, match="first_max_chars"):
+        SentenceSplitter(first_min_chars=20, first_max_chars=20)
+
+
+def test_voice_config_checks_the_first_piece_limits() -> None:
+    from edge.voice import VoiceConfig
+
+    with pytest.raises(ValueError, match="first_piece_max_chars"):
+        VoiceConfig(first_clause_chars=80, first_piece_max_chars=60)
+    assert VoiceConfig(first_piece_max_chars=None).first_piece_max_chars is None

@@ -63,6 +63,9 @@ class VoiceConfig(BaseModel):
     * ``tts_lookahead``: sentences synthesized ahead of the one playing;
     * ``first_clause_chars``: a reply's first piece of speech ends at its first clause
       break once it holds this many characters (None: at the first sentence end);
+    * ``first_piece_max_chars``: a first sentence longer than this with no clause break is
+      cut at a phrase boundary within it (None: not cut), so a long first sentence does not
+      hold back the reply's first audio;
     * ``speculative_final``: start the final transcription once a pause has lasted
       ``speculative_after_ms`` instead of at the endpoint (the result is reused when
       speech does not resume; the short wait skips the pauses inside sentences);
@@ -89,7 +92,15 @@ class VoiceConfig(BaseModel):
     playback_lead_s: float = Field(default=0.2, ge=0.0)
     tts_lookahead: int = Field(default=2, ge=1)
     first_clause_chars: int | None = Field(default=20, ge=1, le=220)
+    first_piece_max_chars: int | None = Field(default=60, ge=21, le=220)
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=100, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
     full_window_pause_pass: bool = False
+
+    @model_validator(mode="after")
+    def _first_piece(self) -> VoiceConfig:
+        low, high = self.first_clause_chars or 1, self.first_piece_max_chars
+        if high is not None and high <= low:
+            raise ValueError("first_piece_max_chars must be above first_clause_chars")
+        return self

@@ -8,7 +8,9 @@ abbreviation or a single initial does not end a sentence, nor does one inside a 
 space so long run-ons still start speaking early. A reply's *first* piece is its first
 clause: it ends at the first comma, semicolon, colon or dash once it holds at least
 ``first_min_chars`` characters (the floor keeps "Sure," or "Well," from being spoken
-alone), because the first audio of a reply waits for its first piece.
+alone), because the first audio of a reply waits for its first piece. A first sentence
+that runs past ``first_max_chars`` with no such break is cut there, before its last
+function word ("that", "is", "of", ...: a phrase boundary), or else at its last space.
 :meth:`SentenceSplitter.flush` returns whatever is left when the stream ends.
 """
 
@@ -26,6 +28,8 @@ _CLAUSE = re.compile(r"[,;:—](\s+)")
 _MARKUP = re.compile(r"[*_#`~|<>\[\]{}^=\\]+")
 _URL = re.compile(r"https?://\S+")
 _WORDY = re.compile(r"[^\W_]", re.UNICODE)
+_WORD_AFTER = re.compile(r"\s+([\w']+)(?=[\s,;:.!?])")
+"""A space and the whole word after it (a word still being streamed does not match)."""
 
 
 _DANGLING = frozenset(
@@ -87,15 +91,22 @@ class SentenceSplitter:
     """Incremental sentence boundary detection over streamed text; see the module doc."""
 
     def __init__(
-        self, max_chars: int = 220, min_chars: int = 2, first_min_chars: int | None = 20
+        self,
+        max_chars: int = 220,
+        min_chars: int = 2,
+        first_min_chars: int | None = 20,
+        first_max_chars: int | None = None,
     ) -> None:
         if max_chars < 20:
             raise ValueError("max_chars must be at least 20")
         if first_min_chars is not None and not 1 <= first_min_chars <= max_chars:
             raise ValueError("first_min_chars must be between 1 and max_chars")
+        if first_max_chars is not None and not (first_min_chars or 1) < first_max_chars:
+            raise ValueError("first_max_chars must be above first_min_chars")
         self.max_chars = max_chars
         self.min_chars = min_chars
         self.first_min_chars = first_min_chars
+        self.first_max_chars = first_max_chars
         self._buffer = ""
         self._emitted = 0
 
@@ -123,7 +134,7 @@ class SentenceSplitter:
         while len(self._buffer) > self.max_chars:
             out.append(self._cut_long())
         if not out and not self._emitted and self.first_min_chars:
-            clause = self._first_clause(self.first_min_chars)
+            clause = self._first_clause(self.first_min_chars) or self._first_phrase()
             if clause:
                 out.append(clause)
         self._emitted += len(out)
@@ -159,6 +170,23 @@ class SentenceSplitter:
         piece, self._buffer = self._buffer[: match.start() + 1].strip(), self._buffer[match.end() :]
         return piece
 
+    def _first_phrase(self) -> str:
+        """The start of a first sentence longer than ``first_max_chars`` with no clause
+        break: up to the last phrase boundary (before a function word) within the limit,
+        or else its last whole word; "" while the sentence is shorter."""
+        cap, floor = self.first_max_chars, self.first_min_chars or 1
+        if cap is None or len(self._buffer) <= cap:
+            return ""
+        spaces = [m for m in _WORD_AFTER.finditer(self._buffer) if floor <= m.start() <= cap]
+        if not spaces:
+            return ""
+        boundary = next(
+            (m for m in reversed(spaces) if m.group(1).lower() in _DANGLING), spaces[-1]
+        )
+        piece = self._buffer[: boundary.start()].strip()
+        self._buffer = self._buffer[boundary.start() :].lstrip()
+        return piece
+
     def _cut_long(self) -> str:
         head = self._buffer[: self.max_chars]
         for sep in (", ", "; ", ": ", " "):
@@ -172,10 +200,12 @@ class SentenceSplitter:
         return piece
 
 
-async def first_piece(deltas: AsyncIterable[str], first_min_chars: int | None) -> str:
+async def first_piece(
+    deltas: AsyncIterable[str], first_min_chars: int | None, first_max_chars: int | None = None
+) -> str:
     """The first speakable piece a :class:`SentenceSplitter` makes of a reply streamed as
     ``deltas`` (what a speaker says first); "" when the reply has none."""
-    splitter = SentenceSplitter(first_min_chars=first_min_chars)
+    splitter = SentenceSplitter(first_min_chars=first_min_chars, first_max_chars=first_max_chars)
     async for delta in deltas:
         for piece in splitter.feed(delta):
             if spoken := speakable(piece):

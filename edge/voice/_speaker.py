@@ -128,7 +128,10 @@ class Speaker:
         key = (rid if rid is not None else f"\0{next(self._standalone)}", frame.source)
         stream = self._streams.get(key)
         if stream is None or not stream.open:
-            splitter = SentenceSplitter(first_min_chars=self.config.first_clause_chars)
+            splitter = SentenceSplitter(
+                first_min_chars=self.config.first_clause_chars,
+                first_max_chars=self.config.first_piece_max_chars,
+            )
             stream = self._streams[key] = _Stream(rid, splitter)
         sentences = stream.splitter.feed(frame.text)
         final = frame.final or rid is None
