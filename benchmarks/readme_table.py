@@ -68,6 +68,7 @@ def llm_wait(m: str) -> str:
 def conversation(m: str) -> str:
     r = load_results("conversation_ttft", m)["scenarios"]
     keys = ("warm", "backlog", "compacted+rewarm", "compacted-cold")
+    keys += ("own-compaction-during", "own-compaction-after")
     return " / ".join(ms(r[k]["ttft_s"]) for k in keys)
 
 
@@ -187,7 +188,8 @@ ROWS: list[Row] = [
     ),
     (
         "conversation answer TTFT: follow-up / during another participant's real compaction "
-        "/ after a compaction with re-warm / without",
+        "/ after a compaction with re-warm / without / 0.3 s into the participant's own "
+        "compaction / at its commit (its next prefix warmed before it commits)",
         conversation,
         "`benchmarks/conversation_ttft.py`",
     ),
