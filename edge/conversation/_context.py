@@ -237,7 +237,11 @@ class ParticipantContext:
         self.identities: set[bytes] = set()
         self.system: str | None = None
         self.warm_pending = False
+        self.compacting = False  # between the steps of a compaction run (a backlog drains)
         self.last_compaction: CompactionReport | None = None
+
+    def needs_compaction(self) -> bool:
+        return any(section.needs_compaction() for section in self.sections.values())
 
     def knows(self, identities: Iterable[bytes]) -> bool:
         return any(i in self.identities for i in identities)

@@ -706,12 +706,19 @@ class ContextManager:
                     key = section.oldest_key()
                     if best is None or key < best[0]:
                         best = (key, part, section)
-        if self._rewarm and isinstance(self._llm, Warmable):  # first: cheap, and a turn
-            for pid, part in self._participants.items():  # during a compaction needs it
-                if part.warm_pending and not self._lock(pid).locked():
+        if self._rewarm and isinstance(self._llm, Warmable):
+            # before compactions (a turn during one then finds a warm prefix), except for a
+            # participant between the steps of a compaction run: their prefix is in flux,
+            # and the run's last step warms the one it leaves
+            for pid, part in self._participants.items():
+                if part.warm_pending and not part.compacting and not self._lock(pid).locked():
                     return ("warm", part, None)
         if best is not None:
             return ("compact", best[1], best[2])
+        if self._rewarm and isinstance(self._llm, Warmable):
+            for pid, part in self._participants.items():
+                if part.warm_pending and not self._lock(pid).locked():
+                    return ("warm", part, None)
         return None
 
     async def _run_job(self, job: tuple[str, ParticipantContext, Section | None]) -> None:
@@ -721,7 +728,11 @@ class ContextManager:
                 return
             if kind == "compact" and section is not None:
                 keep = 1 if section.kind == DIALOGUE else 0
-                await self._compact_step(part, section, self._candidates(part, section, keep))
+                part.compacting = True
+                try:
+                    await self._compact_step(part, section, self._candidates(part, section, keep))
+                finally:
+                    part.compacting = part.needs_compaction()
             else:
                 await self._warm(part)
 
@@ -775,7 +786,10 @@ class ContextManager:
             return None
         after = replace(section, entries=list(section.entries))
         after.apply_summary(summary, taken)
-        context = self._prefix(part, [after if s is section else s for s in part.sections.values()])
+        sections = [after if s is section else s for s in part.sections.values()]
+        if any(s.needs_compaction() for s in sections):
+            return None  # more steps follow (a backlog): the last one warms what they leave
+        context = self._prefix(part, sections)
         key = SUCCESSOR_KEY + part.participant_id
         warmed = False
         try:
