@@ -66,15 +66,20 @@ class MovingLLM(WarmingLLM):
     """A warming scripted LLM that keeps which context each cache key holds and can hand a
     key's state to another (``move_cache``) and forget keys, like the local backend."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, hold: str | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.held: dict[str, str] = {}  # cache key -> the context message warmed into it
         self.events: list[tuple[str, str]] = []  # ("warm" | "compact" | "move" | ..., key)
+        self.hold = hold  # a warm of a key starting with this waits for ``release``
+        self.release = anyio.Event()
 
     async def warm(self, messages, *, cache_key, priority=Priority.BACKGROUND) -> RequestMetrics:
         self.held[cache_key] = messages[1].content
         self.events.append(("warm", cache_key))
-        return await super().warm(messages, cache_key=cache_key, priority=priority)
+        metrics = await super().warm(messages, cache_key=cache_key, priority=priority)
+        if self.hold is not None and cache_key.startswith(self.hold):
+            await self.release.wait()
+        return metrics
 
     async def move_cache(self, source: str, target: str) -> bool:
         self.events.append(("move", f"{source}->{target}"))

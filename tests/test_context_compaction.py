@@ -290,17 +290,7 @@ async def test_a_backlog_drains_without_warms_between_its_steps() -> None:
 
 
 async def test_a_clear_during_the_successor_warm_drops_it() -> None:
-    llm = MovingLLM(responder("S."))
-    release = anyio.Event()
-    warm = llm.warm
-
-    async def slow_warm(messages, *, cache_key, priority=Priority.BACKGROUND):  # type: ignore[no-untyped-def]
-        result = await warm(messages, cache_key=cache_key, priority=priority)
-        if cache_key.startswith(SUCCESSOR_KEY):
-            await release.wait()
-        return result
-
-    llm.warm = slow_warm  # type: ignore[method-assign]
+    llm = MovingLLM(responder("S."), hold=SUCCESSOR_KEY)
     async with manager(llm, **SMALL) as ctx:
         ctx.messages("p", system="SYSTEM", request="q")
         await fill(ctx)
@@ -313,23 +303,13 @@ async def test_an_exchange_during_the_compaction_is_warmed_after_the_handover() 
     """A turn recorded while the compaction ran is not in the prefix warmed aside: the
     handover still happens (its start is reused), and what follows (a re-warm, or the next
     step of the drain and its handover) brings the turn into the participant's prefix."""
-    llm = MovingLLM(responder("S."))
-    release = anyio.Event()
-    warm = llm.warm
-
-    async def slow_warm(messages, *, cache_key, priority=Priority.BACKGROUND):  # type: ignore[no-untyped-def]
-        result = await warm(messages, cache_key=cache_key, priority=priority)
-        if cache_key.startswith(SUCCESSOR_KEY):
-            await release.wait()
-        return result
-
-    llm.warm = slow_warm  # type: ignore[method-assign]
+    llm = MovingLLM(responder("S."), hold=SUCCESSOR_KEY)
     async with manager(llm, **SMALL) as ctx:
         ctx.messages("p", system="SYSTEM", request="q")
         await fill(ctx)
         await eventually(lambda: SUCCESSOR_KEY + "p" in llm.held)
         await ctx.record_exchange("p", "A late question?", "A late answer.")
-        release.set()
+        llm.release.set()
         await eventually(lambda: idle(ctx) and "late question" in llm.held.get("p", ""))
     moved = llm.events.index(("move", f"{SUCCESSOR_KEY}p->p"))
     assert any(key in ("p", SUCCESSOR_KEY + "p") for kind, key in llm.events[moved + 1 :])
