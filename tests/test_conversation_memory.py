@@ -270,6 +270,16 @@ def test_unrelated_requests_get_no_block_and_earlier_requests_are_not_recalled()
     assert block is not None and block.text == "User (earlier): My locker code is 4711."
 
 
+def test_a_number_alone_does_not_make_a_statement_relevant() -> None:
+    index = MemoryRecallIndex(min_score=0.0)
+    for i, text in enumerate(["Start timer 5 for 5 minutes.", "Sample 5 is in rack 2."]):
+        index.add(statement(i, text))
+    recall = Recall(index, 320, Renderer())
+    chosen = recall.select("p", "Where is sample 5?", InView(""))
+    assert [s.seq for s in chosen] == [1]  # "sample" and "5", not the timer's "5" alone
+    assert [s.seq for s in recall.select("p", "5?", InView(""))] == [1, 0]  # numbers only
+
+
 def test_recalled_block_stays_within_its_byte_budget_with_non_ascii_text() -> None:
     index = MemoryRecallIndex()
     names = ["Jürgen", "Zoë", "Ørsted", "Søren", "Märta", "Öztürk", "Ñúñez", "Élodie"]

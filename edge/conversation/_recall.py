@@ -189,6 +189,14 @@ def novel(statement: Statement, request: str) -> bool:
     return bool(set(terms(statement.text)) - set(terms(request)))
 
 
+def on_topic(statement: Statement, request: str) -> bool:
+    """Whether ``statement`` shares a word with ``request`` beyond numbers: a number alone
+    ("5" in "Where is sample 5?" and in "Start timer 5 for 5 minutes") does not make a
+    statement relevant. A request of numbers only keeps every match."""
+    asked = {t for t in terms(request) if not any(c.isdigit() for c in t)}
+    return not asked or bool(asked & set(terms(statement.text)))
+
+
 class Recall:
     """Builds a participant's recalled block for a request, within ``budget_bytes``."""
 
@@ -254,7 +262,7 @@ class Recall:
         found = [
             s
             for s in self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
-            if not is_request(s.text) and novel(s, request)
+            if not is_request(s.text) and novel(s, request) and on_topic(s, request)
         ]
         pool = {s.seq: s for s in found}
         if found:
