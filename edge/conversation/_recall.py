@@ -182,19 +182,15 @@ def superseded(pool: list[Statement]) -> tuple[set[int], dict[int, list[Statemen
     return replaced, {k: v for k, v in replacers.items() if k not in replaced}
 
 
-def novel(statement: Statement, request: str) -> bool:
-    """Whether ``statement`` says something ``request`` does not (a word beyond its
-    words): an earlier request repeated, or a statement that only echoes the question,
-    cannot answer it."""
-    return bool(set(terms(statement.text)) - set(terms(request)))
-
-
-def on_topic(statement: Statement, request: str) -> bool:
-    """Whether ``statement`` shares a word with ``request`` beyond numbers: a number alone
-    ("5" in "Where is sample 5?" and in "Start timer 5 for 5 minutes") does not make a
-    statement relevant. A request of numbers only keeps every match."""
-    asked = {t for t in terms(request) if not any(c.isdigit() for c in t)}
-    return not asked or bool(asked & set(terms(statement.text)))
+def answers(statement: Statement, asked: set[str]) -> bool:
+    """Whether ``statement`` can answer a request whose search terms are ``asked``: it says
+    something the request does not (an earlier request repeated, or a statement that only
+    echoes the question, cannot), and it shares a word with the request beyond numbers (a
+    number alone, "5" in "Where is sample 5?" and in "Start timer 5 for 5 minutes", does
+    not make it relevant; a request of numbers only keeps every match)."""
+    said = set(terms(statement.text))
+    words = {t for t in asked if not any(c.isdigit() for c in t)}
+    return bool(said - asked) and (not words or bool(words & said))
 
 
 class Recall:
@@ -259,10 +255,11 @@ class Recall:
         one of them."""
         if self.budget_bytes <= 0:
             return {}
+        asked = set(terms(request))
         found = [
             s
             for s in self.index.search(participant_id, request, self.limit * SEARCH_WIDTH)
-            if not is_request(s.text) and novel(s, request) and on_topic(s, request)
+            if not is_request(s.text) and answers(s, asked)
         ]
         pool = {s.seq: s for s in found}
         if found:

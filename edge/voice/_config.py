@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._sentences import SentenceSplitter
+
 
 class VadConfig(BaseModel):
     """When speech starts and ends.
@@ -104,3 +106,10 @@ class VoiceConfig(BaseModel):
         if high is not None and high <= low:
             raise ValueError("first_piece_max_chars must be above first_clause_chars")
         return self
+
+    def splitter(self) -> SentenceSplitter:
+        """A new splitter for one reply, cut as the speaker cuts it (so speech prepared
+        for a reply's first piece is the piece the speaker asks for)."""
+        return SentenceSplitter(
+            first_min_chars=self.first_clause_chars, first_max_chars=self.first_piece_max_chars
+        )

@@ -272,8 +272,7 @@ class VoicePipeline(Agent):
         session = self._sessions.get(participant_id)
         if session is None or not self._wants_audio(participant_id):
             return
-        config = self.config
-        text = await first_piece(deltas, config.first_clause_chars, config.first_piece_max_chars)
+        text = await first_piece(deltas, self.config.splitter())
         if text and self._sessions.get(participant_id) is session:
             session.speaker.prepare(text)
 

@@ -200,12 +200,9 @@ class SentenceSplitter:
         return piece
 
 
-async def first_piece(
-    deltas: AsyncIterable[str], first_min_chars: int | None, first_max_chars: int | None = None
-) -> str:
-    """The first speakable piece a :class:`SentenceSplitter` makes of a reply streamed as
+async def first_piece(deltas: AsyncIterable[str], splitter: SentenceSplitter) -> str:
+    """The first speakable piece ``splitter`` (a new one) makes of a reply streamed as
     ``deltas`` (what a speaker says first); "" when the reply has none."""
-    splitter = SentenceSplitter(first_min_chars=first_min_chars, first_max_chars=first_max_chars)
     async for delta in deltas:
         for piece in splitter.feed(delta):
             if spoken := speakable(piece):

@@ -128,11 +128,7 @@ class Speaker:
         key = (rid if rid is not None else f"\0{next(self._standalone)}", frame.source)
         stream = self._streams.get(key)
         if stream is None or not stream.open:
-            splitter = SentenceSplitter(
-                first_min_chars=self.config.first_clause_chars,
-                first_max_chars=self.config.first_piece_max_chars,
-            )
-            stream = self._streams[key] = _Stream(rid, splitter)
+            stream = self._streams[key] = _Stream(rid, self.config.splitter())
         sentences = stream.splitter.feed(frame.text)
         final = frame.final or rid is None
         if final:
