@@ -59,6 +59,14 @@ async def idle(ctx: ContextManager) -> None:
         await anyio.sleep(0.05)
 
 
+async def settled(ctx: ContextManager, pid: str) -> None:
+    """Until nothing is queued and ``pid``'s prefix is re-warmed after their last exchange
+    (as a few seconds between turns would leave it)."""
+    await idle(ctx)
+    while ctx._participants[pid].warm_pending or ctx._jobs.running(pid):  # noqa: ASYNC110
+        await anyio.sleep(0.05)
+
+
 async def ask(conv: Conversation, pid: str, question: str) -> dict:
     started = time.perf_counter()
     await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
@@ -80,7 +88,9 @@ async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
     await fill(ctx, "p", 12)  # under half the budget: p itself does not compact
     async with ctx:
         await ask(conv, "p", "Where is sample 3?")  # cold: fills p's cache
+        await settled(ctx, "p")
         out["warm"] = await ask(conv, "p", "Where is sample 5?")
+        await settled(ctx, "p")
         await fill(ctx, "other", 60)  # a backlog for someone else
         while not ctx._jobs.running("other"):  # noqa: ASYNC110
             await anyio.sleep(0.02)
@@ -203,9 +213,7 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
         await idle(ctx)
         await ask(conv, pid, "Hello again.")  # fills the participant's cache
         for question in QUESTIONS:
-            await idle(ctx)
-            while ctx._participants[pid].warm_pending or ctx._jobs.running(pid):  # noqa: ASYNC110
-                await anyio.sleep(0.05)
+            await settled(ctx, pid)
             started = time.perf_counter()
             block = ctx.recalled(pid, question)
             selects.append(time.perf_counter() - started)

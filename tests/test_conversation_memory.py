@@ -66,6 +66,32 @@ def test_summary_gaps_name_what_a_summary_dropped() -> None:
     assert summary_gaps("Priya, 4711.", "Room 310 is booked.", entries) == ["310"]
 
 
+def test_a_summary_that_tells_what_nobody_said_is_rejected() -> None:
+    """The model went on from the participant's statement to invent a scene (seen in the
+    memory eval); a paraphrase of what was said passes."""
+    entries = [
+        exchange(1, "I have a dentist appointment on Friday at 9 in the morning."),
+        exchange(2, "Can you suggest a name for a lab mascot?", "How about Pipette Pete?"),
+        exchange(3, "What does PPE stand for?", "Protective equipment: gloves and lab coats."),
+    ]
+    invented = (
+        "The user has a dentist appointment on Friday at 9 in the morning. I'm going to bring "
+        "my own bag of supplies, a few extra lab coats and a trusty pipette Pete."
+    )
+    gaps = summary_gaps(invented, "", entries)
+    assert gaps == ["words no source has: bag bring extra few going own supplies trusty"]
+    paraphrase = (
+        "The user has a dentist appointment on Friday at 9 in the morning, asked what PPE "
+        "means and got Pipette Pete suggested as the lab's mascot name."
+    )
+    assert summary_gaps(paraphrase, "", entries) == []
+
+
+def test_a_model_summary_rolls_over_without_its_speaker_labels() -> None:
+    summary = 'User: "I have a dentist appointment on Friday." The user said: he is off.'
+    assert previous_items(summary) == ["I have a dentist appointment on Friday.", "he is off."]
+
+
 def test_corrections_are_recognised() -> None:
     assert is_correction("Sorry, I meant 15 millilitres, not 12.")
     assert is_correction("Actually my supervisor changed.")

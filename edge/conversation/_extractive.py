@@ -1,11 +1,11 @@
 """The summary check and the deterministic extractive summary that replaces a bad one.
 
-A small model's summary often drops the participant's numbers and names, or fails
-outright (echo, cut off). :func:`summary_gaps` finds what a summary lacks; when anything is
-missing, :func:`extractive_summary` writes one from the participant's own statements,
-verbatim, most important first within the limit, so nothing they said depends on the
-model's summarising skill. The assistant's replies are left out: they are the first thing
-to shorten.
+A small model's summary often drops the participant's numbers and names, makes up a
+statement nobody made, or fails outright (echo, cut off). :func:`summary_gaps` finds what
+a summary lacks or invents; when anything is wrong, :func:`extractive_summary` writes one
+from the participant's own statements, verbatim, most important first within the limit,
+so nothing they said depends on the model's summarising skill. The assistant's replies
+are left out: they are the first thing to shorten.
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ import re
 from collections.abc import Sequence
 
 from ._context import Entry
-from ._memory import importance, invented_details, is_request, missing_details, supersedes
+from ._memory import (
+    importance,
+    invented_details,
+    is_grounded,
+    is_request,
+    missing_details,
+    supersedes,
+    ungrounded_words,
+)
 from ._text import clip_middle, nbytes
 
 PREFIX = "The user said:"
@@ -22,7 +30,9 @@ TOPIC_PREFIX = "Recorded:"
 NOTHING = "The user only asked questions."
 """The extractive summary of dialogue in which the participant stated nothing."""
 _QUOTED = re.compile(r'"([^"]+)"')
-_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+_SENTENCES = re.compile(r"(?<=[.!?])[\"']?\s+")
+_LABEL = re.compile(r"^\s*(?:(?:the\s+)?user(?:\s+said)?|assistant)\s*:\s*", re.IGNORECASE)
+"""A speaker label a model-written summary sometimes starts a sentence with (``User: "..."``)."""
 
 
 def statements(entries: Sequence[Entry]) -> list[str]:
@@ -40,13 +50,14 @@ def statements(entries: Sequence[Entry]) -> list[str]:
 
 def previous_items(summary: str) -> list[str]:
     """A previous summary as items: the quoted statements of an extractive one, else its
-    sentences (a model-written one)."""
+    sentences (a model-written one), without a speaker label or quotes around them."""
     if not summary.strip() or summary.strip() == NOTHING:
         return []
     quoted = _QUOTED.findall(summary)
     if quoted and summary.lstrip().startswith((PREFIX, TOPIC_PREFIX)):
         return [q.strip() for q in quoted if q.strip()]
-    return [s.strip() for s in _SENTENCES.split(summary.strip()) if s.strip()]
+    items = (_LABEL.sub("", s).strip(" \"'") for s in _SENTENCES.split(summary.strip()))
+    return [item for item in items if item]
 
 
 def current(items: list[str]) -> list[str]:
@@ -64,10 +75,14 @@ def current(items: list[str]) -> list[str]:
 def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) -> list[str]:
     """What is wrong with a model's ``summary``: the numbers, codes and names of the
     participant's current statements (and of the previous summary) that it does not
-    contain, and those it has that no source does (``"invented X"``); empty when none."""
+    contain, those it has that no source does (``"invented X"``), and more words than a
+    paraphrase needs that no source has (it tells what nobody said:
+    :func:`~edge.conversation._memory.is_grounded`); empty when none."""
     said = current([*previous_items(previous_summary), *statements(entries)])
     sources = [previous_summary, *(e.rendered for e in entries)]
     invented = [f"invented {d}" for d in invented_details(summary, sources)]
+    if not is_grounded(summary, sources):
+        invented.append("words no source has: " + " ".join(ungrounded_words(summary, sources)))
     return missing_details(summary, said) + invented
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 _WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
+_DIGIT = re.compile(r"\d")
 _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
 _QUOTES = "\"'“”‘’«»(["
 _CORRECTION = re.compile(
@@ -91,6 +92,53 @@ def invented_details(summary: str, sources: list[str]) -> list[str]:
     model made up (sorted, case-insensitive)."""
     have = " ".join(sources).lower()
     return sorted(d for d in key_details(summary) if d not in have)
+
+
+SUMMARY_WORDS = frozenset(
+    """user users assistant participant person conversation chat topic topics question
+    questions answer answered answers asked asks ask discussed discuss discussion talked talk
+    mentioned mention says told explained explain suggested suggest recommended recommend
+    replied reply shared wanted wants noted note provided gave gives including include
+    several various things thing information details earlier later first next both other
+    well while during after before""".split()
+)
+"""Words a summary of a conversation uses without any source saying them ("the user asked
+about ...", "the assistant suggested ...")."""
+GROUNDING_SLACK = 3
+GROUNDING_SHARE = 0.25
+"""A summary may use this many words, or this share of its words if more, that no source
+has (a paraphrase); beyond that it says things nobody said."""
+
+
+def _root(word: str) -> str:
+    """A word's crude stem, cut to five letters, so paraphrases of one word meet
+    ("supplies" and "supply", "discussing" and "discussed")."""
+    return stem(word)[:5]
+
+
+_SUMMARY_ROOTS = frozenset(_root(w) for w in SUMMARY_WORDS)
+
+
+def ungrounded_words(summary: str, sources: list[str]) -> list[str]:
+    """The words of ``summary`` (not stop words, summary vocabulary or numbers: those
+    :func:`invented_details` checks) that no source has in any form (sorted, distinct)."""
+    have = {_root(w) for text in sources for w in words(text)} | _SUMMARY_ROOTS
+    return sorted({w for w in _content(summary) if _root(w) not in have})
+
+
+def _content(summary: str) -> set[str]:
+    """Its words of three letters or more, lower-cased, that are not stop words or numbers."""
+    lowered = (w.lower() for w in words(summary))
+    return {w for w in lowered if len(w) > 2 and w not in STOPWORDS and not _DIGIT.search(w)}
+
+
+def is_grounded(summary: str, sources: list[str]) -> bool:
+    """Whether ``summary`` says (nearly) only what ``sources`` say: at most
+    :data:`GROUNDING_SLACK` of its words, or :data:`GROUNDING_SHARE` of them, come from
+    none of the sources. A small model's summary that goes on to invent a scene ("I'm
+    going to bring my own bag of supplies ...") fails; a paraphrase passes."""
+    ungrounded = ungrounded_words(summary, sources)
+    return len(ungrounded) <= max(GROUNDING_SLACK, GROUNDING_SHARE * len(_content(summary)))
 
 
 def is_correction(text: str) -> bool:
