@@ -87,6 +87,17 @@ def test_a_summary_that_tells_what_nobody_said_is_rejected() -> None:
     assert summary_gaps(paraphrase, "", entries) == []
 
 
+def test_a_summary_that_copies_the_transcript_is_rejected() -> None:
+    entries = [exchange(1, "What's a good way to stay focused?", "Stand up and drink water.")]
+    echo = "User: What's a good way to stay focused?\nAssistant: Stand up and drink water."
+    assert summary_gaps(echo, "", entries) == ["echoes the transcript"]
+    stamped = "[14:02] User: What's a good way to stay focused?"
+    assert "echoes the transcript" in summary_gaps(stamped, "", entries)
+    note = Entry(2, 2_000_000, "[14:03] notes: Order ethanol.", "Order ethanol.")
+    assert summary_gaps("[14:03] notes: Order ethanol.", "", [note]) == []
+    assert summary_gaps("The user asked how to stay focused: stand up.", "", entries) == []
+
+
 def test_a_model_summary_rolls_over_without_its_speaker_labels() -> None:
     summary = 'User: "I have a dentist appointment on Friday." The user said: he is off.'
     assert previous_items(summary) == ["I have a dentist appointment on Friday.", "he is off."]

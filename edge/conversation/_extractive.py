@@ -33,6 +33,11 @@ _QUOTED = re.compile(r'"([^"]+)"')
 _SENTENCES = re.compile(r"(?<=[.!?])[\"']?\s+")
 _LABEL = re.compile(r"^\s*(?:(?:the\s+)?user(?:\s+said)?|assistant)\s*:\s*", re.IGNORECASE)
 """A speaker label a model-written summary sometimes starts a sentence with (``User: "..."``)."""
+_TRANSCRIPT = re.compile(r"(?im)^\s*(?:\[\d{1,2}:\d{2}\]\s*)?(?:user|assistant)\s*:")
+"""A dialogue line as the model was shown it: a summary that has one copied the transcript
+(``User: ... Assistant: ...``) instead of summarising it, and shows the answering model a
+transcript to continue. (A topic update's line, ``[14:02] notes: ...``, copied whole is a
+faithful record, and passes.)"""
 
 
 def statements(entries: Sequence[Entry]) -> list[str]:
@@ -75,15 +80,17 @@ def current(items: list[str]) -> list[str]:
 def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) -> list[str]:
     """What is wrong with a model's ``summary``: the numbers, codes and names of the
     participant's current statements (and of the previous summary) that it does not
-    contain, those it has that no source does (``"invented X"``), and more words than a
+    contain, those it has that no source does (``"invented X"``), more words than a
     paraphrase needs that no source has (it tells what nobody said:
-    :func:`~edge.conversation._memory.is_grounded`); empty when none."""
+    :func:`~edge.conversation._memory.is_grounded`), and transcript lines copied instead of
+    summarised (``User: ...``); empty when none."""
     said = current([*previous_items(previous_summary), *statements(entries)])
     sources = [previous_summary, *(e.rendered for e in entries)]
     invented = [f"invented {d}" for d in invented_details(summary, sources)]
     if not is_grounded(summary, sources):
         invented.append("words no source has: " + " ".join(ungrounded_words(summary, sources)))
-    return missing_details(summary, said) + invented
+    echo = ["echoes the transcript"] if _TRANSCRIPT.search(summary) else []
+    return missing_details(summary, said) + invented + echo
 
 
 def extractive_summary(
