@@ -253,6 +253,21 @@ async def test_prefix_is_rewarmed_after_each_exchange() -> None:
         assert answer[1].content.startswith(messages[1].content)  # a prefix of the next
 
 
+async def test_a_rewarm_waits_only_a_short_quiet_and_a_compaction_the_whole() -> None:
+    """A follow-up a second after the answer should find the prefix warm: the re-warm
+    runs after ``rewarm_quiet_s``, while the compaction still waits its longer quiet."""
+    llm = MovingLLM(responder("S."))
+    async with manager(llm, compaction_quiet_s=30, rewarm_quiet_s=0.05, **SMALL) as ctx:
+        ctx.messages("p", system="SYSTEM", request="q")
+        await fill(ctx)
+        assert ctx.pending()  # a compaction is due
+        await eventually(lambda: ("warm", "p") in llm.events, limit_s=2.0)
+        await anyio.sleep(0.2)
+        assert llm.events == [("warm", "p")] and ctx.pending()  # no compaction yet
+    with pytest.raises(ValueError, match="rewarm_quiet_s"):
+        manager(llm, rewarm_quiet_s=-1)
+
+
 async def test_a_compaction_warms_the_next_prefix_aside_and_hands_it_over() -> None:
     """The participant's current prefix is warmed before their compaction starts (a turn
     during it finds it warm); the compaction warms the prefix its summary gives them under

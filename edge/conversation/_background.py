@@ -45,15 +45,18 @@ class Quiet:
             self._own = ActivityTracker()
         return self._own
 
-    def _quiet(self, tracker: ActivityTracker | None) -> bool:
-        return tracker is None or (not tracker.busy and tracker.idle_for() >= self.quiet_s)
+    @staticmethod
+    def _quiet(tracker: ActivityTracker | None, quiet_s: float) -> bool:
+        return tracker is None or (not tracker.busy and tracker.idle_for() >= quiet_s)
 
-    async def wait(self) -> None:
+    async def wait(self, quiet_s: float | None = None) -> None:
+        """Until both have been quiet for ``quiet_s`` (by default :attr:`quiet_s`)."""
+        quiet_s = self.quiet_s if quiet_s is None else quiet_s
         while True:
             if self._llm_activity is not None:
-                await self._llm_activity.wait_quiet(self.quiet_s)
-            await self.own.wait_quiet(self.quiet_s)
-            if self._quiet(self._llm_activity) and self._quiet(self.own):
+                await self._llm_activity.wait_quiet(quiet_s)
+            await self.own.wait_quiet(quiet_s)
+            if self._quiet(self._llm_activity, quiet_s) and self._quiet(self.own, quiet_s):
                 return
 
 
@@ -103,8 +106,10 @@ class Jobs:
 
 class Worker(Generic[J]):
     """One loop that takes the next job (``next_job()``; None when there is none), waits
-    for a quiet device, takes the job again (it may have changed) and runs it. A failing
-    job is logged and handed to ``failed``; the loop goes on."""
+    for a quiet device (``quiet_for(job)`` seconds; by default the quiet's own period),
+    takes the job again (it may have changed) and runs it, unless the job it takes now
+    needs a longer quiet. A failing job is logged and handed to ``failed``; the loop goes
+    on."""
 
     def __init__(
         self,
@@ -112,8 +117,10 @@ class Worker(Generic[J]):
         next_job: Callable[[], J | None],
         run_job: Callable[[J], Awaitable[None]],
         failed: Callable[[J], None],
+        quiet_for: Callable[[J], float] | None = None,
     ) -> None:
         self._quiet = quiet
+        self._quiet_for = quiet_for or (lambda job: quiet.quiet_s)
         self._next_job = next_job
         self._run_job = run_job
         self._failed = failed
@@ -192,9 +199,10 @@ class Worker(Generic[J]):
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
-            await self._quiet.wait()
+            quiet_s = self._quiet_for(job)
+            await self._quiet.wait(quiet_s)
             job = self._next_job()
-            if job is None:
+            if job is None or self._quiet_for(job) > quiet_s:
                 continue
             try:
                 await self._run_job(job)

@@ -77,7 +77,9 @@ class ContextManager:
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
     background priority and drains the whole backlog oldest first. With ``rewarm`` (and a
     model that can ``warm``) the prompt prefix of each participant who completed an exchange
-    is re-warmed first, so their next answer evaluates only its request, and a compaction
+    is re-warmed first, once the device has been quiet for ``rewarm_quiet_s`` (at most
+    ``compaction_quiet_s``), so their
+    next answer evaluates only its request, and a compaction
     warms the prefix its summary will give the participant under a key of its own before it
     commits (the model's ``move_cache`` then hands it over): a turn during or right after
     their own compaction finds a warm prefix either way. ``timezone`` is the zone times are
@@ -112,6 +114,7 @@ class ContextManager:
         compaction_prompts: CompactionPrompts | None = None,
         compaction_quiet_s: float = 1.5,
         rewarm: bool = True,
+        rewarm_quiet_s: float = 0.25,
         keep_transcript: bool = False,
         timezone: tzinfo | None = None,
         clock: Callable[[], int] = now_us,
@@ -146,6 +149,9 @@ class ContextManager:
         self._compactor = Compactor(llm, self._prompts)
         self._quiet = Quiet(llm, compaction_quiet_s)
         self._rewarm = rewarm
+        if not rewarm_quiet_s >= 0:
+            raise ValueError(f"rewarm_quiet_s must be >= 0, got {rewarm_quiet_s!r}")
+        self._rewarm_quiet_s = min(rewarm_quiet_s, compaction_quiet_s)
         self._owns_store = store is None
         self.store = store if store is not None else SessionStore(keep_history=keep_transcript)
         self._renderer = Renderer(timezone)
@@ -163,7 +169,9 @@ class ContextManager:
         self._jobs = Jobs()
         self._pre_hooks: list[PreCompactHook] = []
         self._post_hooks: list[PostCompactHook] = []
-        self._worker = Worker(self._quiet, self._next_job, self._run_job, self._job_failed)
+        self._worker = Worker(
+            self._quiet, self._next_job, self._run_job, self._job_failed, self._quiet_for
+        )
         self._closed = False
         self._warned_not_running = False
 
@@ -735,6 +743,13 @@ class ContextManager:
                     part.compacting = part.needs_compaction()
             else:
                 await self._warm(part)
+
+    def _quiet_for(self, job: tuple[str, ParticipantContext, Section | None]) -> float:
+        """How long the device must be quiet before ``job`` runs: a re-warm (a fraction of
+        a second at background priority, which any turn preempts) only briefly, so a
+        follow-up a second or two later finds the prefix warm; a compaction the whole
+        ``compaction_quiet_s``."""
+        return self._rewarm_quiet_s if job[0] == "warm" else self._quiet.quiet_s
 
     def _job_failed(self, job: tuple[str, ParticipantContext, Section | None]) -> None:
         _, part, section = job
