@@ -137,8 +137,11 @@ def server(m: str) -> dict[str, Any]:
 def server_text(m: str) -> str:
     text = server(m)["text"]
     first = med([r["first_reply_s"] for r in text if r["turn"] == 0])
-    follow = med([r["first_reply_s"] for r in text if r["turn"] > 0])
-    return f"{s(first)} / {s(follow)}"
+    follows = [
+        med([r["first_reply_s"] for r in text if r["turn"] > 0 and r.get("pause_s", 0) == p])
+        for p in (0.0, 1.0)
+    ]
+    return " / ".join(s(v) for v in (first, *follows))
 
 
 def server_concurrent(m: str) -> str:
@@ -219,7 +222,7 @@ ROWS: list[Row] = [
     ),
     (
         "through `edge serve` over WebSocket: text turn → first reply text, first turn "
-        "(prefix warmed at join) / follow-up",
+        "(prefix warmed at join) / follow-up sent at once / 1 s after the reply",
         server_text,
         "`benchmarks/server_latency.py --repeat 3`",
     ),

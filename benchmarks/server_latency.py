@@ -9,7 +9,8 @@ Scenarios (each on a fresh participant unless said otherwise):
   ``status: idle``; what the server layer itself costs (JSON, runtime, router, hub).
 * ``text``: the real service (device budgets, local decisions, local LLM): a first turn
   (the service warms the participant's prompt prefix when they join, so this is not a
-  cold start), then follow-ups of the same participant (prefix reuse).
+  cold start), then follow-ups of the same participant (prefix reuse): sent the moment the
+  reply ends (before the re-warm of the last exchange), and 1 s after it.
 * ``concurrent``: N participants send a turn at the same moment (one local model: they
   queue in the scheduler); time to first reply frame per participant.
 * ``spoken``: Piper speaks a question, streamed in real time in 100 ms PCM frames plus
@@ -54,6 +55,16 @@ QUESTIONS = [
     "What do bees make?",
     "How many legs does a spider have?",
 ]
+PAUSES_S = (0.0, 1.0)
+"""Seconds between a reply and the participant's next text turn: none (the worst case: the
+prefix is not yet re-warmed with the last exchange), and one (someone typing quickly)."""
+
+
+def text_rows(text: list[dict[str, Any]], follow_up: bool, pause_s: float = 0.0) -> list:
+    """First turns (of every run), or follow-ups sent ``pause_s`` after the reply."""
+    if not follow_up:
+        return [r for r in text if r["turn"] == 0]
+    return [r for r in text if r["turn"] > 0 and r.get("pause_s", 0.0) == pause_s]
 
 
 def base_settings(**kw: Any) -> ServiceSettings:
@@ -107,13 +118,17 @@ async def bench_real(
     service: EdgeService, repeat: int, concurrency: list[int], console: Console
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"text": [], "concurrent": {}}
-    for r in range(repeat):
-        async with EdgeClient(service.websocket_url, participant_id=f"text-{r}") as client:
-            for i, question in enumerate(QUESTIONS):
-                row = await timed_turn(client, question, service)
-                row["turn"] = i
-                out["text"].append(row)
-                console.print(f"[dim]text run {r} turn {i}: {row}[/]")
+    for pause_s in PAUSES_S:
+        for r in range(repeat):
+            pid = f"text-{r}-{pause_s:g}s"
+            async with EdgeClient(service.websocket_url, participant_id=pid) as client:
+                for i, question in enumerate(QUESTIONS):
+                    if i:
+                        await anyio.sleep(pause_s)
+                    row = await timed_turn(client, question, service)
+                    row.update(turn=i, pause_s=pause_s)
+                    out["text"].append(row)
+                    console.print(f"[dim]text run {r} turn {i} (pause {pause_s} s): {row}[/]")
     for n in concurrency:
         results: list[dict[str, float]] = []
         for r in range(repeat):
@@ -231,11 +246,10 @@ async def main(args: argparse.Namespace) -> None:
         f"{med([r['done_s'] for r in protocol]) * 1000:.1f} ms",
         str(len(protocol)),
     )
-    cold = [r for r in real["text"] if r["turn"] == 0]
-    warm = [r for r in real["text"] if r["turn"] > 0]
     for name, rows in (
-        ("text, first turn (prefix warmed at join)", cold),
-        ("text, follow-up", warm),
+        ("text, first turn (prefix warmed at join)", text_rows(real["text"], False)),
+        ("text, follow-up at once", text_rows(real["text"], True)),
+        ("text, follow-up 1 s after the reply", text_rows(real["text"], True, 1.0)),
     ):
         table.add_row(
             name,
@@ -288,9 +302,11 @@ def plot(result: dict[str, Any]):  # type: ignore[no-untyped-def]
     import matplotlib.pyplot as plt
 
     labels, values = [], []
-    cold = [r for r in result["text"] if r["turn"] == 0]
-    warm = [r for r in result["text"] if r["turn"] > 0]
-    for name, rows in (("first turn (prefix warmed)", cold), ("follow-up", warm)):
+    for name, rows in (
+        ("first turn (prefix warmed)", text_rows(result["text"], False)),
+        ("follow-up at once", text_rows(result["text"], True)),
+        ("follow-up 1 s later", text_rows(result["text"], True, 1.0)),
+    ):
         labels.append(name)
         values.append(med([r["first_reply_s"] for r in rows]))
     for n, rows in result["concurrent"].items():
