@@ -57,7 +57,9 @@ class WarmingLLM(ScriptedLLM):
         super().__init__(*args, **kwargs)
         self.warmed: list[tuple[list[ChatMessage], str, Priority]] = []
 
-    async def warm(self, messages, *, cache_key, priority=Priority.BACKGROUND) -> RequestMetrics:
+    async def warm(
+        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None
+    ) -> RequestMetrics:
         self.warmed.append((list(messages), cache_key, Priority(priority)))
         return RequestMetrics(priority=Priority(priority), cache_key=cache_key)
 
@@ -73,7 +75,9 @@ class MovingLLM(WarmingLLM):
         self.hold = hold  # a warm of a key starting with this waits for ``release``
         self.release = anyio.Event()
 
-    async def warm(self, messages, *, cache_key, priority=Priority.BACKGROUND) -> RequestMetrics:
+    async def warm(
+        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None
+    ) -> RequestMetrics:
         self.held[cache_key] = messages[1].content
         self.events.append(("warm", cache_key))
         metrics = await super().warm(messages, cache_key=cache_key, priority=priority)

@@ -165,6 +165,25 @@ async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> No
     assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
 
 
+async def test_a_new_participant_starts_from_the_seed_state(llm: LlamaCppLLM) -> None:
+    """An answer (or a warm) for a key with no state yet starts from ``seed_key``'s: the
+    shared system prompt is reused even when another prompt fills the live context; the
+    seed itself is left as it was, and a key with a state of its own ignores the seed."""
+    system = [{"role": "system", "content": SYSTEM + " Seeded."}]
+    shared = await llm.warm(system, cache_key="sys")
+    await llm.score("Completely unrelated words.", ["A"], cache_key="opts")  # live: other
+    msgs = ask("Where is the test bay?", system=SYSTEM + " Seeded.")
+    r = await llm.chat(msgs, max_tokens=3, cache_key="hana", seed_key="sys")
+    assert r.metrics.reused_tokens >= shared.prompt_tokens - 4  # all but the template's end
+    assert r.metrics.reused_tokens < r.metrics.prompt_tokens
+    warm = await llm.warm(system, cache_key="ivan", seed_key="sys")
+    assert warm.reused_tokens >= shared.prompt_tokens - 1  # a copy, nothing evaluated
+    again = await llm.warm(system, cache_key="sys")
+    assert again.reused_tokens >= shared.prompt_tokens - 1  # the seed is unchanged
+    own = await llm.chat(msgs, max_tokens=3, cache_key="hana", seed_key="sys")
+    assert own.metrics.reused_tokens > r.metrics.reused_tokens  # hana's own state now
+
+
 async def test_move_cache_hands_a_warmed_state_to_another_key(llm: LlamaCppLLM) -> None:
     """A prefix warmed under one key serves another after ``move_cache``, whether the state
     is saved or is the live context; the source key is gone, the target's old state too."""

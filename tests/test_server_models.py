@@ -16,6 +16,7 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
 from edge.server import EdgeClient, EdgeService
 from edge.server._protocol import AudioFormat
+from edge.server._warmup import SYSTEM_PROMPT_KEY
 from edge.voice import (
     PiperTTS,
     VoiceConfig,
@@ -165,6 +166,22 @@ async def test_product_path_routes_notes_and_questions_with_the_real_model() -> 
         answer = await client.ask("What is the capital of France?", limit_s=60)
         assert {r.source for r in answer.replies} == {"conversation"} and answer.text
         await wait_for(lambda: "centrifuge needs a new rotor" in service.context.render("lab"))
+
+
+async def test_a_first_turn_right_after_joining_reuses_the_system_prompt() -> None:
+    """The service evaluates the system prompt once at start; a participant who asks before
+    their join warm has run, while the model last evaluated something else, starts from it."""
+    llm = LlamaCppLLM(n_ctx=2048, default_max_tokens=16)
+    service = EdgeService(
+        settings(voice=False), llm=llm, decisions=ScriptedDecisions(default="conversation")
+    )
+    async with service:
+        assert SYSTEM_PROMPT_KEY in held(llm)
+        await llm.score("Completely unrelated words.", ["A"], cache_key="elsewhere")
+        async with EdgeClient(service.websocket_url, participant_id="early") as client:
+            assert (await client.ask("What is the capital of France?", limit_s=60)).text
+            metrics = service.conversation.last_metrics("early")
+    assert metrics is not None and metrics.reused_tokens > 100
 
 
 def held(llm: LlamaCppLLM) -> set[str]:

@@ -71,6 +71,10 @@ class Conversation:
     (a reply to the turn id, with ``name`` as source and the turn's timestamp). Without a
     runtime the answer is only returned. Each completed exchange is recorded in the
     context; a cancelled or failed answer records nothing.
+
+    Each answer reuses the participant's KV prefix (``cache_key`` = participant id); with
+    ``seed_key`` (a cache key holding the system message's state, which the application
+    warms), a participant with no state of their own yet starts from that one.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class Conversation:
         temperature: float | None = None,
         stop: tuple[str, ...] = DEFAULT_STOP,
         clock: Callable[[], int] = now_us,
+        seed_key: str | None = None,
     ) -> None:
         if not isinstance(context, ContextManager):
             raise TypeError("context must be an edge.conversation.ContextManager")
@@ -110,6 +115,7 @@ class Conversation:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.stop = tuple(stop)
+        self.seed_key = seed_key
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
@@ -191,6 +197,7 @@ class Conversation:
             stop=self.stop,
             priority=Priority.INTERACTIVE,
             cache_key=participant_id,
+            seed_key=self.seed_key,
         )
 
     def last_metrics(self, participant_id: str) -> RequestMetrics | None:

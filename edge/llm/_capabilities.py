@@ -48,7 +48,12 @@ class Warmable(Protocol):
     """Evaluates a prompt prefix into a participant's KV state ahead of their request."""
 
     async def warm(
-        self, messages: Messages, *, cache_key: str, priority: Priority | str = ...
+        self,
+        messages: Messages,
+        *,
+        cache_key: str,
+        priority: Priority | str = ...,
+        seed_key: str | None = None,
     ) -> RequestMetrics: ...
 
 

@@ -364,7 +364,7 @@ class LlamaCppLLM(StreamingLLM):
             if self._closed:
                 raise LLMClosedError("the LLM service is closed")
             try:
-                metrics.reused_tokens = await self._ensure(slot, key, prompt)
+                metrics.reused_tokens = await self._ensure(slot, key, prompt, seed=options.seed_key)
                 metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
                 sampler = await self._step(engine.new_sampler, temperature)
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -418,9 +418,11 @@ class LlamaCppLLM(StreamingLLM):
         *,
         cache_key: str,
         priority: Priority | str = Priority.BACKGROUND,
+        seed_key: str | None = None,
     ) -> RequestMetrics:
         """Evaluate the prompt of ``messages`` into ``cache_key``'s KV state, generating
-        nothing, so the next request with this prefix starts fast."""
+        nothing, so the next request with this prefix starts fast (a key without a state
+        starts from ``seed_key``'s, as in :class:`~edge.llm.GenerationOptions`)."""
         if self._closed:
             raise LLMClosedError("the LLM service is closed")
         started = time.perf_counter()
@@ -435,7 +437,9 @@ class LlamaCppLLM(StreamingLLM):
         async with self.scheduler.slot(priority, metrics) as slot:
             if self._closed:
                 raise LLMClosedError("the LLM service is closed")
-            metrics.reused_tokens = await self._ensure(slot, key, prompt, need_logits=False)
+            metrics.reused_tokens = await self._ensure(
+                slot, key, prompt, need_logits=False, seed=seed_key
+            )
             metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
         self._finish(metrics, started)
         return metrics

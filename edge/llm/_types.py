@@ -46,7 +46,10 @@ class GenerationOptions:
     * ``temperature``: sampling temperature (0 is greedy; the backend's default when None);
     * ``stop``: strings that end the output (not included in it);
     * ``priority``: :class:`Priority` (interactive by default);
-    * ``cache_key``: whose KV prefix to reuse, usually the participant id.
+    * ``cache_key``: whose KV prefix to reuse, usually the participant id;
+    * ``seed_key``: while ``cache_key`` has no saved state yet (a new participant, or one
+      whose state was evicted), start from this key's (a copy: a shared prefix such as the
+      system prompt). Backends without prefix reuse ignore both.
     """
 
     max_tokens: int | None = None
@@ -54,6 +57,7 @@ class GenerationOptions:
     stop: tuple[str, ...] = ()
     priority: Priority = Priority.INTERACTIVE
     cache_key: str | None = None
+    seed_key: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

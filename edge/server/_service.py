@@ -44,7 +44,7 @@ from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
-from ._warmup import PrefixWarmer
+from ._warmup import SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
@@ -99,6 +99,7 @@ class EdgeService:
             runtime=self.runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
             clock=clock,
+            seed_key=SYSTEM_PROMPT_KEY,
         )
         self.notes = (
             NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
@@ -113,7 +114,9 @@ class EdgeService:
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
         self._vad_factory = vad_factory
-        self.warmer = PrefixWarmer(self.llm, lambda: self.conversation.system_message)
+        self.warmer = PrefixWarmer(
+            self.llm, lambda: self.conversation.system_message, shared_key=SYSTEM_PROMPT_KEY
+        )
         self.speculator = TurnSpeculator(
             self.router,
             self.conversation,
@@ -397,6 +400,7 @@ class EdgeService:
                 await (
                     self.router.prepare_decisions()
                 )  # the routing prompt's option prefix, evaluated once now
+                await self.warmer.warm_shared()  # the conversation's system prompt, once
             if not listen:
                 return
             await stack.enter_async_context(self.websocket)
