@@ -78,12 +78,11 @@ class ContextManager:
     background priority and drains the whole backlog oldest first. With ``rewarm`` (and a
     model that can ``warm``) the prompt prefix of each participant who completed an exchange
     is re-warmed first, once the device has been quiet for ``rewarm_quiet_s`` (at most
-    ``compaction_quiet_s``), so their
-    next answer evaluates only its request, and a compaction
-    warms the prefix its summary will give the participant under a key of its own before it
-    commits (the model's ``move_cache`` then hands it over): a turn during or right after
-    their own compaction finds a warm prefix either way. ``timezone`` is the zone times are
-    shown in (local by default); ``clock`` returns Unix microseconds.
+    ``compaction_quiet_s``), so their next answer evaluates only its request, and a
+    compaction warms the prefix its summary will give the participant under a key of its
+    own before it commits (the model's ``move_cache`` then hands it over): a turn during
+    or right after their own compaction finds a warm prefix either way. ``timezone`` is
+    the zone times are shown in (local by default); ``clock`` returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
     is indexed in ``recall_index`` (the store's FTS5 index when the store keeps the whole
