@@ -347,11 +347,35 @@ class Preparing(ScriptedDecisions):
         self.prepared.append(question)
 
 
-def preparing_router(script: list[str]) -> tuple[AgentRouter, Preparing]:
+def preparing_router(script: list[str], delay_s: float = 0.0) -> tuple[AgentRouter, Preparing]:
     rec = Recorder()
     agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
     decisions = Preparing(script)
-    return AgentRouter(agents, decisions, output=rec.output), decisions
+    router = AgentRouter(agents, decisions, output=rec.output, prepare_delay_s=delay_s)
+    return router, decisions
+
+
+async def test_the_next_decision_is_prepared_after_a_delay_for_the_newest_exchange() -> None:
+    """The preparation waits ``prepare_delay_s`` (the conversation's re-warm goes first);
+    an exchange completed meanwhile replaces it, and leaving the router cancels a wait."""
+    router, decisions = preparing_router(["conversation"] * 3, delay_s=0.3)
+    async with router:
+        await router.handle(turn("hello there"))
+        await anyio.sleep(0.1)
+        await router.handle(turn("and again"))
+        await anyio.sleep(0.25)
+        assert decisions.prepared == []  # the first one's wait ended: superseded
+        with anyio.fail_after(2):
+            while not decisions.prepared:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert len(decisions.prepared) == 1
+        assert "and again" in "\n".join(decisions.prepared[0].context)
+        await router.handle(turn("one more"))
+        started = anyio.current_time()
+    assert anyio.current_time() - started < 0.2  # its wait was cancelled, not sat out
+    assert len(decisions.prepared) == 1
+    with pytest.raises(ValueError, match="prepare_delay_s"):
+        preparing_router([], delay_s=-1)
 
 
 async def test_prepare_decisions_hands_the_option_set_to_the_service() -> None:

@@ -47,6 +47,11 @@ _DEFAULT_CONTEXT_BUDGET_BYTES = 8000
 About 2,400 tokens of a small model: a cold prompt of that size takes seconds on a 2-core
 CPU, so device profiles usually pass a smaller budget (see ``edge device``)."""
 
+PREPARE_DELAY_S = 0.5
+"""Seconds after an exchange before the participant's next decision is prepared: their
+conversation's re-warm (after 0.25 s of quiet, ``ContextManager(rewarm_quiet_s=)``) takes
+the model first, since every next answer uses it and only some decisions ask the model."""
+
 MAX_SELECTED_ATTEMPTS = 2
 """Routing choices per turn: the first choice and one reroute after a decline."""
 
@@ -86,6 +91,7 @@ class AgentRouter:
         initialize_participant: ParticipantCallback | None = None,
         cleanup_participant: ParticipantCallback | None = None,
         set_status: StatusCallback | None = None,
+        prepare_delay_s: float = PREPARE_DELAY_S,
     ) -> None:
         if not isinstance(destinations, Mapping) or not destinations:
             raise ValueError("the router needs a non-empty mapping of route name to destination")
@@ -105,6 +111,8 @@ class AgentRouter:
             raise TypeError("context_budget_bytes must be an int")
         if context_budget_bytes < 0:
             raise ValueError(f"context_budget_bytes must be >= 0, got {context_budget_bytes}")
+        if not prepare_delay_s >= 0:
+            raise ValueError(f"prepare_delay_s must be >= 0, got {prepare_delay_s!r}")
         if output is not None and not callable(output):
             raise TypeError("output must be an async callable (turn, route, text)")
         validate_acknowledgment_config(acknowledgment_llm, acknowledgment_delay_secs)
@@ -120,6 +128,7 @@ class AgentRouter:
         self._output = output
         self.default_destination = default_destination
         self.context_budget_bytes = context_budget_bytes
+        self.prepare_delay_s = prepare_delay_s
         self._acknowledger = (
             Acknowledger(acknowledgment_llm, acknowledgment_delay_secs)
             if acknowledgment_llm is not None and acknowledgment_delay_secs is not None
@@ -138,6 +147,7 @@ class AgentRouter:
         self._closed: set[str] = set()  # departed, awaiting a participant-joined event
         self._shutdown: OwnedOperation | None = None
         self._tasks = BackgroundTasks("the router")
+        self._preparing: set[anyio.CancelScope] = set()
         self._subscriber: Agent | None = None
         self._warned_inline = False
 
@@ -153,6 +163,8 @@ class AgentRouter:
         try:
             await self.stop()
         finally:  # turns arriving from now on run inline; the router's own ones finish
+            for scope in self._preparing:  # preparations are best effort: not waited for
+                scope.cancel()
             await self._tasks.close(cancel=False)
 
     # ------------------------------------------------------------------ public API
@@ -190,15 +202,25 @@ class AgentRouter:
             question = routing_question("", eligible, aids, history, participant_id)
             await self._decisions.prepare(question)
 
-    async def _prepare_next_decision(self, participant_id: str) -> None:
-        """After an exchange: prepare the participant's next decision, unless their focus
-        skips it. Best effort (a closing model, a failed evaluation): logged, never raised."""
-        if self.focus(participant_id) is not None:
-            return
-        try:
-            await self.prepare_decisions(participant_id)
-        except Exception as exc:  # warming only: the turn decides anyway
-            log.debug("preparing the next decision of %r failed: %s", participant_id, exc)
+    async def _prepare_next_decision(self, participant_id: str, completed: int) -> None:
+        """After an exchange (the participant's ``completed``-th): prepare their next
+        decision once :attr:`prepare_delay_s` has passed, unless their focus skips it or
+        another exchange of theirs completed meanwhile (its own preparation follows). Best
+        effort (a closing model, a failed evaluation): logged, never raised; leaving the
+        router cancels it."""
+        with anyio.CancelScope() as scope:
+            self._preparing.add(scope)
+            try:
+                await anyio.sleep(self.prepare_delay_s)
+                state = self._participants.get(participant_id)
+                if state is None or state.completed != completed:
+                    return
+                if self.focus(participant_id) is None:
+                    await self.prepare_decisions(participant_id)
+            except Exception as exc:  # warming only: the turn decides anyway
+                log.debug("preparing the next decision of %r failed: %s", participant_id, exc)
+            finally:
+                self._preparing.discard(scope)
 
     async def likely_destination(self, participant_id: str, text: str) -> str | None:
         """Where a turn saying ``text`` would most likely go now, without running it or
@@ -387,7 +409,7 @@ class AgentRouter:
             state.history.append(Exchange(exchange_id, turn.query, result.text, turn.timestamp_us))
             state.history = newest_within(state.history, self.context_budget_bytes)
             if self._tasks.running and isinstance(self._decisions, PreparingDecisions):
-                self._tasks.start_soon(self._prepare_next_decision, pid)
+                self._tasks.start_soon(self._prepare_next_decision, pid, state.completed)
         return result
 
     async def _select_and_answer(
