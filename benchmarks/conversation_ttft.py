@@ -119,11 +119,7 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
         await ask(conv, "p", "Where is sample 3?")
         await fill(ctx, "p", 40, start=20)  # p's own section now compacts
         await anyio.sleep(0.1)
-        await idle(ctx)
-        warm_pending = ctx._participants["p"].warm_pending
-        while rewarm and warm_pending:  # wait for the re-warm too
-            await anyio.sleep(0.05)
-            warm_pending = ctx._participants["p"].warm_pending or ctx._jobs.running("p")
+        await (settled(ctx, "p") if rewarm else idle(ctx))  # with the re-warm, that too
         await anyio.sleep(0.2)
         result = await ask(conv, "p", "Where is sample 57?")
         result["summary_bytes"] = len(ctx.summary("p").encode())

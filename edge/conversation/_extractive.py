@@ -17,11 +17,10 @@ from ._context import Entry
 from ._memory import (
     importance,
     invented_details,
-    is_grounded,
+    invented_words,
     is_request,
     missing_details,
     supersedes,
-    ungrounded_words,
 )
 from ._text import clip_middle, nbytes
 
@@ -82,13 +81,13 @@ def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) 
     participant's current statements (and of the previous summary) that it does not
     contain, those it has that no source does (``"invented X"``), more words than a
     paraphrase needs that no source has (it tells what nobody said:
-    :func:`~edge.conversation._memory.is_grounded`), and transcript lines copied instead of
+    :func:`~edge.conversation._memory.invented_words`), and transcript lines copied instead of
     summarised (``User: ...``); empty when none."""
     said = current([*previous_items(previous_summary), *statements(entries)])
     sources = [previous_summary, *(e.rendered for e in entries)]
     invented = [f"invented {d}" for d in invented_details(summary, sources)]
-    if not is_grounded(summary, sources):
-        invented.append("words no source has: " + " ".join(ungrounded_words(summary, sources)))
+    if words := invented_words(summary, sources):
+        invented.append("words no source has: " + " ".join(words))
     echo = ["echoes the transcript"] if _TRANSCRIPT.search(summary) else []
     return missing_details(summary, said) + invented + echo
 

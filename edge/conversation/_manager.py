@@ -767,10 +767,9 @@ class ContextManager:
         with self._jobs.track(part.participant_id):
             await self._warm_into(part, self._prefix(part), part.participant_id)
 
-    def _prefix(self, part: ParticipantContext, sections: list[Section] | None = None) -> str:
-        """The context message a warm evaluates: the participant's blocks (of
-        ``sections``, by default their own) and the current time."""
-        view = part if sections is None else ParticipantContext(part.participant_id, sections)
+    def _prefix(self, view: ParticipantContext) -> str:
+        """The context message a warm evaluates: ``view``'s blocks (a participant's, or
+        what a compaction will leave them) and the current time."""
         return self._renderer.context_message(view.blocks(self._renderer), self._clock())
 
     async def _warm_into(self, part: ParticipantContext, context: str, key: str) -> bool:
@@ -801,9 +800,10 @@ class ContextManager:
         after = replace(section, entries=list(section.entries))
         after.apply_summary(summary, taken)
         sections = [after if s is section else s for s in part.sections.values()]
-        if any(s.needs_compaction() for s in sections):
+        view = ParticipantContext(part.participant_id, sections)
+        if view.needs_compaction():
             return None  # more steps follow (a backlog): the last one warms what they leave
-        context = self._prefix(part, sections)
+        context = self._prefix(view)
         key = SUCCESSOR_KEY + part.participant_id
         warmed = False
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 _WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
-_DIGIT = re.compile(r"\d")
 _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
 _QUOTES = "\"'“”‘’«»(["
 _CORRECTION = re.compile(
@@ -129,16 +128,19 @@ def ungrounded_words(summary: str, sources: list[str]) -> list[str]:
 def _content(summary: str) -> set[str]:
     """Its words of three letters or more, lower-cased, that are not stop words or numbers."""
     lowered = (w.lower() for w in words(summary))
-    return {w for w in lowered if len(w) > 2 and w not in STOPWORDS and not _DIGIT.search(w)}
+    return {
+        w for w in lowered if len(w) > 2 and w not in STOPWORDS and not any(c.isdigit() for c in w)
+    }
 
 
-def is_grounded(summary: str, sources: list[str]) -> bool:
-    """Whether ``summary`` says (nearly) only what ``sources`` say: at most
-    :data:`GROUNDING_SLACK` of its words, or :data:`GROUNDING_SHARE` of them, come from
-    none of the sources. A small model's summary that goes on to invent a scene ("I'm
-    going to bring my own bag of supplies ...") fails; a paraphrase passes."""
+def invented_words(summary: str, sources: list[str]) -> list[str]:
+    """The words ``summary`` has that no source has, when there are more than a paraphrase
+    needs (:data:`GROUNDING_SLACK`, or :data:`GROUNDING_SHARE` of its words if more); else
+    none. A small model's summary that goes on to invent a scene ("I'm going to bring my
+    own bag of supplies ...") has them; a paraphrase does not."""
     ungrounded = ungrounded_words(summary, sources)
-    return len(ungrounded) <= max(GROUNDING_SLACK, GROUNDING_SHARE * len(_content(summary)))
+    allowed = max(GROUNDING_SLACK, GROUNDING_SHARE * len(_content(summary)))
+    return ungrounded if len(ungrounded) > allowed else []
 
 
 def is_correction(text: str) -> bool:

@@ -72,7 +72,7 @@ class PrefixWarmer(Agent):
                 priority=Priority.BACKGROUND,
                 seed_key=seed,
             )
-            if seed is not None or self.shared_key is None:
+            if key != self.shared_key:
                 self.warmed.append(key)
         except Exception as exc:
             log.warning("warming the prompt of %s failed: %r", key, exc)
