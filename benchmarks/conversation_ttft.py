@@ -69,10 +69,11 @@ async def settled(ctx: ContextManager, pid: str) -> None:
 
 async def ask(conv: Conversation, pid: str, question: str) -> dict:
     started = time.perf_counter()
-    await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
+    result = await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
     m = conv.last_metrics(pid)
     assert m is not None
     return {
+        "answer": result.text,
         "ttft_s": m.ttft_s,
         "queue_wait_s": m.queue_wait_s,
         "prompt_tokens": m.prompt_tokens,
@@ -220,7 +221,7 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
                     "question": question,
                     "recalled": block.text if block else "",
                     "recalled_bytes": len(block.text.encode()) if block else 0,
-                    **{k: asked[k] for k in ("ttft_s", "prompt_tokens", "reused_tokens")},
+                    **{k: asked[k] for k in ("answer", "ttft_s", "prompt_tokens", "reused_tokens")},
                 }
             )
     return {

@@ -4,7 +4,7 @@ check, the extractive fallback, recall ranking with corrections, and byte budget
 from __future__ import annotations
 
 import pytest
-from conversation_helpers import Clock, eventually, manager, responder
+from conversation_helpers import Clock, WarmingLLM, eventually, manager, responder
 
 from edge.conversation import ContextManager
 from edge.conversation._context import Entry
@@ -24,6 +24,7 @@ from edge.conversation._extractive import (
 )
 from edge.conversation._memory import is_correction, is_request, key_details, supersedes
 from edge.conversation._recall import (
+    AHEAD_LIMIT,
     RECALL_HEADER,
     REPLACES,
     InView,
@@ -253,6 +254,7 @@ def test_memory_index_ranks_by_relevance_and_keeps_participants_apart() -> None:
     assert [s.seq for s in index.search("p", "What is my locker code?", 5)] == [0, 2]
     assert all(s.participant_id == "p" for s in found)
     assert index.search("p", "what is it?", 5) == []  # no topic words: nothing
+    assert [s.seq for s in index.newest("p", 2)] == [5, 4]
     index.forget("p")
     assert index.search("p", "locker code", 5) == []
 
@@ -295,7 +297,7 @@ def test_unrelated_requests_get_no_block_and_earlier_requests_are_not_recalled()
         "My locker code is 4711.",
         "Tell me a fun fact.",
         "What is my locker code?",
-        *(f"Sample {i} is in rack {i + 1}." for i in range(6)),
+        *(f"The {c} box is in rack {i}." for i, c in enumerate("red blue green grey tan".split())),
     ]
     for i, text in enumerate(said):
         index.add(statement(i, text))
@@ -305,6 +307,45 @@ def test_unrelated_requests_get_no_block_and_earlier_requests_are_not_recalled()
     block = recall.block("p", "What's my locker code again?", InView(""))
     # one statement is one short line: no header, not the earlier question
     assert block is not None and block.text == "User (earlier): My locker code is 4711."
+
+
+def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None:
+    index = MemoryRecallIndex()
+    said = [
+        "The freezer is colder than the fridge.",  # no detail: not chosen ahead
+        "My locker code is 4711.",
+        "Tell me a fun fact.",
+        "The design review is in room 204.",
+        "Correction: the design review moved to 310.",
+        "What rhymes with bench?",
+        "Sample B7 goes to the incubator after lunch.",
+        "It is a nice day.",  # states nothing to keep: not chosen ahead
+        "My flight home leaves at 18:45 tomorrow.",
+    ]
+    for i, text in enumerate(said):
+        index.add(statement(i, text))
+    recall = Recall(index, 320, Renderer(), limit=3)
+    # corrections first, then details, newest first among equals; AHEAD_LIMIT at most
+    assert [s.seq for s in recall.ahead("p", InView(""))] == [8, 6, 4, 1][:AHEAD_LIMIT]
+    ahead = recall.ahead_block("p", InView(""))
+    assert ahead is not None and ahead.text.startswith(RECALL_HEADER)
+    assert len(ahead.text.encode()) <= 320 and "room 204" not in ahead.text
+    # a request it answers gets its start, down to the line needed: nothing new to evaluate
+    block = recall.block("p", "When does my flight home leave?", InView(""))
+    assert block is not None and block.text == ahead.text.split("\n", 2)[0] + "\n" + (
+        "User (earlier): My flight home leaves at 18:45 tomorrow."
+    )
+    block = recall.block("p", "Which room is the design review in?", InView(""))
+    assert block is not None and ahead.text.startswith(block.text)
+    assert block.text.endswith(f"User ({REPLACES}): Correction: the design review moved to 310.")
+    # one it does not hold gets its own block
+    block = recall.block("p", "How cold is the freezer?", InView(""))
+    assert (
+        block is not None and block.text == "User (earlier): The freezer is colder than the fridge."
+    )
+    # what is next to the request is not chosen ahead either
+    near = "\n".join(said[6:])
+    assert [s.seq for s in recall.ahead("p", InView(near, near))] == [4, 1]
 
 
 def test_a_number_alone_does_not_make_a_statement_relevant() -> None:
@@ -356,6 +397,30 @@ async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() 
         assert context.index("Current time:") < context.index(recalled.text)
     await ctx.clear("p")
     assert ctx.recalled("p", "locker code") is None
+
+
+async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reuses() -> None:
+    clock = Clock()
+    llm = WarmingLLM(responder(lambda m: "Chat."))
+    async with manager(llm, clock=clock, recall_budget_bytes=300, **SMALL) as ctx:
+        ctx.messages("p", system="S", request="Hello.")  # the prompt to warm with
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+        await ctx.record_exchange("p", "Sample B7 goes to the incubator.", "Okay.")
+        for i in range(6):  # ordinary turns: the statements leave the request's side
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something nice, take {'x' * i}", "Sure.")
+        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+        warmed = llm.warmed[-1][0][1].content
+        assert warmed.endswith(
+            "Earlier, newest first:\nUser (earlier): Sample B7 goes to the incubator.\n"
+            "User (earlier): My locker code is 4711."
+        )
+        # a request recalling one of them evaluates nothing before it anew, and so does
+        # one recalling nothing (the block comes last: it is dropped)
+        for request in ("What is my locker code?", "Where does sample B7 go?", "Hi!"):
+            context = ctx.messages("p", system="S", request=request)[1].content
+            assert warmed.startswith(context)
+        assert "4711" in ctx.messages("p", system="S", request="My locker code?")[1].content
 
 
 async def test_a_newer_topic_state_replaces_an_older_statement_in_recall() -> None:
@@ -484,6 +549,10 @@ async def test_the_stores_index_recalls_across_a_restart_and_forgets(tmp_path) -
     block = recall.block("p", "Which room is the review in?", InView(""))
     assert block is not None and "310" in block.text and "204" not in block.text
     assert index.search("p", "Zoë Schließfach", 5)[0].text.startswith("Mein Schließfach")
+    assert [s.text for s in index.newest("p", 2)] == [
+        "Tell me something nice h",
+        "Tell me something nice g",
+    ]
     assert store.forget("p")
     assert index.search("p", "review room", 5) == []
     store.close()

@@ -769,8 +769,12 @@ class ContextManager:
 
     def _prefix(self, view: ParticipantContext) -> str:
         """The context message a warm evaluates: ``view``'s blocks (a participant's, or
-        what a compaction will leave them) and the current time."""
-        return self._renderer.context_message(view.blocks(self._renderer), self._clock())
+        what a compaction will leave them), the current time, and the recalled block
+        chosen ahead of the next request (a request whose own recall it holds evaluates
+        no recalled token anew; one without recall drops it for free: it comes last)."""
+        blocks = view.blocks(self._renderer)
+        ahead = self._recall.ahead_block(view.participant_id, in_view(view, blocks))
+        return self._renderer.context_message(blocks, self._clock(), ahead)
 
     async def _warm_into(self, part: ParticipantContext, context: str, key: str) -> bool:
         assert isinstance(self._llm, Warmable) and part.system is not None

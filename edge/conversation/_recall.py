@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Protocol, runtime_checkable
 
 from ._context import ParticipantContext
-from ._memory import is_correction, is_request, supersedes, terms
+from ._memory import importance, is_correction, is_request, supersedes, terms
 from ._render import DIALOGUE, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
@@ -39,6 +40,12 @@ SEARCH_WIDTH = 4
 corrections compared."""
 MAX_CORRECTIONS = 64
 """The newest corrections compared with what a search found."""
+AHEAD_WIDTH = 24
+"""The newest statements :meth:`Recall.ahead` chooses from."""
+AHEAD_LIMIT = DEFAULT_RECALL_LIMIT
+"""Statements in the block chosen ahead of a request at most: a request recalling the
+oldest of them sees them all, and so never more statements than its own recall could
+bring (more was measured to cost answers)."""
 MAX_STATEMENTS = 5_000
 """Statements an in-memory index keeps per participant, oldest dropped first (about 0.7 KB
 each: a few MB per participant at most; a durable store keeps every one on disk)."""
@@ -74,6 +81,10 @@ class RecallIndex(Protocol):
 
     def corrections(self, participant_id: str, limit: int) -> list[Statement]:
         """The participant's newest ``limit`` corrections (:attr:`Statement.correction`)."""
+        ...
+
+    def newest(self, participant_id: str, limit: int) -> list[Statement]:
+        """The participant's newest ``limit`` statements, newest first."""
         ...
 
     def forget(self, participant_id: str) -> None: ...
@@ -157,6 +168,12 @@ class MemoryRecallIndex:
         p = self._by_participant.get(participant_id)
         return list(p.corrections.values())[-limit:][::-1] if p and limit > 0 else []
 
+    def newest(self, participant_id: str, limit: int) -> list[Statement]:
+        p = self._by_participant.get(participant_id)
+        if p is None or limit <= 0:
+            return []
+        return [p.statements[i][0] for i in islice(reversed(p.statements), limit)]
+
     def forget(self, participant_id: str) -> None:
         self._by_participant.pop(participant_id, None)
 
@@ -225,7 +242,16 @@ class Recall:
         self, participant_id: str, request: str, in_view: InView
     ) -> tuple[list[Statement], set[int]]:
         """:meth:`select`'s statements, and ``seq`` of those that replace an older one."""
-        pool = self.candidates(participant_id, request, in_view)
+        return self._choose(self.candidates(participant_id, request, in_view), in_view, self.limit)
+
+    @staticmethod
+    def _choose(
+        pool: dict[int, Statement], in_view: InView, limit: int
+    ) -> tuple[list[Statement], set[int]]:
+        """Up to ``limit`` statements of ``pool`` (those replacing an older one first, then
+        in the pool's order), newest first, and ``seq`` of those that replace one: what
+        a newer statement replaces is left out, and so is what the model sees near the
+        request (unless what it replaces is in view too)."""
         replaced, replacers = superseded(list(pool.values()))
         ordered = [pool[i] for i in replacers] + [
             s for s in pool.values() if s.seq not in replacers
@@ -241,10 +267,28 @@ class Recall:
                 continue
             seen.add(key)
             chosen.append(s)
-            if len(chosen) == self.limit:
+            if len(chosen) == limit:
                 break
         chosen.sort(key=lambda s: (s.timestamp_us, s.seq), reverse=True)
         return chosen, {s.seq for s in chosen if s.seq in replacers}
+
+    def ahead(self, participant_id: str, in_view: InView) -> list[Statement]:
+        """The statements a next request most likely recalls, chosen before it comes: of
+        the participant's newest :data:`AHEAD_WIDTH` statements, those that state a
+        correction or a detail (a number, a name: :func:`~edge.conversation._memory.importance`
+        above 0), the most important first, as :meth:`select` would choose them."""
+        return self._ahead(participant_id, in_view)[0]
+
+    def _ahead(self, participant_id: str, in_view: InView) -> tuple[list[Statement], set[int]]:
+        if self.budget_bytes <= 0:
+            return [], set()
+        rated = [
+            (importance(s.text), s)
+            for s in self.index.newest(participant_id, AHEAD_WIDTH)
+            if not is_request(s.text)
+        ]
+        rated = sorted((r for r in rated if r[0] > 0), key=lambda r: -r[0])  # stable: newest first
+        return self._choose({s.seq: s for _, s in rated}, in_view, AHEAD_LIMIT)
 
     def candidates(
         self, participant_id: str, request: str, in_view: InView
@@ -277,9 +321,32 @@ class Recall:
 
     def block(self, participant_id: str, request: str, in_view: InView) -> ContextBlock | None:
         """The recalled block (None when nothing relevant is out of view); at most
-        ``budget_bytes`` of text: the newest statements first, a long one clipped."""
-        chosen, replacers = self._select(participant_id, request, in_view)
-        lines: list[str] = []
+        ``budget_bytes`` of text: the newest statements first, a long one clipped.
+
+        When the block chosen ahead (:meth:`ahead_block`, which the participant's prompt
+        prefix is warmed with between turns) holds every line of it, the block is that
+        one's start, down to the last line needed: the request then evaluates no recalled
+        token anew (a line or two more than needed is the price)."""
+        own = self._lines(*self._select(participant_id, request, in_view))
+        if not own:
+            return None
+        ahead = self._lines(*self._ahead(participant_id, in_view))
+        texts = [text for text, _ in ahead]
+        if all(text in texts for text, _ in own):
+            upto = 1 + max(texts.index(text) for text, _ in own)
+            return self._render(ahead[:upto], header=len(ahead) > 1)
+        return self._render(own, header=len(own) > 1)
+
+    def ahead_block(self, participant_id: str, in_view: InView) -> ContextBlock | None:
+        """The block of :meth:`ahead`'s statements, within ``budget_bytes`` (None when
+        there are none): what the participant's prompt prefix is warmed with."""
+        lines = self._lines(*self._ahead(participant_id, in_view))
+        return self._render(lines, header=len(lines) > 1) if lines else None
+
+    def _lines(self, chosen: list[Statement], replacers: set[int]) -> list[tuple[str, Statement]]:
+        """The block's lines for ``chosen`` (newest first) and their statements, within
+        ``budget_bytes`` with the header if more than one: a long first one clipped."""
+        lines: list[tuple[str, Statement]] = []
         room = self.budget_bytes - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
         for statement in chosen:
             text = self.line(statement, statement.seq in replacers)
@@ -289,12 +356,14 @@ class Recall:
                     break
                 text = clip_middle(text, room - 1)
                 cost = nbytes(text) + 1
-            lines.append(text)
+            lines.append((text, statement))
             room -= cost
-        if not lines:
-            return None
-        text = "\n".join([RECALL_HEADER, *lines] if len(lines) > 1 else lines)
-        newest = max(s.timestamp_us for s in chosen)
+        return lines
+
+    @staticmethod
+    def _render(lines: list[tuple[str, Statement]], header: bool) -> ContextBlock:
+        text = "\n".join([RECALL_HEADER] * header + [line for line, _ in lines])
+        newest = max(s.timestamp_us for _, s in lines)
         return ContextBlock("recalled", RECALL_SECTION, text, newest)
 
 

@@ -24,6 +24,12 @@ _NEWEST = """
     WHERE recall MATCH ? AND r.participant = ?
     ORDER BY r.id DESC LIMIT ?
 """
+_LATEST = """
+    SELECT r.id, r.timestamp_us, r.section, recall.body
+    FROM records r JOIN recall ON recall.rowid = r.id
+    WHERE r.participant = ? AND r.kind IN ('exchange', 'update')
+    ORDER BY r.id DESC LIMIT ?
+"""
 CORRECTION_WORDS = (
     "actually correction meant mean sorry misspoke not instead changed moved switched replaced "
     "reset longer rather update updated updates now scratch wrong"
@@ -74,3 +80,9 @@ class StoreRecallIndex:
         rows = self._rows(_NEWEST, _CORRECTION_MATCH, participant_id, limit * 4)
         found = [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
         return [s for s in found if is_correction(s.text)][:limit]
+
+    def newest(self, participant_id: str, limit: int) -> list[Statement]:
+        if limit <= 0:
+            return []
+        rows = self._rows(_LATEST, participant_id, limit)
+        return [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
