@@ -81,7 +81,8 @@ def recall_cost(m: str) -> str:
         f"{ms(on['ttft_s'])} / {ms(off['ttft_s'])} (+{ms(on['ttft_s'] - off['ttft_s'])}); "
         f"+{ms(on['recalled_turns_added_mean_s'])} on the {on['turns_with_recall']} of "
         f"{len(on['turns'])} turns that recall (p50 {ms(statistics.median(recalled))}; "
-        f"the others {ms(statistics.median(others))})"
+        f"the others {ms(statistics.median(others))}; tokens evaluated more: "
+        f"{', '.join(map(str, on['recalled_turns_added_tokens']))})"
     )
 
 

@@ -343,6 +343,14 @@ def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None
     assert (
         block is not None and block.text == "User (earlier): The freezer is colder than the fridge."
     )
+    # none chosen ahead (ahead_limit 0): each request gets its own block
+    alone = Recall(index, 320, Renderer(), limit=3, ahead_limit=0)
+    assert alone.ahead_block("p", InView("")) is None
+    block = alone.block("p", "When does my flight home leave?", InView(""))
+    assert (
+        block is not None
+        and block.text == "User (earlier): My flight home leaves at 18:45 tomorrow."
+    )
     # what is next to the request is not chosen ahead either
     near = "\n".join(said[6:])
     assert [s.seq for s in recall.ahead("p", InView(near, near))] == [4, 1]

@@ -88,7 +88,9 @@ class ContextManager:
     is indexed in ``recall_index`` (the store's FTS5 index when the store keeps the whole
     conversation, else in memory); each answer request gets a
     "recalled" block of up to ``recall_budget_bytes`` with the earlier statements most
-    relevant to it that are no longer in the model's view (0 turns recall off).
+    relevant to it that are no longer in the model's view (0 turns recall off). A re-warm
+    includes a block chosen ahead of the request (recent facts and corrections), so a
+    request recalling one of those evaluates no recalled token anew.
 
     Storage: ``store`` (an :class:`edge.store.SessionStore`) keeps every participant's
     whole conversation and the model's view of it, durable when a write returns; the
@@ -455,8 +457,9 @@ class ContextManager:
         """The earlier statements most relevant to ``request`` that the model no longer
         sees, newest first, within ``recall_budget_bytes`` (None when there are none).
         :meth:`messages` places it after the context and the current time, right before the
-        request (every token of it is evaluated anew for each request; what precedes it is
-        what the participant's cache is warmed with)."""
+        request. What precedes it is what the participant's cache is warmed with, followed
+        by the block chosen ahead of the request: a block that is its start evaluates
+        nothing anew; any other, each of its tokens."""
         return self._recalled(participant_id, request, self.blocks(participant_id))
 
     def _recalled(

@@ -211,7 +211,9 @@ def answers(statement: Statement, asked: set[str]) -> bool:
 
 
 class Recall:
-    """Builds a participant's recalled block for a request, within ``budget_bytes``."""
+    """Builds a participant's recalled block for a request, within ``budget_bytes``: up to
+    ``limit`` statements; the block chosen ahead of a request holds up to ``ahead_limit``
+    (0: none is chosen ahead)."""
 
     def __init__(
         self,
@@ -219,11 +221,13 @@ class Recall:
         budget_bytes: int,
         renderer: Renderer,
         limit: int = DEFAULT_RECALL_LIMIT,
+        ahead_limit: int = AHEAD_LIMIT,
     ) -> None:
         self.index = index
         self.budget_bytes = budget_bytes
         self.renderer = renderer
         self.limit = limit
+        self.ahead_limit = ahead_limit
 
     def add(self, statement: Statement) -> None:
         if self.budget_bytes > 0 and statement.text.strip():
@@ -280,7 +284,7 @@ class Recall:
         return self._ahead(participant_id, in_view)[0]
 
     def _ahead(self, participant_id: str, in_view: InView) -> tuple[list[Statement], set[int]]:
-        if self.budget_bytes <= 0:
+        if self.budget_bytes <= 0 or self.ahead_limit <= 0:
             return [], set()
         rated = [
             (importance(s.text), s)
@@ -288,7 +292,7 @@ class Recall:
             if not is_request(s.text)
         ]
         rated = sorted((r for r in rated if r[0] > 0), key=lambda r: -r[0])  # stable: newest first
-        return self._choose({s.seq: s for _, s in rated}, in_view, AHEAD_LIMIT)
+        return self._choose({s.seq: s for _, s in rated}, in_view, self.ahead_limit)
 
     def candidates(
         self, participant_id: str, request: str, in_view: InView

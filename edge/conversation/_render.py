@@ -2,7 +2,8 @@
 
 The layout keeps everything stable first so a local model reuses its KV prefix: summaries,
 then entries in recorded-time order, the current time, and last the statements recalled
-for the current request (new to each request).
+for the current request (new to each request, unless the block the prefix was warmed with
+holds them: see :meth:`~edge.conversation._recall.Recall.block`).
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class Renderer:
         None), then the ``recalled`` block for this request, if any.
 
         Everything up to the current time is what a model's cache is warmed with between
-        turns (the time's date and hour rarely change before the next turn); only the
-        recalled block and the request are new to each request."""
+        turns (the time's date and hour rarely change before the next turn), followed by
+        the recalled block chosen ahead of the request; a request evaluates its own
+        recalled block anew only when that one does not hold it."""
         parts = [b.text for b in blocks] or ["(No earlier conversation or context.)"]
         body = "Context:\n\n" + "\n\n".join(parts)
         if now_us is not None:
