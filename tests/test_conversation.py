@@ -287,6 +287,19 @@ async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> Non
     assert conv.request_messages("p2", "Q" * 300)[2].content == "Q" * 300  # never clipped
 
 
+async def test_a_request_fitted_to_the_window_keeps_its_recalled_block() -> None:
+    llm = CountingLLM()
+    ctx = manager(llm)
+    conv = Conversation(llm, context=ctx, system_prompt="S")
+    await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+    for i in range(20):
+        await ctx.record_exchange("p", f"question {i}", f"answer {i}")
+    messages = conv.request_messages("p", "What is my locker code?")
+    context = messages[1].content
+    assert "question 0" not in context  # the oldest entries left out, the statement too
+    assert context.endswith("User (earlier): My locker code is 4711.")  # but recalled
+
+
 def test_a_prepared_request_keeps_its_time_for_the_turn_that_asks_it() -> None:
     """A speculation prepared at hh:mm:59.9 and adopted a second later must have the same
     messages: the turn asking the same query gets the prepared request's current time

@@ -221,7 +221,7 @@ class Conversation:
         context window with room for the answer: byte budgets are only an estimate of
         tokens (digits and times cost more tokens per byte). If it does not fit, the oldest
         context blocks are left out (entries first, then summaries) and a warning is
-        logged. The current request is never clipped."""
+        logged. The current request and its recalled block are never clipped."""
         now = self._request_time(participant_id, query, prepared)
         messages = self.context.messages(
             participant_id, system=self.system_message, request=query, now_us=now
@@ -237,6 +237,7 @@ class Conversation:
         if fits(messages):
             return messages
         blocks = self.context.blocks(participant_id)
+        recalled = self.context.recalled(participant_id, query)
         summaries = sum(1 for b in blocks if b.kind == "summary")
         dropped = 0
         while blocks:
@@ -244,7 +245,7 @@ class Conversation:
             del blocks[summaries if summaries < len(blocks) else 0]
             summaries = min(summaries, len(blocks))
             dropped += 1
-            context = self.context.render_blocks(blocks, now_us=now)  # the same time
+            context = self.context.render_blocks(blocks, now_us=now, recalled=recalled)
             candidate = [messages[0], ChatMessage(role="user", content=context), messages[2]]
             if fits(candidate):
                 messages = candidate
@@ -252,7 +253,10 @@ class Conversation:
         else:
             messages = [
                 messages[0],
-                ChatMessage(role="user", content=self.context.render_blocks([], now_us=now)),
+                ChatMessage(
+                    role="user",
+                    content=self.context.render_blocks([], now_us=now, recalled=recalled),
+                ),
                 messages[2],
             ]
         log.warning(
