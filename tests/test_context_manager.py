@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 import logging
 
+import anyio
 import pytest
-from conversation_helpers import SECOND, T0, Clock, manager
+from conversation_helpers import SECOND, T0, Clock, eventually, manager
 
 from edge.conversation import ContextManager, ConversationContextUpdate
 from edge.interaction import ConversationContextUpdate as InteractionUpdate
@@ -216,6 +217,23 @@ async def test_subscriber_applies_participant_and_global_updates() -> None:
     assert [b.timestamp_us for b in ctx.blocks("p1") if b.section == "notes"] == [T0 + SECOND]
     assert any("everyone" in b.text for b in ctx.blocks("p1"))
     assert any("everyone" in b.text for b in ctx.blocks("p2"))
+
+
+async def test_activity_topics_restart_the_quiet_period_background_work_waits_for() -> None:
+    llm = ScriptedLLM(lambda m: "S.")
+    ctx = manager(llm, compaction_quiet_s=0.4, dialogue_budget_bytes=400)
+    runtime = AgentRuntime()
+    speech = Topic("speech", ConversationContextUpdate)
+    runtime.register("context", ctx.subscriber(activity_topics=(speech,)))
+    async with runtime, ctx:
+        for i in range(12):  # a compaction is due: it waits for 0.4 s of quiet
+            await ctx.record_exchange("p", f"question {i} " + "x" * 30, "answer")
+        for _ in range(10):  # someone talking: a message every 0.1 s
+            await runtime.publish(speech, {"text": "partial"}, participant_id="q")
+            assert ctx._quiet.own.idle_for() < 0.1
+            await anyio.sleep(0.1)
+        assert not llm.requests  # nothing started while they talked
+        await eventually(lambda: bool(llm.requests), limit_s=5)  # then it runs
 
 
 async def test_clear_is_idempotent_and_leaves_others() -> None:

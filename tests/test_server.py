@@ -235,12 +235,15 @@ async def test_only_clients_that_want_audio_get_speech() -> None:
             assert read.text and not read.audio
             assert not any("just text" in spoken for spoken in tts.spoken)
 
+            touched: list[bool] = []  # speech counts as activity: compaction waits
+            service.context.touch = lambda: touched.append(True)  # type: ignore[method-assign]
             pcm = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(1.0)]))
             for piece in chunk_pcm(pcm, 16000, 100):
                 await speaker.send_audio(piece)
             heard = await speaker.collect_turn(limit_s=10)
             assert heard.query == "tone 440"
             assert [t.text for t in heard.transcripts if t.final] == ["tone 440"]
+            assert touched  # by its transcript
             assert heard.text == "You said: tone 440. That is all."
             assert heard.audio and heard.audio[-1][0].final and len(heard.pcm) > 0
             typed = await speaker.ask("say it", limit_s=10)

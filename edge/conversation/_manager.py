@@ -23,7 +23,7 @@ from edge.llm import (
     Priority,
     Warmable,
 )
-from edge.runtime import Agent, now_us
+from edge.runtime import Agent, Topic, now_us
 from edge.store import Record, SessionStore, StoredSection
 
 from . import _persist
@@ -295,12 +295,17 @@ class ContextManager:
 
     # ----------------------------------------------------------------- writing
 
-    def subscriber(self) -> Agent:
+    def subscriber(self, activity_topics: Sequence[Topic[Any]] = ()) -> Agent:
         """An :class:`edge.runtime.Agent` applying the configured topics' updates; register
-        it with the runtime that delivers them, before the runtime starts."""
+        it with the runtime that delivers them, before the runtime starts. A message on
+        any of ``activity_topics`` (e.g. the voice pipeline's transcripts: a partial every
+        0.8 s of speech) counts as participant activity (:meth:`touch`), so background
+        work does not start while someone is talking."""
         from ._topics import ContextSubscriber
 
-        return ContextSubscriber(self, self._summary_topics, self._incremental_topics)
+        return ContextSubscriber(
+            self, self._summary_topics, self._incremental_topics, activity_topics
+        )
 
     async def record_exchange(
         self,

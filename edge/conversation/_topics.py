@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from edge.interaction import ConversationContextUpdate
 from edge.runtime import Agent, Handler, HandlerContext, Topic
@@ -19,7 +20,8 @@ class ContextSubscriber(Agent):
 
     The participant comes from the message metadata and the recorded time from its
     timestamp. A global update (no participant) applies to every participant the manager
-    holds context for. Updates after the manager is closed are dropped.
+    holds context for. Updates after the manager is closed are dropped. A message on any
+    of ``activity_topics`` only touches the manager (:meth:`ContextManager.touch`).
     """
 
     def __init__(
@@ -27,11 +29,17 @@ class ContextSubscriber(Agent):
         manager: ContextManager,
         summary_topics: tuple[str, ...],
         incremental_topics: tuple[str, ...],
+        activity_topics: Sequence[Topic[Any]] = (),
     ) -> None:
         super().__init__()
         self._manager = manager
         for name in summary_topics + incremental_topics:
             self.add_handler(Topic(name, ConversationContextUpdate), self._handler(name))
+        for topic in activity_topics:
+            self.add_handler(topic, self._touch)
+
+    async def _touch(self, message: object, ctx: HandlerContext) -> None:
+        self._manager.touch()
 
     def _handler(self, topic: str) -> Handler:
         async def handle(message: ConversationContextUpdate, ctx: HandlerContext) -> None:

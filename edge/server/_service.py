@@ -35,6 +35,7 @@ from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
+from edge.voice import TRANSCRIPT_TOPIC
 
 from ._access import is_loopback, load_or_create_token
 from ._gateway import Gateway
@@ -227,7 +228,8 @@ class EdgeService:
     def _register_agents(self) -> None:
         self.runtime.register("hub", self.hub)
         self.runtime.register("warmer", self.warmer)
-        self.runtime.register("context", self.context.subscriber())
+        # a participant speaking (a partial transcript every 0.8 s) holds off compaction
+        self.runtime.register("context", self.context.subscriber((TRANSCRIPT_TOPIC,)))
         self.runtime.register("router", self.router.runtime_subscriber())
         if self.voice is not None:
             self.runtime.register("voice", self.voice)
