@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -124,3 +127,13 @@ def write_results(bench: str, data: dict[str, Any], figure: Any = None) -> Path:
 
 def load_results(bench: str, machine: str) -> dict[str, Any]:
     return json.loads((RESULTS / machine / f"{bench}.json").read_text())
+
+
+def private_data_dir(name: str) -> Path:
+    """Point ``EDGE_DATA_DIR`` (a service's sessions store and token, and where a local
+    client finds the token) at a new temporary directory, removed when the process exits:
+    a benchmark neither reads nor writes the user's sessions. Call before making settings."""
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ["EDGE_DATA_DIR"] = str(path)
+    return path

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from figures import pcm16_samples, speech_end_at, write_results
+from figures import pcm16_samples, private_data_dir, speech_end_at, write_results
 from rich.console import Console
 from rich.table import Table
 
@@ -325,6 +325,7 @@ def plot(result: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
+    private_data_dir("server-latency")  # not the user's sessions
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", help="device profile (default: detected)")
     parser.add_argument("--repeat", type=int, default=2)

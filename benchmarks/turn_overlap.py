@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 from chain_paths import RATE, ws_turn
-from figures import write_results
+from figures import private_data_dir, write_results
 from rich.console import Console
 from rich.table import Table
 from versus_chain import QUESTIONS, speak_questions
@@ -123,6 +123,7 @@ def report(result: dict[str, Any], console: Console) -> None:
 
 
 def main() -> None:
+    private_data_dir("turn-overlap")  # not the user's sessions
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", help="device profile (default: detected)")
     parser.add_argument("--repeat", type=int, default=2)

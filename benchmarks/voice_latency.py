@@ -22,7 +22,7 @@ import time
 
 import anyio
 import numpy as np
-from figures import speech_end_at, write_results
+from figures import private_data_dir, speech_end_at, write_results
 from rich.console import Console
 from rich.table import Table
 
@@ -205,6 +205,7 @@ def plot(loop_rows: list[dict]):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
+    private_data_dir("voice-latency")  # not the user's sessions
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--llm", action="store_true", help="also answer with the local LLM")
