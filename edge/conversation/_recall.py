@@ -45,7 +45,7 @@ AHEAD_WIDTH = 24
 AHEAD_LIMIT = DEFAULT_RECALL_LIMIT
 """Statements in the block chosen ahead of a request at most: a request recalling the
 oldest of them sees them all, and so never more statements than its own recall could
-bring (more was measured to cost answers)."""
+bring (four lost an answer in one comparison: docs/conversation.md)."""
 MAX_STATEMENTS = 5_000
 """Statements an in-memory index keeps per participant, oldest dropped first (about 0.7 KB
 each: a few MB per participant at most; a durable store keeps every one on disk)."""
