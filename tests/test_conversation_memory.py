@@ -125,6 +125,15 @@ def test_a_correction_or_update_supersedes_what_it_shares_a_subject_with() -> No
     assert not supersedes("My locker code is 4711.", old)
     assert not supersedes("Sample C3 goes to the fridge.", "Sample B7 goes to the incubator.")
     assert not supersedes("Is my supervisor Dr. Lindqvist now?", old)  # a question states nothing
+    # another numbered thing is not an update of it, nor corrected by a correction of it
+    assert not supersedes("Sample 5 is in rack 6.", "Sample 1 is in rack 2.")
+    assert not supersedes("Sample C3 goes to rack 5.", "Sample B7 goes to rack 2.")
+    assert not supersedes("Correction: sample 5 is in rack 7.", "Sample 1 is in rack 2.")
+    assert supersedes("Sample 1 is in rack 4 now.", "Sample 1 is in rack 2.")
+    assert supersedes("Correction: sample 1 is in rack 4.", "Sample 1 is in rack 2.")
+    meeting = "The meeting is at 3 in room 204."
+    assert supersedes("Actually the meeting is at 4 in room 204.", meeting)
+    assert not supersedes("Sample 5 is in rack 6.", "Sample 4 is in rack 5.")
 
 
 def test_requests_are_not_statements() -> None:
@@ -354,6 +363,19 @@ def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None
     # what is next to the request is not chosen ahead either
     near = "\n".join(said[6:])
     assert [s.seq for s in recall.ahead("p", InView(near, near))] == [4, 1]
+
+
+def test_statements_about_other_numbered_things_are_all_kept() -> None:
+    said = [f"Sample {i} is in rack {i + 1}." for i in range(6)]
+    index = MemoryRecallIndex(min_score=0.0)  # six of a kind: all about equally relevant
+    for i, text in enumerate(said):
+        index.add(statement(i, text))
+    block = Recall(index, 320, Renderer()).block("p", "Where is sample 1?", InView(""))
+    assert block is not None and "Sample 1 is in rack 2." in block.text
+    assert REPLACES not in block.text  # sample 5 replaces nothing
+    entries = [exchange(i, text) for i, text in enumerate(said)]
+    summary = extractive_summary("", entries, 400, dialogue=True)
+    assert all(text in summary for text in said)  # none dropped as replaced
 
 
 def test_a_number_alone_does_not_make_a_statement_relevant() -> None:

@@ -168,15 +168,36 @@ def supersedes(newer: str, older: str) -> bool:
     degrees": one shared word is too little to be the same thing), or an update
     repeating every word of it but its numbers, with a number of its own ("The door code
     is 4812 since this morning" after "The door code is 1234"; not "Sample C3 goes to the
-    fridge" after "Sample B7 goes to the incubator": another subject)."""
+    fridge" after "Sample B7 goes to the incubator": another subject); never one about
+    another numbered thing (see :func:`_other_numbered_thing`)."""
     if is_request(newer) or is_request(older):
         return False
     new_terms, old_terms = set(terms(newer)), set(terms(older))
+    if _other_numbered_thing(newer, older):
+        return False
     if is_correction(newer):
         return len(new_terms & old_terms) >= 2
     numbers = {t for t in new_terms ^ old_terms if any(c.isdigit() for c in t)}
     subject = {t for t in old_terms if t not in numbers}
     return bool(subject) and subject <= new_terms and bool(numbers & new_terms)
+
+
+def _other_numbered_thing(newer: str, older: str) -> bool:
+    """Whether two statements are about different numbered things: the older has two
+    numbers or more, and the newer's numbers, in the order said, differ from the older's
+    at every place ("Sample 5 is in rack 6" does not replace "Sample 4 is in rack 5";
+    "Sample 1 is in rack 4" replaces "Sample 1 is in rack 2", and "The meeting is at 4 in
+    room 204" "The meeting is at 3 in room 204"). With one number each the two cannot be
+    told apart from an update ("The door code is 4812" after "The door code is 1234"),
+    and count as one."""
+    old_numbers, new_numbers = _numbers(older), _numbers(newer)
+    if len(old_numbers) < 2 or not new_numbers:
+        return False
+    return all(a != b for a, b in zip(old_numbers, new_numbers, strict=False))
+
+
+def _numbers(text: str) -> list[str]:
+    return list(dict.fromkeys(t for t in terms(text) if any(c.isdigit() for c in t)))
 
 
 def importance(text: str) -> int:
