@@ -603,3 +603,50 @@ def test_the_recall_migration_indexes_an_older_stores_records() -> None:
     assert migrate(db) == len(MIGRATIONS) >= 3
     rows = db.execute("SELECT rowid FROM recall WHERE recall MATCH 'locker'").fetchall()
     assert rows == [(1,)]
+
+
+def test_the_stores_search_ranks_only_the_participants_own_statements(tmp_path) -> None:
+    import sqlite3
+
+    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.store import MIGRATIONS, SessionStore, migrate
+
+    long_a, long_b = "ä" * 48 + "-a", "ä" * 48 + "-b"  # one owner token: the ids tell
+    db = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    assert migrate(db, MIGRATIONS[:4]) == 4  # written before the owner column
+    for pid in ("Zoë", "other", long_a, long_b):
+        db.execute(
+            "INSERT INTO participants (id, created_us, last_seen_us) VALUES (?, 0, 0)", (pid,)
+        )
+        db.execute(
+            "INSERT INTO records (participant, kind, section, timestamp_us, user, assistant) "
+            "VALUES (?, 'exchange', 'dialogue', 1, ?, 'Okay.')",
+            (pid, f"My locker code is {len(pid)}11, said {pid}."),
+        )
+    db.close()
+    store = SessionStore(tmp_path / "s.db")  # migrates: the owners of the older rows too
+    index = StoreRecallIndex(store, min_score=0.0)
+    for pid in ("Zoë", "other", long_a, long_b):
+        found = index.search(pid, "What is my locker code?", 5)
+        assert [s.text for s in found] == [f"My locker code is {len(pid)}11, said {pid}."]
+        assert all(s.participant_id == pid for s in found)
+    store.close()
+
+
+def test_the_stores_recall_queries_keep_a_plan_that_scales(tmp_path) -> None:
+    """A search starts from the full-text match (not from the participant's records, each
+    then matched: seconds at 50,000 records); the newest statements come from the
+    participant's records newest first, without a sort."""
+    from edge.conversation._recall_store import _LATEST, _NEWEST, _SEARCH
+    from edge.store import SessionStore
+
+    store = SessionStore(tmp_path / "s.db")
+
+    def plan(sql: str, *args: object) -> list[str]:
+        return [row[3] for row in store.connection.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+    for sql, args in ((_SEARCH, ("x", "p", 0.0, 5)), (_NEWEST, ("x", "p", 5))):
+        assert plan(sql, *args)[0].startswith("SCAN recall VIRTUAL TABLE INDEX 0:M")
+    assert plan(_LATEST, "p", 5)[0] == "SEARCH r USING INDEX records_participant (participant=?)"
+    assert not any("TEMP B-TREE" in step for step in plan(_LATEST, "p", 5))
+    store.close()

@@ -1,8 +1,10 @@
 """Recall from a durable :class:`~edge.store.SessionStore`: its FTS5 table ``recall``.
 
-The store's schema (version 3) indexes every statement in the transaction that records
-it (a trigger on ``records``), so recall covers the whole conversation, survives restarts,
-and forgets what the store forgets (``forget``, retention). Ranking is SQLite's BM25.
+The store's schema (version 3, with the statement's owner since version 5) indexes every
+statement in the transaction that records it (a trigger on ``records``), so recall covers
+the whole conversation, survives restarts, and forgets what the store forgets (``forget``,
+retention). A search matches the participant's owner token first, so it ranks (SQLite's
+BM25, over the statement's text only) that participant's statements alone.
 """
 
 from __future__ import annotations
@@ -12,21 +14,24 @@ from edge.store import SessionStore
 from ._memory import STOPWORDS, is_correction, words
 from ._recall import Statement
 
+# CROSS JOIN keeps the full-text match the outer loop (SQLite's planner would otherwise
+# walk the participant's records newest first and evaluate the match for each one: seconds
+# at 50,000 records)
 _SEARCH = """
     SELECT r.id, r.timestamp_us, r.section, recall.body
-    FROM recall JOIN records r ON r.id = recall.rowid
-    WHERE recall MATCH ? AND r.participant = ? AND bm25(recall) <= ?
-    ORDER BY bm25(recall), r.id DESC LIMIT ?
+    FROM recall CROSS JOIN records r ON r.id = recall.rowid
+    WHERE recall MATCH ? AND r.participant = ? AND bm25(recall, 1.0, 0.0) <= ?
+    ORDER BY bm25(recall, 1.0, 0.0), r.id DESC LIMIT ?
 """
 _NEWEST = """
     SELECT r.id, r.timestamp_us, r.section, recall.body
-    FROM recall JOIN records r ON r.id = recall.rowid
+    FROM recall CROSS JOIN records r ON r.id = recall.rowid
     WHERE recall MATCH ? AND r.participant = ?
     ORDER BY r.id DESC LIMIT ?
 """
 _LATEST = """
     SELECT r.id, r.timestamp_us, r.section, recall.body
-    FROM records r JOIN recall ON recall.rowid = r.id
+    FROM records r CROSS JOIN recall ON recall.rowid = r.id
     WHERE r.participant = ? AND r.kind IN ('exchange', 'update')
     ORDER BY r.id DESC LIMIT ?
 """
@@ -45,6 +50,14 @@ def match_any(text: str) -> str:
     """An FTS5 query matching any word of ``text`` but stop words (each quoted)."""
     seen = dict.fromkeys(w.lower() for w in words(text) if w.lower() not in STOPWORDS)
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in seen)
+
+
+def owned(participant_id: str, match: str) -> str:
+    """``match`` over the statements' text, for ``participant_id``'s statements only: its
+    owner token is the schema's ``'p' || hex(substr(participant, 1, 48))`` (two ids that
+    share their first 48 characters share it; the search also compares the id)."""
+    owner = "p" + participant_id[:48].encode().hex().upper()
+    return f'owner:"{owner}" AND body:({match})'
 
 
 class StoreRecallIndex:
@@ -71,13 +84,17 @@ class StoreRecallIndex:
         match = match_any(query)
         if not match or limit <= 0:
             return []
-        rows = self._rows(_SEARCH, match, participant_id, -self.min_score, limit)
+        rows = self._rows(
+            _SEARCH, owned(participant_id, match), participant_id, -self.min_score, limit
+        )
         return [Statement(participant_id, i, ts, sec, body) for i, ts, sec, body in rows]
 
     def corrections(self, participant_id: str, limit: int) -> list[Statement]:
         if limit <= 0:
             return []
-        rows = self._rows(_NEWEST, _CORRECTION_MATCH, participant_id, limit * 4)
+        rows = self._rows(
+            _NEWEST, owned(participant_id, _CORRECTION_MATCH), participant_id, limit * 4
+        )
         found = [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
         return [s for s in found if is_correction(s.text)][:limit]
 
