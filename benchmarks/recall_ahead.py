@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from datetime import UTC
 from typing import Any
 
 from figures import write_results
@@ -30,12 +29,11 @@ from edge.conversation._eval_recall import (
     ACK,
     FILLERS,
     MINUTE,
-    NOTES,
     RECALL_CASES,
-    SCENE,
     T0,
     RecallCase,
     profile_budgets,
+    recall_session,
 )
 from edge.llm import LlamaCppLLM
 
@@ -54,17 +52,7 @@ async def ask(conv: Conversation, ctx: ContextManager, pid: str, case: RecallCas
 
 async def session(llm: LlamaCppLLM, cases: list[RecallCase], turns: int) -> list[dict]:
     now = [T0]
-    ctx = ContextManager(
-        llm,
-        summary_context_topics=(SCENE,),
-        incremental_context_topics=(NOTES,),
-        compaction_quiet_s=0,
-        rewarm=False,
-        timezone=UTC,
-        clock=lambda: now[0],
-        **profile_budgets(),
-    )
-    conv = Conversation(llm, context=ctx, max_tokens=48, temperature=0.0, clock=lambda: now[0])
+    ctx, conv = recall_session(llm, profile_budgets(), now)
     pid = "facts-" + "-".join(c.name for c in cases)[:40]
     rows = []
     async with ctx:

@@ -180,16 +180,12 @@ def _over_budget(ctx: ContextManager, probe: Probe, recall_budget: int) -> list[
     ]
 
 
-async def run_recall_case(
-    llm: LLMService,
-    case: RecallCase,
-    budgets: dict[str, int],
-    *,
-    max_tokens: int = 48,
-    compaction_timeout_s: float = 120.0,
-) -> RecallResult:
-    now = [T0]
-    result = RecallResult(case.name, case.kind, case.half)
+def recall_session(
+    llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int = 48
+) -> tuple[ContextManager, Conversation]:
+    """The context manager and conversation a recall case runs in: the device's
+    ``budgets``, the scene and notes topics, a clock the case moves (``now[0]``),
+    compaction as soon as it is due and no re-warm (the eval measures answers)."""
     ctx = ContextManager(
         llm,
         summary_context_topics=(SCENE,),
@@ -200,14 +196,28 @@ async def run_recall_case(
         clock=lambda: now[0],
         **budgets,
     )
+    conv = Conversation(
+        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
+    )
+    return ctx, conv
+
+
+async def run_recall_case(
+    llm: LLMService,
+    case: RecallCase,
+    budgets: dict[str, int],
+    *,
+    max_tokens: int = 48,
+    compaction_timeout_s: float = 120.0,
+) -> RecallResult:
+    now = [T0]
+    result = RecallResult(case.name, case.kind, case.half)
+    ctx, conv = recall_session(llm, budgets, now, max_tokens)
     ctx.add_hook(
         "post_compact",
         lambda r: result.compactions.append(
             {"section": r.section, "ok": r.ok, "method": r.method, "reason": r.reason}
         ),
-    )
-    conv = Conversation(
-        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
     )
     pid = f"recall-{case.name}"
     started = time.perf_counter()
