@@ -526,11 +526,13 @@ def test_device_budgets_derive_a_recall_budget_within_the_warm_target() -> None:
 
 
 def test_recall_cases_split_deterministically_into_halves() -> None:
-    names = [c.name for c in RECALL_CASES if not c.fresh]
+    names = [c.name for c in RECALL_CASES if not c.later]
     assert split(names) == split(list(reversed(names)))
     assert DESIGN | HELD_OUT == set(names) and not DESIGN & HELD_OUT
-    fresh = {c.name for c in RECALL_CASES if c.fresh}  # the later set: all held out
-    assert not fresh & set(names) and all(c.half == "fresh" for c in RECALL_CASES if c.fresh)
+    later = [c for c in RECALL_CASES if c.later]  # the later sets: all held out, each its own
+    assert {c.later for c in later} == {"fresh", "unseen"}
+    assert all(c.half == c.later for c in later)
+    assert len({c.name for c in RECALL_CASES}) == len(RECALL_CASES)
     assert abs(len(DESIGN) - len(HELD_OUT)) <= 1
     assert {c.kind for c in RECALL_CASES} == {"fact", "correction", "note", "scene"}
 

@@ -8,10 +8,13 @@ fact (**control**: measures the model), after 10 turns and after 30 (**recall**:
 the memory). Budgets are a device profile's (the CI profile by default), recall included.
 
 The cases were written before the memory design and are split deterministically into a
-design half and a held-out half (:func:`split`), reported separately. A third set,
-``evals/recall_cases_fresh.toml`` ("fresh"), was written after the design was revised, by
-someone who did not design it, and is reported on its own: the first held-out half's
-results had been seen while the design changed.
+design half and a held-out half (:func:`split`), reported separately. Later held-out sets
+are reported on their own (:data:`LATER_SETS`): ``evals/recall_cases_fresh.toml``
+("fresh") was written after the design was revised, by someone who did not design it (the
+first held-out half's results had been seen while the design changed; the fresh set's
+answers were read in session 22 to find an invented summary), and
+``evals/recall_cases_unseen.toml`` ("unseen") in session 24 by a writer who read neither
+the memory design's code nor the other sets.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class RecallCase:
     said: tuple[str, ...] = ()
     note: str = ""
     scene: tuple[str, ...] = ()
-    fresh: bool = False
+    later: str = ""
+    """The later held-out set it belongs to (one of :data:`LATER_SETS`), "" for the first."""
 
     @property
     def held_out(self) -> bool:
@@ -58,11 +62,11 @@ class RecallCase:
 
     @property
     def half(self) -> str:
-        """``design``, ``held_out`` or ``fresh`` (the later, unseen held-out set)."""
-        return "fresh" if self.fresh else "held_out" if self.held_out else "design"
+        """``design``, ``held_out``, or the later held-out set's name."""
+        return self.later or ("held_out" if self.held_out else "design")
 
 
-def _load(name: str, *, fresh: bool = False) -> dict[str, Any]:
+def _load(name: str, *, later: str = "") -> dict[str, Any]:
     path = resources.files(__package__).joinpath("evals", name)
     data = tomllib.loads(path.read_bytes().decode("utf-8")) if path.is_file() else {}
     data["case"] = tuple(
@@ -75,7 +79,7 @@ def _load(name: str, *, fresh: bool = False) -> dict[str, Any]:
             tuple(c.get("said", ())),
             c.get("note", ""),
             tuple(c.get("scene", ())),
-            fresh,
+            later,
         )
         for c in data.get("case", ())
     )
@@ -91,9 +95,13 @@ def split(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 _MAIN = _load("recall_cases.toml")
 FILLERS = tuple((f["user"], f["assistant"]) for f in _MAIN["filler"])
-RECALL_CASES = _MAIN["case"] + _load("recall_cases_fresh.toml", fresh=True)["case"]
+LATER_SETS = ("fresh", "unseen")
+"""Held-out sets written after the first, each in ``evals/recall_cases_<name>.toml``."""
+RECALL_CASES = _MAIN["case"] + tuple(
+    c for name in LATER_SETS for c in _load(f"recall_cases_{name}.toml", later=name)["case"]
+)
 DESIGN, HELD_OUT = (frozenset(h) for h in split([c.name for c in _MAIN["case"]]))
-HALVES = ("design", "held_out", "fresh")
+HALVES = ("design", "held_out", *LATER_SETS)
 
 
 @dataclass
