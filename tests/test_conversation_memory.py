@@ -453,6 +453,45 @@ async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reus
         assert "4711" in ctx.messages("p", system="S", request="My locker code?")[1].content
 
 
+async def test_a_scene_away_from_the_request_is_shown_next_to_it_and_warmed() -> None:
+    clock = Clock()
+    llm = WarmingLLM(responder(lambda m: "Chat."))
+    async with manager(
+        llm, clock=clock, recall_budget_bytes=300, summary_context_topics=("scene",), **SMALL
+    ) as ctx:
+        ctx.messages("p", system="S", request="Hello.")  # the prompt to warm with
+        await ctx.update("p", "scene", "The participant is at the fume hood.")
+        assert ctx.recalled("p", "Where am I?") is None  # the state is next to the request
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
+        await ctx.update("p", "scene", "The participant is in a train carriage.")
+        for i in range(6):  # ordinary turns: the state leaves the request's side
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something nice, take {'x' * i}", "Sure.")
+        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+        line = "scene (latest): The participant is in a train carriage."
+        # every request gets the current state, whatever its words; never the older one
+        for request in ("Where am I?", "Hi!"):
+            block = ctx.recalled("p", request)
+            assert block is not None and block.text == line
+        block = ctx.recalled("p", "What is my locker code?")
+        assert (
+            block is not None and block.text == f"{line}\nUser (earlier): My locker code is 4711."
+        )
+        assert "fume hood" not in block.text
+        # the warm evaluates it: a request with or without recall evaluates none of it anew
+        warmed = llm.warmed[-1][0][1].content
+        for request in ("Where am I?", "What is my locker code?", "Hi!"):
+            assert warmed.startswith(ctx.messages("p", system="S", request=request)[1].content)
+        # a long state takes at most half the block: the statements keep the rest
+        await ctx.update("p", "scene", "The participant is on a long train ride. " * 20)
+        for i in range(6):
+            clock.advance(60)
+            await ctx.record_exchange("p", f"Tell me something else, take {'y' * i}", "Sure.")
+        block = ctx.recalled("p", "What is my locker code?")
+        assert block is not None and block.text.endswith("User (earlier): My locker code is 4711.")
+        assert len(block.text.split("\nUser")[0].encode()) < 150 <= len(block.text.encode()) <= 300
+
+
 async def test_a_newer_topic_state_replaces_an_older_statement_in_recall() -> None:
     clock = Clock()
     llm = ScriptedLLM(responder(lambda m: "Chat."))
@@ -530,7 +569,7 @@ def test_recall_cases_split_deterministically_into_halves() -> None:
     assert split(names) == split(list(reversed(names)))
     assert DESIGN | HELD_OUT == set(names) and not DESIGN & HELD_OUT
     later = [c for c in RECALL_CASES if c.later]  # the later sets: all held out, each its own
-    assert {c.later for c in later} == {"fresh", "unseen"}
+    assert {c.later for c in later} == {"fresh", "unseen", "sealed"}
     assert all(c.half == c.later for c in later)
     assert len({c.name for c in RECALL_CASES}) == len(RECALL_CASES)
     assert abs(len(DESIGN) - len(HELD_OUT)) <= 1

@@ -44,10 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     conv.add_argument(
         "--half",
-        choices=("all", "both", "design", "held-out", "fresh", "unseen"),
+        choices=("all", "both", "design", "held-out", "fresh", "unseen", "sealed"),
         default="all",
         help="which recall cases to run, each set reported separately: the design and "
-        "held-out halves (both), one of the later held-out sets (fresh, unseen), or all "
+        "held-out halves (both), one of the later held-out sets (fresh, unseen, sealed), or all "
         "(default)",
     )
     conv.add_argument(
@@ -90,12 +90,13 @@ def run_conversation(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 140))
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
     halves = {
-        "all": ("design", "held_out", "fresh", "unseen"),
+        "all": ("design", "held_out", "fresh", "unseen", "sealed"),
         "both": ("design", "held_out"),
         "design": ("design",),
         "held-out": ("held_out",),
         "fresh": ("fresh",),
         "unseen": ("unseen",),
+        "sealed": ("sealed",),
     }[args.half]
     recall = [
         c

@@ -95,7 +95,7 @@ def split(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 _MAIN = _load("recall_cases.toml")
 FILLERS = tuple((f["user"], f["assistant"]) for f in _MAIN["filler"])
-LATER_SETS = ("fresh", "unseen")
+LATER_SETS = ("fresh", "unseen", "sealed")
 """Held-out sets written after the first, each in ``evals/recall_cases_<name>.toml``."""
 RECALL_CASES = _MAIN["case"] + tuple(
     c for name in LATER_SETS for c in _load(f"recall_cases_{name}.toml", later=name)["case"]

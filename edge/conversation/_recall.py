@@ -324,34 +324,79 @@ class Recall:
         return f"{who} ({REPLACES if replacer else 'earlier'}): {statement.text}"
 
     def block(self, participant_id: str, request: str, in_view: InView) -> ContextBlock | None:
-        """The recalled block (None when nothing relevant is out of view); at most
-        ``budget_bytes`` of text: the newest statements first, a long one clipped.
+        """The recalled block (None when nothing relevant is out of view and no state is
+        away from the request); at most ``budget_bytes`` of text: the summary topics'
+        states not next to the request first (:meth:`situation`), then the statements
+        recalled for ``request``, newest first, a long one clipped.
 
         When the block chosen ahead (:meth:`ahead_block`, which the participant's prompt
         prefix is warmed with between turns) holds every line of it, the block is that
         one's start, down to the last line needed: the request then evaluates no recalled
-        token anew (a line or two more than needed is the price)."""
-        own = self._lines(*self._select(participant_id, request, in_view))
+        token anew (a line or two more than needed is the price). Any other block starts
+        with the same states, so only its statements are evaluated anew."""
+        situation = self.situation(in_view)
+        room = self.budget_bytes - _cost(situation)
+        said = {s.text for _, s in situation}
+        chosen, replacers = self._select(participant_id, request, in_view)
+        own = self._lines([s for s in chosen if s.text not in said], replacers, room)
         if not own:
-            return None
-        ahead = self._lines(*self._ahead(participant_id, in_view))
+            return self._render(situation, [], header=False) if situation else None
+        ahead = self._lines(*self._ahead(participant_id, in_view), room)
         texts = [text for text, _ in ahead]
         if all(text in texts for text, _ in own):
             upto = 1 + max(texts.index(text) for text, _ in own)
-            return self._render(ahead[:upto], header=len(ahead) > 1)
-        return self._render(own, header=len(own) > 1)
+            return self._render(situation, ahead[:upto], header=len(ahead) > 1)
+        return self._render(situation, own, header=len(own) > 1)
 
     def ahead_block(self, participant_id: str, in_view: InView) -> ContextBlock | None:
-        """The block of :meth:`ahead`'s statements, within ``budget_bytes`` (None when
-        there are none): what the participant's prompt prefix is warmed with."""
-        lines = self._lines(*self._ahead(participant_id, in_view))
-        return self._render(lines, header=len(lines) > 1) if lines else None
+        """The block of :meth:`situation`'s states and :meth:`ahead`'s statements, within
+        ``budget_bytes`` (None when there are none): what the participant's prompt prefix
+        is warmed with."""
+        situation = self.situation(in_view)
+        lines = self._lines(
+            *self._ahead(participant_id, in_view), self.budget_bytes - _cost(situation)
+        )
+        if not (situation or lines):
+            return None
+        return self._render(situation, lines, header=len(lines) > 1)
 
-    def _lines(self, chosen: list[Statement], replacers: set[int]) -> list[tuple[str, Statement]]:
-        """The block's lines for ``chosen`` (newest first) and their statements, within
-        ``budget_bytes`` with the header if more than one: a long first one clipped."""
+    def situation(self, in_view: InView) -> list[tuple[str, Statement]]:
+        """Lines for the summary topics' current states (the scene: where the participant
+        is, what they look at) that the model does not see next to the request, within
+        half of ``budget_bytes`` (a long one clipped), and their statements.
+
+        A state is the participant's situation now, so every answer may need it, whatever
+        the request's words ("Where am I?" shares none with "The participant is in a train
+        carriage"); a small model uses what is next to the request and loses a state many
+        exchanges above it. Next to the request means among the newest entries, as for a
+        statement: repeating what is a few entries above lost answers (docs/conversation.md).
+        A state changes rarely: it is in the block chosen ahead, so a request evaluates
+        none of its tokens anew."""
+        if self.budget_bytes <= 0:
+            return []
         lines: list[tuple[str, Statement]] = []
-        room = self.budget_bytes - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
+        room = self.budget_bytes // 2
+        for state in in_view.states:
+            if in_view.shows_near(state) or not state.text.strip():
+                continue
+            text = f"{state.source} (latest): {state.text}"
+            if nbytes(text) + 1 > room:
+                if room < 64:
+                    break
+                text = clip_middle(text, room - 1)
+            lines.append((text, state))
+            room -= nbytes(text) + 1
+        return lines
+
+    def _lines(
+        self, chosen: list[Statement], replacers: set[int], budget_bytes: int | None = None
+    ) -> list[tuple[str, Statement]]:
+        """The block's lines for ``chosen`` (newest first) and their statements, within
+        ``budget_bytes`` (the whole budget by default) with the header if more than one: a
+        long first one clipped."""
+        lines: list[tuple[str, Statement]] = []
+        budget = self.budget_bytes if budget_bytes is None else budget_bytes
+        room = budget - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
         for statement in chosen:
             text = self.line(statement, statement.seq in replacers)
             cost = nbytes(text) + 1
@@ -365,27 +410,41 @@ class Recall:
         return lines
 
     @staticmethod
-    def _render(lines: list[tuple[str, Statement]], header: bool) -> ContextBlock:
-        text = "\n".join([RECALL_HEADER] * header + [line for line, _ in lines])
-        newest = max(s.timestamp_us for _, s in lines)
-        return ContextBlock("recalled", RECALL_SECTION, text, newest)
+    def _render(
+        situation: list[tuple[str, Statement]], lines: list[tuple[str, Statement]], header: bool
+    ) -> ContextBlock:
+        texts = [t for t, _ in situation] + [RECALL_HEADER] * header + [t for t, _ in lines]
+        newest = max(s.timestamp_us for _, s in situation + lines)
+        return ContextBlock("recalled", RECALL_SECTION, "\n".join(texts), newest)
+
+
+def _cost(lines: list[tuple[str, Statement]]) -> int:
+    """Bytes that ``lines`` take in a block, each with its newline."""
+    return sum(nbytes(text) + 1 for text, _ in lines)
 
 
 class InView:
     """What the model sees of a participant's context: the rendered blocks' ``text``, the
-    ``near`` part of it (the newest blocks, next to the request), and in ``shown`` the
+    ``near`` part of it (the newest blocks, next to the request), in ``shown`` the
     summary topics' states and the newest entries as statements (a newer one there can
-    replace an older statement found).
+    replace an older statement found), and in ``states`` the summary topics' states alone.
 
     A statement shown verbatim near the request is not recalled again. One that only a
     summary holds, or an entry many turns back, is recalled when relevant: a small model
     uses what is next to the request (measured: a fact quoted in the summary above eight
     exchanges goes unused), and only a relevant request pays for the block."""
 
-    def __init__(self, text: str, near: str = "", shown: list[Statement] | None = None) -> None:
+    def __init__(
+        self,
+        text: str,
+        near: str = "",
+        shown: list[Statement] | None = None,
+        states: list[Statement] | None = None,
+    ) -> None:
         self.text = _normal(text)
         self.near = _normal(near)
         self.shown = shown or []
+        self.states = states or []
 
     def shows(self, statement: Statement) -> bool:
         """Whether the statement is anywhere in the context, verbatim."""
@@ -425,4 +484,4 @@ def in_view(
     entry_blocks = [b for b in blocks if b.kind != "summary"]
     near = entry_blocks[-recent:] if recent > 0 else []
     text = "\n".join(b.text for b in blocks)
-    return InView(text, "\n".join(b.text for b in near), shown)
+    return InView(text, "\n".join(b.text for b in near), shown, shown[len(newest) :])
