@@ -22,7 +22,7 @@ from edge.conversation._extractive import (
     previous_items,
     summary_gaps,
 )
-from edge.conversation._memory import is_correction, is_request, key_details, supersedes
+from edge.conversation._memory import is_correction, is_request, key_details, supersedes, words
 from edge.conversation._recall import (
     AHEAD_LIMIT,
     RECALL_HEADER,
@@ -33,6 +33,7 @@ from edge.conversation._recall import (
     RecallIndex,
     Statement,
 )
+from edge.conversation._recall_store import CORRECTION_WORDS
 from edge.conversation._render import Renderer
 from edge.llm import ScriptedLLM
 
@@ -110,12 +111,30 @@ def test_corrections_are_recognised() -> None:
     assert is_correction("Sorry, I misspoke: my name is Mira.")
     assert is_correction("The review is in room 310 now.")
     assert not is_correction("My locker code is 4711.")
+    # the ways people take something back (session 24: two of the sealed set's three)
+    taken_back = [
+        "Change of plan: Priyanka wants to meet at the Wagamama in the arrivals hall.",
+        "Wait, no, the driver's been rerouted to the south gate on Carver Lane.",
+        "No wait, it's the blue folder.",
+        "The school tour was postponed to Friday.",
+        "The launch got pushed back a week.",
+        "The 3 pm meeting is cancelled.",
+    ]
+    for text in taken_back:
+        assert is_correction(text), text
+        # the store's index finds each candidate through one of these words
+        assert {w.lower() for w in words(text)} & set(CORRECTION_WORDS), text
+    assert not is_correction("I'll wait for the bus.")
 
 
 def test_a_correction_or_update_supersedes_what_it_shares_a_subject_with() -> None:
     old = "My supervisor is Dr. Okafor."
     assert supersedes("Actually my supervisor changed, it is Dr. Lindqvist now.", old)
     assert supersedes("Sorry, I meant 15 millilitres, not 12.", "The buffer needs 12 millilitres.")
+    assert supersedes(
+        "Change of plan: Priyanka wants to meet at the Wagamama in the arrivals hall.",
+        "I'm meeting my colleague Priyanka at the Costa Coffee next to gate A4.",
+    )
     # an update of the same thing with its own number, without a correction word
     assert supersedes("The lab door code is 4812 since this morning.", "The lab door code is 1234.")
     assert not supersedes("Actually the weather is nice.", old)  # no shared subject

@@ -12,9 +12,11 @@ design half and a held-out half (:func:`split`), reported separately. Later held
 are reported on their own (:data:`LATER_SETS`): ``evals/recall_cases_fresh.toml``
 ("fresh") was written after the design was revised, by someone who did not design it (the
 first held-out half's results had been seen while the design changed; the fresh set's
-answers were read in session 22 to find an invented summary), and
-``evals/recall_cases_unseen.toml`` ("unseen") in session 24 by a writer who read neither
-the memory design's code nor the other sets.
+answers were read in session 22 to find an invented summary);
+``evals/recall_cases_unseen.toml`` ("unseen") and ``evals/recall_cases_sealed.toml``
+("sealed") in session 24, each by a writer who read neither the memory design's code nor
+the other sets. The unseen set was measured once on the design as it stood, then read to
+find what failed; the sealed set stayed unread until the session's changes were made.
 """
 
 from __future__ import annotations

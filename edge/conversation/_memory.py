@@ -14,7 +14,9 @@ _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
 _QUOTES = "\"'“”‘’«»(["
 _CORRECTION = re.compile(
     r"\b(actually|correction|i meant|i mean|sorry|misspoke|not\s+[\w-]+|instead|changed|"
-    r"moved|switched|replaced|reset|no longer|rather|update[sd]?|now|scratch that|wrong)\b",
+    r"moved|switched|replaced|reset|no longer|rather|update[sd]?|now|scratch that|wrong|"
+    r"change of plans?|wait,?\s+no|no,?\s+wait|rerouted|rescheduled|postponed|pushed back|"
+    r"brought forward|cancell?ed)\b",
     re.IGNORECASE,
 )
 _REQUEST_OPENERS = frozenset(
@@ -145,7 +147,8 @@ def invented_words(summary: str, sources: list[str]) -> list[str]:
 
 def is_correction(text: str) -> bool:
     """Whether a statement says an earlier one was wrong or has changed ("actually",
-    "correction", "I meant", "changed", "now", "not X", ...)."""
+    "correction", "I meant", "changed", "now", "not X", "change of plan", "wait, no",
+    "postponed", ...)."""
     return bool(_CORRECTION.search(text))
 
 

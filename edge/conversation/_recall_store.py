@@ -37,7 +37,8 @@ _LATEST = """
 """
 CORRECTION_WORDS = (
     "actually correction meant mean sorry misspoke not instead changed moved switched replaced "
-    "reset longer rather update updated updates now scratch wrong"
+    "reset longer rather update updated updates now scratch wrong change plan plans wait no "
+    "rerouted rescheduled postponed pushed brought cancelled canceled"
 ).split()
 """Words of :func:`~edge.conversation._memory.is_correction`'s phrases, to find candidates
 in the index; each candidate is then checked with it."""
