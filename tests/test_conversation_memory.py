@@ -448,6 +448,15 @@ async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() 
     assert ctx.recalled("p", "locker code") is None
 
 
+async def ordinary_turns(ctx, clock: Clock, mark: str = "x", settle: bool = True) -> None:
+    """Six ordinary exchanges a minute apart, then (``settle``) the background work done."""
+    for i in range(6):
+        clock.advance(60)
+        await ctx.record_exchange("p", f"Tell me something nice, take {mark * i}", "Sure.")
+    if settle:
+        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+
+
 async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reuses() -> None:
     clock = Clock()
     llm = WarmingLLM(responder(lambda m: "Chat."))
@@ -455,10 +464,7 @@ async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reus
         ctx.messages("p", system="S", request="Hello.")  # the prompt to warm with
         await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
         await ctx.record_exchange("p", "Sample B7 goes to the incubator.", "Okay.")
-        for i in range(6):  # ordinary turns: the statements leave the request's side
-            clock.advance(60)
-            await ctx.record_exchange("p", f"Tell me something nice, take {'x' * i}", "Sure.")
-        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+        await ordinary_turns(ctx, clock)  # the statements leave the request's side
         warmed = llm.warmed[-1][0][1].content
         assert warmed.endswith(
             "Earlier, newest first:\nUser (earlier): Sample B7 goes to the incubator.\n"
@@ -483,10 +489,7 @@ async def test_a_scene_away_from_the_request_is_shown_next_to_it_and_warmed() ->
         assert ctx.recalled("p", "Where am I?") is None  # the state is next to the request
         await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
         await ctx.update("p", "scene", "The participant is in a train carriage.")
-        for i in range(6):  # ordinary turns: the state leaves the request's side
-            clock.advance(60)
-            await ctx.record_exchange("p", f"Tell me something nice, take {'x' * i}", "Sure.")
-        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+        await ordinary_turns(ctx, clock)  # the state leaves the request's side
         line = "scene (latest): The participant is in a train carriage."
         # every request gets the current state, whatever its words; never the older one
         for request in ("Where am I?", "Hi!"):
@@ -503,9 +506,7 @@ async def test_a_scene_away_from_the_request_is_shown_next_to_it_and_warmed() ->
             assert warmed.startswith(ctx.messages("p", system="S", request=request)[1].content)
         # a long state takes at most half the block: the statements keep the rest
         await ctx.update("p", "scene", "The participant is on a long train ride. " * 20)
-        for i in range(6):
-            clock.advance(60)
-            await ctx.record_exchange("p", f"Tell me something else, take {'y' * i}", "Sure.")
+        await ordinary_turns(ctx, clock, "y", settle=False)  # not compacted: six entries below
         block = ctx.recalled("p", "What is my locker code?")
         assert block is not None and block.text.endswith("User (earlier): My locker code is 4711.")
         assert len(block.text.split("\nUser")[0].encode()) < 150 <= len(block.text.encode()) <= 300
