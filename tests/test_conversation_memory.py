@@ -384,6 +384,51 @@ def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None
     assert [s.seq for s in recall.ahead("p", InView(near, near))] == [4, 1]
 
 
+TRUCK = "The concrete truck is coming in through the north gate on Harlow Street."
+REROUTED = "Wait, no, the driver's been rerouted to the south gate on Carver Lane."
+
+
+def test_a_correction_right_after_a_statement_takes_it_back_on_one_shared_word() -> None:
+    index = MemoryRecallIndex()
+    said = [TRUCK, REROUTED, "Freezer B is at minus 80 degrees.", "Tell me a fun fact."]
+    said += ["Oh and the freezer A door seal was replaced."]  # later, one word: not it
+    for i, text in enumerate(said):
+        index.add(statement(i, text))
+    assert index.following(statement(0, TRUCK)) == statement(1, REROUTED)
+    assert index.following(statement(4, said[4])) is None
+    recall = Recall(index, 320, Renderer())
+    block = recall.block("p", "Where should I go to meet the concrete truck?", InView(""))
+    assert block is not None and block.text.endswith(f"User ({REPLACES}): {REROUTED}")
+    assert "north gate" not in block.text  # (the lines before are the block chosen ahead)
+    block = recall.block("p", "How cold is freezer B?", InView(""))
+    assert block is not None and "minus 80" in block.text
+    # the block chosen ahead leaves the taken-back statement out as well
+    ahead = [s.seq for s in recall.ahead("p", InView(""))]
+    assert 1 in ahead and 0 not in ahead
+
+
+async def test_the_stores_index_finds_the_correction_said_next(tmp_path) -> None:
+    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.store import SessionStore
+
+    store = SessionStore(tmp_path / "s.db")
+    clock = Clock()
+    async with manager(ScriptedLLM(responder("Chat.")), clock=clock, store=store, **SMALL) as ctx:
+        await ctx.record_exchange("p", TRUCK, "Okay.")
+        await ctx.record_exchange("q", "I am somebody else.", "Okay.")  # not p's next
+        await ctx.record_exchange("p", REROUTED, "Okay.")
+        await ordinary_turns(ctx, clock, settle=False)
+        index = ctx._recall.index
+        assert isinstance(index, StoreRecallIndex)
+        truck = index.search("p", "concrete truck", 1)[0]
+        following = index.following(truck)
+        assert following is not None and following.text == REROUTED
+        assert index.following(index.newest("p", 1)[0]) is None
+        block = ctx.recalled("p", "Where do I meet the concrete truck?")
+    assert block is not None and block.text == f"User ({REPLACES}): {REROUTED}"
+    store.close()
+
+
 def test_statements_about_other_numbered_things_are_all_kept() -> None:
     said = [f"Sample {i} is in rack {i + 1}." for i in range(6)]
     index = MemoryRecallIndex(min_score=0.0)  # six of a kind: all about equally relevant
@@ -698,7 +743,7 @@ def test_the_stores_recall_queries_keep_a_plan_that_scales(tmp_path) -> None:
     """A search starts from the full-text match (not from the participant's records, each
     then matched: seconds at 50,000 records); the newest statements come from the
     participant's records newest first, without a sort."""
-    from edge.conversation._recall_store import _LATEST, _NEWEST, _SEARCH
+    from edge.conversation._recall_store import _FOLLOWING, _LATEST, _NEWEST, _SEARCH
     from edge.store import SessionStore
 
     store = SessionStore(tmp_path / "s.db")
@@ -710,4 +755,7 @@ def test_the_stores_recall_queries_keep_a_plan_that_scales(tmp_path) -> None:
         assert plan(sql, *args)[0].startswith("SCAN recall VIRTUAL TABLE INDEX 0:M")
     assert plan(_LATEST, "p", 5)[0] == "SEARCH r USING INDEX records_participant (participant=?)"
     assert not any("TEMP B-TREE" in step for step in plan(_LATEST, "p", 5))
+    following = plan(_FOLLOWING, "p", 7)
+    assert following[0] == "SEARCH r USING INDEX records_participant (participant=? AND id>?)"
+    assert not any("TEMP B-TREE" in step for step in following)
     store.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, pairwise
 from typing import Protocol, runtime_checkable
 
 from ._context import ParticipantContext
@@ -87,6 +87,11 @@ class RecallIndex(Protocol):
         """The participant's newest ``limit`` statements, newest first."""
         ...
 
+    def following(self, statement: Statement) -> Statement | None:
+        """The participant's next statement after ``statement`` (None if it is the newest
+        or no longer kept)."""
+        ...
+
     def forget(self, participant_id: str) -> None: ...
 
 
@@ -97,12 +102,15 @@ class _Postings:
     statements: dict[int, tuple[Statement, Counter[str]]] = field(default_factory=dict)
     postings: dict[str, set[int]] = field(default_factory=dict)
     corrections: dict[int, Statement] = field(default_factory=dict)
+    ids: dict[int, int] = field(default_factory=dict)
+    """Running number of each statement's ``seq``."""
     total_terms: int = 0
     next_id: int = 0
 
     def add(self, statement: Statement) -> None:
         counts = Counter(terms(statement.text))
         self.statements[self.next_id] = (statement, counts)
+        self.ids[statement.seq] = self.next_id
         if statement.correction:
             self.corrections[self.next_id] = statement
         for term in counts:
@@ -112,8 +120,10 @@ class _Postings:
 
     def drop_oldest(self) -> None:
         oldest = next(iter(self.statements))  # dicts keep insertion order
-        _, counts = self.statements.pop(oldest)
+        statement, counts = self.statements.pop(oldest)
         self.corrections.pop(oldest, None)
+        if self.ids.get(statement.seq) == oldest:
+            del self.ids[statement.seq]
         for term in counts:
             ids = self.postings[term]
             ids.discard(oldest)
@@ -174,6 +184,14 @@ class MemoryRecallIndex:
             return []
         return [p.statements[i][0] for i in islice(reversed(p.statements), limit)]
 
+    def following(self, statement: Statement) -> Statement | None:
+        p = self._by_participant.get(statement.participant_id)
+        i = p.ids.get(statement.seq) if p else None
+        if p is None or i is None:
+            return None
+        nxt = p.statements.get(i + 1)  # running numbers are contiguous: the oldest go first
+        return nxt[0] if nxt else None
+
     def forget(self, participant_id: str) -> None:
         self._by_participant.pop(participant_id, None)
 
@@ -186,14 +204,31 @@ def replaces(newer: Statement, older: Statement) -> bool:
     return supersedes(newer.text, older.text)
 
 
-def superseded(pool: list[Statement]) -> tuple[set[int], dict[int, list[Statement]]]:
-    """``seq`` of the statements in ``pool`` that a newer one replaces, and for each
-    statement that replaces one (and is not itself replaced) what it replaces."""
+def takes_back(correction: Statement, previous: Statement) -> bool:
+    """Whether ``correction``, said right after ``previous`` (the participant's next
+    statement), takes it back: a correction sharing a word with it ("Wait, no, the driver's
+    been rerouted to the south gate" after "The concrete truck is coming in through the
+    north gate"), where one said later needs two (:func:`replaces`)."""
+    if not correction.correction or is_request(correction.text) or is_request(previous.text):
+        return False
+    return bool(set(terms(correction.text)) & set(terms(previous.text)))
+
+
+Pairs = frozenset[tuple[int, int]]
+"""``(newer seq, older seq)``: statements that replace others by being said right after."""
+
+
+def superseded(
+    pool: list[Statement], pairs: Pairs = frozenset()
+) -> tuple[set[int], dict[int, list[Statement]]]:
+    """``seq`` of the statements in ``pool`` that a newer one replaces (:func:`replaces`,
+    or a pair of ``pairs``), and for each statement that replaces one (and is not itself
+    replaced) what it replaces."""
     replaced: set[int] = set()
     replacers: dict[int, list[Statement]] = {}
     for newer in pool:
         for older in pool:
-            if replaces(newer, older):
+            if (newer.seq, older.seq) in pairs or replaces(newer, older):
                 replaced.add(older.seq)
                 replacers.setdefault(newer.seq, []).append(older)
     return replaced, {k: v for k, v in replacers.items() if k not in replaced}
@@ -246,17 +281,18 @@ class Recall:
         self, participant_id: str, request: str, in_view: InView
     ) -> tuple[list[Statement], set[int]]:
         """:meth:`select`'s statements, and ``seq`` of those that replace an older one."""
-        return self._choose(self.candidates(participant_id, request, in_view), in_view, self.limit)
+        pool, pairs = self._candidates(participant_id, request, in_view)
+        return self._choose(pool, in_view, self.limit, pairs)
 
     @staticmethod
     def _choose(
-        pool: dict[int, Statement], in_view: InView, limit: int
+        pool: dict[int, Statement], in_view: InView, limit: int, pairs: Pairs = frozenset()
     ) -> tuple[list[Statement], set[int]]:
         """Up to ``limit`` statements of ``pool`` (those replacing an older one first, then
         in the pool's order), newest first, and ``seq`` of those that replace one: what
         a newer statement replaces is left out, and so is what the model sees near the
         request (unless what it replaces is in view too)."""
-        replaced, replacers = superseded(list(pool.values()))
+        replaced, replacers = superseded(list(pool.values()), pairs)
         ordered = [pool[i] for i in replacers] + [
             s for s in pool.values() if s.seq not in replacers
         ]
@@ -286,13 +322,13 @@ class Recall:
     def _ahead(self, participant_id: str, in_view: InView) -> tuple[list[Statement], set[int]]:
         if self.budget_bytes <= 0 or self.ahead_limit <= 0:
             return [], set()
-        rated = [
-            (importance(s.text), s)
-            for s in self.index.newest(participant_id, AHEAD_WIDTH)
-            if not is_request(s.text)
-        ]
+        newest = self.index.newest(participant_id, AHEAD_WIDTH)
+        pairs = frozenset(
+            (newer.seq, older.seq) for newer, older in pairwise(newest) if takes_back(newer, older)
+        )
+        rated = [(importance(s.text), s) for s in newest if not is_request(s.text)]
         rated = sorted((r for r in rated if r[0] > 0), key=lambda r: -r[0])  # stable: newest first
-        return self._choose({s.seq: s for _, s in rated}, in_view, self.ahead_limit)
+        return self._choose({s.seq: s for _, s in rated}, in_view, self.ahead_limit, pairs)
 
     def candidates(
         self, participant_id: str, request: str, in_view: InView
@@ -300,9 +336,15 @@ class Recall:
         """Statements relevant to ``request`` (the index's search, over its relevance
         floor), that state something (not a request) the request does not already say;
         and every newer statement, in view or in the index's corrections, that replaces
-        one of them."""
+        one of them, or the correction said right after one (:func:`takes_back`)."""
+        return self._candidates(participant_id, request, in_view)[0]
+
+    def _candidates(
+        self, participant_id: str, request: str, in_view: InView
+    ) -> tuple[dict[int, Statement], Pairs]:
+        """:meth:`candidates`, and the pairs of those that take back the one before."""
         if self.budget_bytes <= 0:
-            return {}
+            return {}, frozenset()
         asked = set(terms(request))
         found = [
             s
@@ -310,12 +352,18 @@ class Recall:
             if not is_request(s.text) and answers(s, asked)
         ]
         pool = {s.seq: s for s in found}
+        pairs: set[tuple[int, int]] = set()
         if found:
             newer = self.index.corrections(participant_id, MAX_CORRECTIONS) + in_view.shown
             for s in newer:
                 if any(replaces(s, f) for f in found):
                     pool.setdefault(s.seq, s)
-        return pool
+            for f in found:
+                after = self.index.following(f)
+                if after is not None and takes_back(after, f):
+                    pool.setdefault(after.seq, after)
+                    pairs.add((after.seq, f.seq))
+        return pool, frozenset(pairs)
 
     @staticmethod
     def line(statement: Statement, replacer: bool = False) -> str:

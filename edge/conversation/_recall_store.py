@@ -35,6 +35,12 @@ _LATEST = """
     WHERE r.participant = ? AND r.kind IN ('exchange', 'update')
     ORDER BY r.id DESC LIMIT ?
 """
+_FOLLOWING = """
+    SELECT r.id, r.timestamp_us, r.section, recall.body
+    FROM records r CROSS JOIN recall ON recall.rowid = r.id
+    WHERE r.participant = ? AND r.id > ? AND r.kind IN ('exchange', 'update')
+    ORDER BY r.id LIMIT 1
+"""
 CORRECTION_WORDS = (
     "actually correction meant mean sorry misspoke not instead changed moved switched replaced "
     "reset longer rather update updated updates now scratch wrong change plan plans wait no "
@@ -104,3 +110,7 @@ class StoreRecallIndex:
             return []
         rows = self._rows(_LATEST, participant_id, limit)
         return [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
+
+    def following(self, statement: Statement) -> Statement | None:
+        rows = self._rows(_FOLLOWING, statement.participant_id, statement.seq)
+        return next((Statement(statement.participant_id, *row) for row in rows), None)
