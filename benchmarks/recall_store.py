@@ -3,8 +3,10 @@
 Fills a temporary store (``SessionStore``, schema as committed) with ``--participants``
 participants of ``--statements`` statements each (short lab statements, random words and
 numbers), then times, for one participant, what an answer request runs before the model:
-the full-text search (three requests), the corrections' lookup and the newest statements
-(what the block chosen ahead reads). p50 of ``--repeat`` calls each.
+the full-text search (three requests), the corrections' lookup, the newest statements
+(what the block chosen ahead reads) and the statement said next after each one a search
+found (what a correction said right after one is looked up by). p50 of ``--repeat`` calls
+each.
 
 Usage: ``python benchmarks/recall_store.py [--participants 10] [--statements 5000]``;
 writes ``benchmarks/results/<machine class>/recall_store.json``. About 10 s.
@@ -66,6 +68,12 @@ def p50_ms(call: Callable[[], object], repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
+def following_all(index: StoreRecallIndex, found: list) -> None:
+    """The next statement after each of a search's results, as a request looks them up."""
+    for statement in found:
+        index.following(statement)
+
+
 def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="recall-store-") as tmp:
         store = SessionStore(Path(tmp) / "sessions.sqlite3")
@@ -74,6 +82,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         filled_s = time.perf_counter() - started
         index = StoreRecallIndex(store)
         pid = "user-3"
+        found = index.search(pid, REQUESTS[0], 12)
         result = {
             "participants": args.participants,
             "statements": args.statements,
@@ -84,6 +93,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             },
             "corrections_ms": p50_ms(lambda: index.corrections(pid, 64), args.repeat),
             "newest_ms": p50_ms(lambda: index.newest(pid, 24), args.repeat),
+            "following_ms": p50_ms(lambda: following_all(index, found), args.repeat),
         }
         store.close()
     return result
@@ -101,6 +111,7 @@ def report(result: dict[str, Any]) -> None:
         console.print(f"  search {request!r}: {ms:.1f} ms")
     console.print(f"  corrections: {result['corrections_ms']:.1f} ms")
     console.print(f"  newest 24: {result['newest_ms']:.2f} ms")
+    console.print(f"  the statement said after each of 12 found: {result['following_ms']:.2f} ms")
     console.print(f"wrote {write_results('recall_store', result)}")
 
 
