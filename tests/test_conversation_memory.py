@@ -392,16 +392,21 @@ def test_a_correction_right_after_a_statement_takes_it_back_on_one_shared_word()
     index = MemoryRecallIndex()
     said = [TRUCK, REROUTED, "Freezer B is at minus 80 degrees.", "Tell me a fun fact."]
     said += ["Oh and the freezer A door seal was replaced."]  # later, one word: not it
+    said += ["Freezer C is set to minus 20.", "Sample rack 3 was moved to freezer A."]
     for i, text in enumerate(said):
         index.add(statement(i, text))
     assert index.following(statement(0, TRUCK)) == statement(1, REROUTED)
-    assert index.following(statement(4, said[4])) is None
+    assert index.following(statement(6, said[6])) is None
     recall = Recall(index, 320, Renderer())
     block = recall.block("p", "Where should I go to meet the concrete truck?", InView(""))
     assert block is not None and block.text.endswith(f"User ({REPLACES}): {REROUTED}")
     assert "north gate" not in block.text  # (the lines before are the block chosen ahead)
     block = recall.block("p", "How cold is freezer B?", InView(""))
     assert block is not None and "minus 80" in block.text
+    # a change told on its own, right after, is no repair of what came before (session 24:
+    # "moved" is a correction word, and "freezer" the one word shared)
+    block = recall.block("p", "How cold is freezer C?", InView(""))
+    assert block is not None and "minus 20" in block.text and REPLACES not in block.text
     # the block chosen ahead leaves the taken-back statement out as well
     ahead = [s.seq for s in recall.ahead("p", InView(""))]
     assert 1 in ahead and 0 not in ahead

@@ -152,6 +152,21 @@ def is_correction(text: str) -> bool:
     return bool(_CORRECTION.search(text))
 
 
+_TAKE_BACK = re.compile(
+    r"^\W*(actually|correction|sorry|oops|wait,?\s+no|no,?\s+wait|no,|scratch that|"
+    r"change of plans?|i meant|i mean|i misspoke|i got it wrong|i was wrong|my mistake)\b",
+    re.IGNORECASE,
+)
+
+
+def takes_back_what_went_before(text: str) -> bool:
+    """Whether a statement opens by taking back what the participant just said ("Wait,
+    no, ...", "Actually, ...", "Scratch that, ...", "Change of plan: ..."): a repair that
+    refers to the utterance before it, unlike a change told on its own ("Sample rack 3 was
+    moved to freezer A" is a correction word, not a repair of what came before)."""
+    return bool(_TAKE_BACK.search(text))
+
+
 def is_request(text: str) -> bool:
     """Whether the participant asked for something rather than stated it: a question, or
     a request ("Tell me ...", "Thanks ...") without a number in it. A request states
