@@ -214,6 +214,14 @@ def test_extractive_summary_keeps_only_the_newest_of_a_corrected_statement() -> 
     only_asked = [exchange(1, "Tell me a fun fact."), exchange(2, "What rhymes with bench?")]
     assert extractive_summary("", only_asked, 200, dialogue=True) == NOTHING
     assert previous_items(NOTHING) == []
+    # a repair said right after takes back what came before on one shared word; a change
+    # told on its own does not
+    said = ["Freezer B is set to minus 80.", "Sample rack 3 was moved to freezer A."]
+    said += ["The concrete truck comes through the north gate.", "Wait, no, the south gate."]
+    entries = [exchange(i, text) for i, text in enumerate(said)]
+    summary = extractive_summary("", entries, 300, dialogue=True)
+    assert "minus 80" in summary and "rack 3" in summary and "south gate" in summary
+    assert "north gate" not in summary
 
 
 async def locker_code_then_chatter(ctx: ContextManager) -> None:

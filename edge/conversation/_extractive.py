@@ -20,6 +20,7 @@ from ._memory import (
     invented_words,
     is_request,
     missing_details,
+    repairs,
     supersedes,
 )
 from ._text import clip_middle, nbytes
@@ -66,10 +67,13 @@ def previous_items(summary: str) -> list[str]:
 
 def current(items: list[str]) -> list[str]:
     """``items`` (oldest first) without those a later one replaces (a correction, an
-    update of the same thing: :func:`~edge.conversation._memory.supersedes`) or repeats."""
+    update of the same thing: :func:`~edge.conversation._memory.supersedes`), the next one
+    takes back (:func:`~edge.conversation._memory.repairs`), or repeats."""
     kept = []
     for i, text in enumerate(items):
         later = items[i + 1 :]
+        if later and repairs(later[0], text):
+            continue
         if any(t.lower() == text.lower() or supersedes(t, text) for t in later):
             continue
         kept.append(text)

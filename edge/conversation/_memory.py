@@ -167,6 +167,18 @@ def takes_back_what_went_before(text: str) -> bool:
     return bool(_TAKE_BACK.search(text))
 
 
+def repairs(newer: str, older: str) -> bool:
+    """Whether ``newer``, said right after ``older``, takes it back: it opens with a repair
+    (:func:`takes_back_what_went_before`) and shares a word with it ("Wait, no, the
+    driver's been rerouted to the south gate" after "The concrete truck is coming in
+    through the north gate"), where a correction said later needs two (:func:`supersedes`).
+    A change told on its own ("Sample rack 3 was moved to freezer A" after "Freezer B is
+    set to minus 80 degrees") does not take back what came before."""
+    if not takes_back_what_went_before(newer) or is_request(newer) or is_request(older):
+        return False
+    return bool(set(terms(newer)) & set(terms(older)))
+
+
 def is_request(text: str) -> bool:
     """Whether the participant asked for something rather than stated it: a question, or
     a request ("Tell me ...", "Thanks ...") without a number in it. A request states

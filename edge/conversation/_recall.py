@@ -23,14 +23,7 @@ from itertools import islice, pairwise
 from typing import Protocol, runtime_checkable
 
 from ._context import ParticipantContext
-from ._memory import (
-    importance,
-    is_correction,
-    is_request,
-    supersedes,
-    takes_back_what_went_before,
-    terms,
-)
+from ._memory import importance, is_correction, is_request, repairs, supersedes, terms
 from ._render import DIALOGUE, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
@@ -212,18 +205,9 @@ def replaces(newer: Statement, older: Statement) -> bool:
 
 
 def takes_back(correction: Statement, previous: Statement) -> bool:
-    """Whether ``correction``, said right after ``previous`` (the participant's next
-    statement), takes it back: it opens with a repair
-    (:func:`~edge.conversation._memory.takes_back_what_went_before`) and shares a word with
-    it ("Wait, no, the driver's been rerouted to the south gate" after "The concrete truck
-    is coming in through the north gate"), where a correction said later needs two
-    (:func:`replaces`). A change told on its own ("Sample rack 3 was moved to freezer A"
-    after "Freezer B is set to minus 80 degrees") does not take back what came before."""
-    if not takes_back_what_went_before(correction.text):
-        return False
-    if is_request(correction.text) or is_request(previous.text):
-        return False
-    return bool(set(terms(correction.text)) & set(terms(previous.text)))
+    """Whether ``correction``, the participant's next statement after ``previous``, takes
+    it back (:func:`~edge.conversation._memory.repairs`)."""
+    return repairs(correction.text, previous.text)
 
 
 Pairs = frozenset[tuple[int, int]]
