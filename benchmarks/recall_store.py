@@ -25,6 +25,7 @@ from typing import Any
 
 from figures import write_results
 
+from edge.conversation._recall import Statement
 from edge.conversation._recall_store import StoreRecallIndex
 from edge.store import SessionStore
 
@@ -68,7 +69,7 @@ def p50_ms(call: Callable[[], object], repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
-def following_all(index: StoreRecallIndex, found: list) -> None:
+def following_all(index: StoreRecallIndex, found: list[Statement]) -> None:
     """The next statement after each of a search's results, as a request looks them up."""
     for statement in found:
         index.following(statement)

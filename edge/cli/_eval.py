@@ -14,6 +14,17 @@ from rich.table import Table
 
 from edge.llm import LLMService
 
+_LATER = ("fresh", "unseen", "sealed")  # edge.conversation's LATER_SETS, not imported here:
+# the CLI loads the conversation package only when an eval runs
+HALVES = {
+    "all": ("design", "held_out", *_LATER),
+    "both": ("design", "held_out"),
+    "design": ("design",),
+    "held-out": ("held_out",),
+    **{name: (name,) for name in _LATER},
+}
+"""``--half``'s choices and the recall sets each runs."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="run live-model evaluations")
@@ -44,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     conv.add_argument(
         "--half",
-        choices=("all", "both", "design", "held-out", "fresh", "unseen", "sealed"),
+        choices=tuple(HALVES),
         default="all",
         help="which recall cases to run, each set reported separately: the design and "
         "held-out halves (both), one of the later held-out sets (fresh, unseen, sealed), or all "
@@ -89,15 +100,7 @@ def run_conversation(args: argparse.Namespace) -> int:
 
     console = Console(width=max(Console().width, 140))
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
-    halves = {
-        "all": ("design", "held_out", "fresh", "unseen", "sealed"),
-        "both": ("design", "held_out"),
-        "design": ("design",),
-        "held-out": ("held_out",),
-        "fresh": ("fresh",),
-        "unseen": ("unseen",),
-        "sealed": ("sealed",),
-    }[args.half]
+    halves = HALVES[args.half]
     recall = [
         c
         for c in RECALL_CASES

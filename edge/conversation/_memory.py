@@ -12,10 +12,14 @@ import re
 _WORD = re.compile(r"[^\W_]+(?:[-'’.:][^\W_]+)*", re.UNICODE)
 _TITLES = ("Dr.", "Mr.", "Mrs.", "Ms.", "St.", "Prof.")
 _QUOTES = "\"'“”‘’«»(["
+_REPAIRS = (
+    r"actually|correction|i meant|i mean|sorry|scratch that|change of plans?|wait,?\s+no|"
+    r"no,?\s+wait"
+)
+"""Phrases that take back what was said: corrections anywhere, repairs at the start."""
 _CORRECTION = re.compile(
-    r"\b(actually|correction|i meant|i mean|sorry|misspoke|not\s+[\w-]+|instead|changed|"
-    r"moved|switched|replaced|reset|no longer|rather|update[sd]?|now|scratch that|wrong|"
-    r"change of plans?|wait,?\s+no|no,?\s+wait|rerouted|rescheduled|postponed|pushed back|"
+    rf"\b({_REPAIRS}|misspoke|not\s+[\w-]+|instead|changed|moved|switched|replaced|reset|"
+    r"no longer|rather|update[sd]?|now|wrong|rerouted|rescheduled|postponed|pushed back|"
     r"brought forward|cancell?ed)\b",
     re.IGNORECASE,
 )
@@ -153,8 +157,7 @@ def is_correction(text: str) -> bool:
 
 
 _TAKE_BACK = re.compile(
-    r"^\W*(actually|correction|sorry|oops|wait,?\s+no|no,?\s+wait|no,|scratch that|"
-    r"change of plans?|i meant|i mean|i misspoke|i got it wrong|i was wrong|my mistake)\b",
+    rf"^\W*({_REPAIRS}|oops|no,|i misspoke|i got it wrong|i was wrong|my mistake)\b",
     re.IGNORECASE,
 )
 

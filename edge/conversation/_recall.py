@@ -204,12 +204,6 @@ def replaces(newer: Statement, older: Statement) -> bool:
     return supersedes(newer.text, older.text)
 
 
-def takes_back(correction: Statement, previous: Statement) -> bool:
-    """Whether ``correction``, the participant's next statement after ``previous``, takes
-    it back (:func:`~edge.conversation._memory.repairs`)."""
-    return repairs(correction.text, previous.text)
-
-
 Pairs = frozenset[tuple[int, int]]
 """``(newer seq, older seq)``: statements that replace others by being said right after."""
 
@@ -320,7 +314,9 @@ class Recall:
             return [], set()
         newest = self.index.newest(participant_id, AHEAD_WIDTH)
         pairs = frozenset(
-            (newer.seq, older.seq) for newer, older in pairwise(newest) if takes_back(newer, older)
+            (newer.seq, older.seq)
+            for newer, older in pairwise(newest)
+            if repairs(newer.text, older.text)
         )
         rated = [(importance(s.text), s) for s in newest if not is_request(s.text)]
         rated = sorted((r for r in rated if r[0] > 0), key=lambda r: -r[0])  # stable: newest first
@@ -332,7 +328,8 @@ class Recall:
         """Statements relevant to ``request`` (the index's search, over its relevance
         floor), that state something (not a request) the request does not already say;
         and every newer statement, in view or in the index's corrections, that replaces
-        one of them, or the correction said right after one (:func:`takes_back`)."""
+        one of them, or the repair said right after one
+        (:func:`~edge.conversation._memory.repairs`)."""
         return self._candidates(participant_id, request, in_view)[0]
 
     def _candidates(
@@ -356,7 +353,7 @@ class Recall:
                     pool.setdefault(s.seq, s)
             for f in found:
                 after = self.index.following(f)
-                if after is not None and takes_back(after, f):
+                if after is not None and repairs(after.text, f.text):
                     pool.setdefault(after.seq, after)
                     pairs.add((after.seq, f.seq))
         return pool, frozenset(pairs)
@@ -433,14 +430,12 @@ class Recall:
         return lines
 
     def _lines(
-        self, chosen: list[Statement], replacers: set[int], budget_bytes: int | None = None
+        self, chosen: list[Statement], replacers: set[int], budget_bytes: int
     ) -> list[tuple[str, Statement]]:
         """The block's lines for ``chosen`` (newest first) and their statements, within
-        ``budget_bytes`` (the whole budget by default) with the header if more than one: a
-        long first one clipped."""
+        ``budget_bytes`` with the header if more than one: a long first one clipped."""
         lines: list[tuple[str, Statement]] = []
-        budget = self.budget_bytes if budget_bytes is None else budget_bytes
-        room = budget - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
+        room = budget_bytes - (nbytes(RECALL_HEADER) + 1 if len(chosen) > 1 else 0)
         for statement in chosen:
             text = self.line(statement, statement.seq in replacers)
             cost = nbytes(text) + 1
