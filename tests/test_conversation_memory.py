@@ -420,6 +420,16 @@ def test_a_correction_right_after_a_statement_takes_it_back_on_one_shared_word()
     assert 1 in ahead and 0 not in ahead
 
 
+def test_the_repair_phrases_open_a_statement() -> None:
+    from edge.conversation._memory import repairs, takes_back_what_went_before
+
+    for text in ("No, it's the blue folder.", "Oops, wrong one.", "Actually, it's 5.", REROUTED):
+        assert takes_back_what_went_before(text), text
+    for text in ("No problem.", "Nothing changed.", "Now, the folder.", "It is not 5, actually."):
+        assert not takes_back_what_went_before(text), text
+    assert repairs("No, it's the blue folder.", "The forms are in the red folder.")
+
+
 async def test_the_stores_index_finds_the_correction_said_next(tmp_path) -> None:
     from edge.conversation._recall_store import StoreRecallIndex
     from edge.store import SessionStore

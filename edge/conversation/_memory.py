@@ -157,7 +157,7 @@ def is_correction(text: str) -> bool:
 
 
 _TAKE_BACK = re.compile(
-    rf"^\W*({_REPAIRS}|oops|no,|i misspoke|i got it wrong|i was wrong|my mistake)\b",
+    rf"^\W*(?:(?:{_REPAIRS}|oops|i misspoke|i got it wrong|i was wrong|my mistake)\b|no,)",
     re.IGNORECASE,
 )
 
