@@ -11,10 +11,15 @@ from edge.conversation._context import Entry
 from edge.conversation._eval_recall import (
     DESIGN,
     HELD_OUT,
+    PROBES,
     RECALL_CASES,
+    Probe,
+    RecallResult,
     profile_budgets,
+    ratio_interval,
     run_recall_case,
     split,
+    summarize,
 )
 from edge.conversation._extractive import (
     NOTHING,
@@ -672,8 +677,29 @@ async def test_recall_case_probes_control_and_after_10_and_30_turns(name) -> Non
     assert not result.error
     assert [p.turns for p in result.probes] == [0, 10, 30]
     assert all(p.score == 1.0 for p in result.probes)
+    assert all(p.kept for p in result.probes)  # the answer was in each request's context
     assert result.compactions and all(c["ok"] for c in result.compactions)
     assert result.over_budget == []
+
+
+def test_the_recall_summary_separates_what_was_retained_from_what_was_gained() -> None:
+    def result(name: str, half: str, scores: tuple[float, ...], kept: bool) -> RecallResult:
+        probes = [
+            Probe(t, x, "", False, 0, {}, kept=kept) for t, x in zip(PROBES, scores, strict=True)
+        ]
+        return RecallResult(name, "fact", half, probes)
+
+    rows = [result("a", "design", (1, 1, 1), True), result("b", "design", (1, 0, 0), True)]
+    rows += [result("c", "design", (0, 1, 1), False), result("d", "fresh", (1, 1, 0), True)]
+    summary = summarize(rows)
+    design = summary["design"]
+    assert design["ratio_10"] == 1.0  # c's later answer makes up for b's lost one...
+    assert design["retained_10"] == 0.5  # ...but only a was kept of what the model knew
+    assert design["kept_10"] == pytest.approx(2 / 3)
+    low, high = design["ratio_10_interval"]
+    assert low < 1.0 < high and ratio_interval([(1, 0), (1, 1), (0, 1)]) == (low, high)
+    assert summary["all"]["cases"] == 4 and summary["fresh"]["retained_30"] == 0.0
+    assert "all" not in summarize(rows[:1]) and ratio_interval([(0, 1)]) is None
 
 
 # ----------------------------------------------------------------- the store's FTS5 index

@@ -212,13 +212,7 @@ def _print_recall(console: Console, results: list) -> dict:
         )
     console.print(table)
     summary = summarize(results)
-    for half in HALVES:
-        if half in summary:
-            h = summary[half]
-            console.print(
-                f"{half}: control {h['control']:.2f}, recall@10 {h['recall_10']:.2f}, "
-                f"recall@30 {h['recall_30']:.2f} ({h['cases']} cases)"
-            )
+    console.print(_recall_summary_table([h for h in (*HALVES, "all") if h in summary], summary))
     c = summary["compactions"]
     if c["total"]:
         console.print(
@@ -226,3 +220,32 @@ def _print_recall(console: Console, results: list) -> dict:
             f"methods {c['methods']}; over budget: {summary['over_budget'] or 'none'}"
         )
     return {"summary": summary, "results": [asdict(r) for r in results]}
+
+
+def _recall_summary_table(halves: list[str], summary: dict) -> Table:
+    """Each set's control and recall side by side: the ratio with its 95 % interval, what
+    was retained of the control's answers, and how often the context held the answer."""
+    table = Table(title="recall per set: ratio = recall / control (95 % interval)")
+    for col in ("set", "cases", "control"):
+        table.add_column(col)
+    for t in (10, 30):
+        for col in (f"recall @{t}", "ratio", "retained", "in context"):
+            table.add_column(col)
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    for half in halves:
+        h = summary[half]
+        row = [half, str(h["cases"]), f"{h['control']:.2f}"]
+        for t in (10, 30):
+            lo_hi = h[f"ratio_{t}_interval"]
+            spread = f" ({lo_hi[0]:.0%}–{lo_hi[1]:.0%})" if lo_hi else ""
+            row += [
+                f"{h[f'recall_{t}']:.2f}",
+                pct(h[f"ratio_{t}"]) + spread,
+                pct(h[f"retained_{t}"]),
+                pct(h[f"kept_{t}"]),
+            ]
+        table.add_row(*row)
+    return table
