@@ -19,6 +19,8 @@ def test_score_rewards_the_new_fact_and_penalizes_the_stale_one() -> None:
     assert score("At 14:00.", ("16:00",), ("14:00",)) == 0.0
     assert score("At 14:00.", ("4:00",), ("14:00",)) == 0.0  # whole words only
     assert score("Minus 20.", ("20",), ("80",)) == 1.0
+    assert score("Take 500 milligrams.", ("500 milligram",), ()) == 1.0  # a plural too
+    assert score("Room 2040.", ("room 204",), ()) == 0.0
 
 
 def test_cases_cover_both_themes() -> None:

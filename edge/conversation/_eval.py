@@ -214,8 +214,10 @@ class CaseResult:
 
 
 def _mentions(text: str, phrase: str) -> bool:
-    """``phrase`` as whole words in ``text`` (so "4:00" is not found in "14:00")."""
-    return re.search(rf"(?<!\w){re.escape(phrase.lower())}(?!\w)", text) is not None
+    """``phrase`` as whole words in ``text`` (so "4:00" is not found in "14:00"), its last
+    word also in the plural ("500 milligram" is in "500 milligrams": a case that expected
+    the one was scored 0 for the other)."""
+    return re.search(rf"(?<!\w){re.escape(phrase.lower())}s?(?!\w)", text) is not None
 
 
 def score(answer: str, expect: Sequence[str], stale: Sequence[str]) -> float:
