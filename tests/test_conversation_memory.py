@@ -662,7 +662,7 @@ def test_recall_cases_split_deterministically_into_halves() -> None:
     assert split(names) == split(list(reversed(names)))
     assert DESIGN | HELD_OUT == set(names) and not DESIGN & HELD_OUT
     later = [c for c in RECALL_CASES if c.later]  # the later sets: all held out, each its own
-    assert {c.later for c in later} == {"fresh", "unseen", "sealed"}
+    assert {c.later for c in later} == {"fresh", "unseen", "sealed", "blind"}
     assert all(c.half == c.later for c in later)
     assert len({c.name for c in RECALL_CASES}) == len(RECALL_CASES)
     assert abs(len(DESIGN) - len(HELD_OUT)) <= 1

@@ -14,7 +14,12 @@ from rich.table import Table
 
 from edge.llm import LLMService
 
-_LATER = ("fresh", "unseen", "sealed")  # edge.conversation's LATER_SETS, not imported here:
+_LATER = (
+    "fresh",
+    "unseen",
+    "sealed",
+    "blind",
+)  # edge.conversation's LATER_SETS, not imported here:
 # the CLI loads the conversation package only when an eval runs
 HALVES = {
     "all": ("design", "held_out", *_LATER),
@@ -58,8 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=tuple(HALVES),
         default="all",
         help="which recall cases to run, each set reported separately: the design and "
-        "held-out halves (both), one of the later held-out sets (fresh, unseen, sealed), or all "
-        "(default)",
+        "held-out halves (both), one of the later held-out sets (fresh, unseen, sealed, "
+        "blind), or all (default)",
     )
     conv.add_argument(
         "--profile",

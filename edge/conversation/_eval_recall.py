@@ -17,6 +17,8 @@ answers were read in session 22 to find an invented summary);
 ("sealed") in session 24, each by a writer who read neither the memory design's code nor
 the other sets. The unseen set was measured once on the design as it stood, then read to
 find what failed; the sealed set stayed unread until the session's changes were made.
+``evals/recall_cases_blind.toml`` ("blind", notes and scenes only) in session 25, by a
+writer who read no file of the project, to test one wording change out of sample.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def split(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 _MAIN = _load("recall_cases.toml")
 FILLERS = tuple((f["user"], f["assistant"]) for f in _MAIN["filler"])
-LATER_SETS = ("fresh", "unseen", "sealed")
+LATER_SETS = ("fresh", "unseen", "sealed", "blind")
 """Held-out sets written after the first, each in ``evals/recall_cases_<name>.toml``."""
 RECALL_CASES = _MAIN["case"] + tuple(
     c for name in LATER_SETS for c in _load(f"recall_cases_{name}.toml", later=name)["case"]
