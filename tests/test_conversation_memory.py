@@ -669,6 +669,13 @@ def test_recall_cases_split_deterministically_into_halves() -> None:
     assert {c.kind for c in RECALL_CASES} == {"fact", "correction", "note", "scene"}
 
 
+def test_the_eval_command_offers_every_later_set() -> None:
+    from edge.cli._eval import _LATER
+    from edge.conversation._eval_recall import LATER_SETS
+
+    assert _LATER == LATER_SETS  # the CLI's copy (it does not import the package up front)
+
+
 @pytest.mark.parametrize("name", ["locker-code", "buffer-volume-corrected", "toolbox-scene"])
 async def test_recall_case_probes_control_and_after_10_and_30_turns(name) -> None:
     case = next(c for c in RECALL_CASES if c.name == name)

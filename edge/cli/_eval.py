@@ -14,13 +14,9 @@ from rich.table import Table
 
 from edge.llm import LLMService
 
-_LATER = (
-    "fresh",
-    "unseen",
-    "sealed",
-    "blind",
-)  # edge.conversation's LATER_SETS, not imported here:
-# the CLI loads the conversation package only when an eval runs
+# edge.conversation's LATER_SETS, not imported here: the CLI loads the conversation package
+# only when an eval runs (a test checks the two agree)
+_LATER = ("fresh", "unseen", "sealed", "blind")
 HALVES = {
     "all": ("design", "held_out", *_LATER),
     "both": ("design", "held_out"),
@@ -63,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=tuple(HALVES),
         default="all",
         help="which recall cases to run, each set reported separately: the design and "
-        "held-out halves (both), one of the later held-out sets (fresh, unseen, sealed, "
-        "blind), or all (default)",
+        f"held-out halves (both), one of the later held-out sets ({', '.join(_LATER)}), or "
+        "all (default)",
     )
     conv.add_argument(
         "--profile",
@@ -185,7 +181,7 @@ def _print_sessions(console: Console, results: list) -> dict:
 
 
 def _print_recall(console: Console, results: list) -> dict:
-    from edge.conversation import RECALL_EVAL_HALVES as HALVES
+    from edge.conversation import RECALL_EVAL_HALVES as SETS
     from edge.conversation import recall_eval_summary as summarize
 
     table = Table(title="edge eval conversation: long-session recall (control vs recall)")
@@ -200,7 +196,7 @@ def _print_recall(console: Console, results: list) -> dict:
         "answer @30",
     ):
         table.add_column(col)
-    for r in sorted(results, key=lambda r: (HALVES.index(r.half), r.name)):
+    for r in sorted(results, key=lambda r: (SETS.index(r.half), r.name)):
         methods: dict[str, int] = {}
         for c in r.compactions:
             methods[c["method"]] = methods.get(c["method"], 0) + 1
@@ -217,7 +213,7 @@ def _print_recall(console: Console, results: list) -> dict:
         )
     console.print(table)
     summary = summarize(results)
-    console.print(_recall_summary_table([h for h in (*HALVES, "all") if h in summary], summary))
+    console.print(_recall_summary_table([h for h in (*SETS, "all") if h in summary], summary))
     c = summary["compactions"]
     if c["total"]:
         console.print(

@@ -83,34 +83,37 @@ class StoreRecallIndex:
     def forget(self, participant_id: str) -> None:
         """The store's ``forget`` deletes the records, and the trigger their index rows."""
 
-    def _rows(self, sql: str, *args: object) -> list[tuple[int, int, str, str]]:
+    def _statements(self, participant_id: str, sql: str, *args: object) -> list[Statement]:
+        """The participant's statements that ``sql`` selects (id, time, section, body)."""
         with self.store.lock:
-            return self.store.connection.execute(sql, args).fetchall()
+            rows = self.store.connection.execute(sql, args).fetchall()
+        return [Statement(participant_id, *row) for row in rows]
 
     def search(self, participant_id: str, query: str, limit: int) -> list[Statement]:
         match = match_any(query)
         if not match or limit <= 0:
             return []
-        rows = self._rows(
-            _SEARCH, owned(participant_id, match), participant_id, -self.min_score, limit
+        return self._statements(
+            participant_id,
+            _SEARCH,
+            owned(participant_id, match),
+            participant_id,
+            -self.min_score,
+            limit,
         )
-        return [Statement(participant_id, i, ts, sec, body) for i, ts, sec, body in rows]
 
     def corrections(self, participant_id: str, limit: int) -> list[Statement]:
         if limit <= 0:
             return []
-        rows = self._rows(
-            _NEWEST, owned(participant_id, _CORRECTION_MATCH), participant_id, limit * 4
-        )
-        found = [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
+        match = owned(participant_id, _CORRECTION_MATCH)
+        found = self._statements(participant_id, _NEWEST, match, participant_id, limit * 4)
         return [s for s in found if is_correction(s.text)][:limit]
 
     def newest(self, participant_id: str, limit: int) -> list[Statement]:
         if limit <= 0:
             return []
-        rows = self._rows(_LATEST, participant_id, limit)
-        return [Statement(participant_id, i, ts, sec, b) for i, ts, sec, b in rows]
+        return self._statements(participant_id, _LATEST, participant_id, limit)
 
     def following(self, statement: Statement) -> Statement | None:
-        rows = self._rows(_FOLLOWING, statement.participant_id, statement.seq)
-        return next((Statement(statement.participant_id, *row) for row in rows), None)
+        pid = statement.participant_id
+        return next(iter(self._statements(pid, _FOLLOWING, pid, statement.seq)), None)
