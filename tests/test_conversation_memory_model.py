@@ -5,9 +5,12 @@ Assertions are on the fact (the number), never on the model's wording; the quest
 asked a second time (see ``ten_turns_later``).
 
 The service runs on a pinned clock (``PINNED_START_US``, 1 ms later each reading): the
-prompt shows the current minute, and with the wall clock each run showed the model a
-different prompt (a fresh-clone run once got a degenerate answer that the same code did not
-give at other minutes)."""
+prompt shows the current minute and each turn's, and with the wall clock each run showed
+the model a different prompt. Until the runtime took the service's clock, the turns were
+still stamped with the wall clock: a CI run whose turns fell at 04:06 and 04:07 got a
+degenerate answer twice, and the same code replayed at those minutes here gave the same
+answers word for word, so the model's output is the same on both machines once the prompt
+is."""
 
 from __future__ import annotations
 

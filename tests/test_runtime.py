@@ -160,3 +160,15 @@ def test_compute_gate_runs_heavy_steps_one_at_a_time(monkeypatch: pytest.MonkeyP
     assert ComputeGate().enabled
     if COMPUTE_GATE.enabled:  # the model's steps hold the process's gate
         assert _gated(COMPUTE_GATE._lock.locked) is True
+
+
+async def test_publications_without_a_time_take_the_runtime_clock() -> None:
+    runtime = AgentRuntime(clock=lambda: 1_234)
+    sink = Collector()
+    runtime.register("echo", Echo())
+    runtime.register("sink", sink)
+    async with runtime:
+        meta = await runtime.publish(QUERIES, UserQuery(text="hi"), participant_id="p1")
+        said = await runtime.publish(QUERIES, UserQuery(text="hi"), timestamp_us=7)
+    assert (meta.timestamp_us, said.timestamp_us) == (1_234, 7)
+    assert sink.got[0][1].timestamp_us == 1_234

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import anyio
 import pytest
@@ -24,6 +25,7 @@ from edge.server._protocol import (
     Status,
 )
 from edge.voice import chunk_pcm
+from tests.conversation_helpers import T0, Clock
 from tests.server_helpers import (
     Departures,
     answer_for,
@@ -363,3 +365,21 @@ async def test_health_over_plain_http() -> None:
     assert response.headers["content-type"] == "application/json"
     body = response.json()
     assert body["status"] == "ok" and body["participants"] == 1 and body["voice"] is False
+
+
+async def test_the_service_clock_stamps_every_turn_the_model_is_shown() -> None:
+    # a pinned clock pins the whole prompt: the turns' times come from it too, not from the
+    # runtime's publication time (a model test's prompt once changed with the wall minute)
+    service = EdgeService(
+        settings(),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+        clock=Clock(T0, step_us=1_000),
+        timezone=UTC,
+    )
+    async with service, EdgeClient(service.websocket_url, participant_id="p1") as client:
+        await client.ask("first")
+        await client.ask("second")
+    prompt = service.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
+    assert "[22:13] User: first" in prompt
+    assert "Current time: Tuesday 14 November 2023, 22:13" in prompt

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -89,9 +90,12 @@ class AgentRuntime:
       they do not hold up the publisher.
 
     Register agents before ``start()``. One topic name maps to one payload class.
+    ``clock`` (Unix microseconds, the system clock by default) stamps each publication
+    that names no time of its own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = now_us) -> None:
+        self.clock = clock
         self._agents: dict[str, Agent] = {}
         self._handlers: dict[str, list[tuple[str, Handler]]] = {}
         self._payloads: dict[str, type[BaseModel]] = {}
@@ -188,7 +192,7 @@ class AgentRuntime:
             correlation_id=correlation_id or message_id,
             participant_id=participant_id,
             source=source,
-            timestamp_us=timestamp_us if timestamp_us is not None else now_us(),
+            timestamp_us=timestamp_us if timestamp_us is not None else self.clock(),
             topic=topic.name,
         )
         handlers = list(self._handlers.get(topic.name, ()))

@@ -65,8 +65,9 @@ class EdgeService:
     configuration is loaded (profile from ``settings.profile``, ``EDGE_PROFILE`` or
     detection) and sizes the LLM, the context manager and the router; with one, it is
     loaded only when a profile is named or a ``device`` config is given. ``clock`` (wall
-    time in microseconds) and ``timezone`` are what the store, the context manager and the
-    conversation record and show times with (the system clock and the local zone by default).
+    time in microseconds) and ``timezone`` are what the runtime, the store, the context
+    manager and the conversation record and show times with (the system clock and the
+    local zone by default).
     """
 
     def __init__(
@@ -89,7 +90,7 @@ class EdgeService:
         self.device = self._load_device(device, llm, stt, tts)
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
-        self.runtime = AgentRuntime()
+        self.runtime = AgentRuntime(clock)
         self.hub = OutputHub()
         self.context = self._make_context()
         self.answers = SpeculativeLLM(self.llm)  # answers may start before the endpoint

@@ -38,7 +38,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.runtime import Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic, now_us
+from edge.runtime import Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
@@ -219,7 +219,7 @@ class VoicePipeline(Agent):
         assert session.resampler is not None
         start_us = chunk.timestamp_us
         if start_us is None:
-            start_us = now_us() - len(samples) * 1_000_000 // chunk.sample_rate
+            start_us = ctx.runtime.clock() - len(samples) * 1_000_000 // chunk.sample_rate
         audio = session.resampler.process(samples)
         if len(audio):
             session.listener.feed(audio, start_us)
