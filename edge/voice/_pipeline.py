@@ -218,8 +218,8 @@ class VoicePipeline(Agent):
             session.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
         assert session.resampler is not None
         start_us = chunk.timestamp_us
-        if start_us is None:
-            start_us = ctx.runtime.clock() - len(samples) * 1_000_000 // chunk.sample_rate
+        if start_us is None:  # it ended when it was published (the runtime's clock)
+            start_us = ctx.metadata.timestamp_us - len(samples) * 1_000_000 // chunk.sample_rate
         audio = session.resampler.process(samples)
         if len(audio):
             session.listener.feed(audio, start_us)
