@@ -4,6 +4,8 @@ compact, last compaction, export/import, protocol 1 clients, a restart of the se
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from server_helpers import answer_for, settings
@@ -82,6 +84,28 @@ async def test_forget_erases_the_participant_everywhere() -> None:
         async with EdgeClient(url, participant_id="alice") as fresh:  # a new participant
             assert fresh.welcome is not None and fresh.welcome.resumed is False
             assert (await fresh.history()).total == 0
+
+
+async def test_the_data_dir_is_private_and_forget_leaves_no_words_on_disk(
+    tmp_path, monkeypatch
+) -> None:
+    data = tmp_path / "edge"
+    monkeypatch.setenv("EDGE_DATA_DIR", str(data))  # the service's and the client's
+    data.mkdir(mode=0o755)
+    (data / "sessions.sqlite3").touch()  # as an older version left them: world-readable
+    for path in (data, data / "sessions.sqlite3"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    async with service() as svc:
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        async with EdgeClient(svc.websocket_url, participant_id="alice") as client:
+            await client.ask("the vault code is marmalade octopus")
+            files = [p for p in data.iterdir() if p.is_file()]
+            assert {"token", "sessions.sqlite3", "sessions.sqlite3-wal"} <= {p.name for p in files}
+            assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files), files
+            assert b"marmalade" in b"".join(p.read_bytes() for p in files)
+            await client.forget()
+        on_disk = b"".join(p.read_bytes() for p in data.iterdir() if p.is_file())
+        assert b"marmalade" not in on_disk and b"octopus" not in on_disk
 
 
 async def test_compact_last_compaction_and_budgets_in_the_view() -> None:

@@ -215,3 +215,60 @@ def test_a_compaction_never_brings_back_an_erased_participant() -> None:
     store.forget("alice")
     store.apply_compaction("alice", "dialogue", StoredSection("S.", (0, 1)), [records[0].id], {})
     assert not store.exists("alice") and store.load("alice") is None
+
+
+def _bytes_of_every_file(directory) -> bytes:  # type: ignore[no-untyped-def]
+    return b"".join(p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file())
+
+
+def test_forget_leaves_the_words_in_no_file_on_disk(tmp_path) -> None:
+    store = SessionStore(tmp_path / "s.sqlite3")
+    secret = "zanzibar periwinkle"
+    for i in range(30):  # several pages, the recall index's segments and the WAL
+        store.add_record(
+            "alice",
+            Record("exchange", "dialogue", i, user=f"{secret} {i} " * 20, assistant="ok"),
+            [f"a{i}".encode()],
+        )
+    filled(store, "bob", 3)
+    assert b"periwinkle" in _bytes_of_every_file(tmp_path)
+    assert store.forget("alice")
+    on_disk = _bytes_of_every_file(tmp_path)
+    assert b"periwinkle" not in on_disk and b"zanzibar" not in on_disk
+    assert b"question 2" in on_disk  # bob is still there
+    store.close()
+    reopened = SessionStore(tmp_path / "s.sqlite3")
+    assert not reopened.exists("alice") and reopened.history("bob")[1] == 3
+
+
+def test_retention_leaves_the_erased_words_in_no_file(tmp_path) -> None:
+    store = SessionStore(tmp_path / "s.sqlite3", clock=lambda: 100 * 86_400 * SECOND)
+    store.add_record("old", Record("exchange", "dialogue", 1, user="quetzal " * 50, assistant="a"))
+    store.add_record("new", Record("exchange", "dialogue", 2, user="kept words", assistant="a"))
+    store.connection.execute("UPDATE participants SET last_seen_us = 0 WHERE id = 'old'")
+    assert store.enforce(Retention(idle_expiry_s=86_400), active=["new"])["participants_erased"]
+    assert b"quetzal" not in _bytes_of_every_file(tmp_path)
+
+
+def test_the_store_files_are_private_to_the_user(tmp_path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "data" / "s.sqlite3"
+        store = SessionStore(path)
+        filled(store)
+        store.close()
+        loose = tmp_path / "loose.sqlite3"  # a store left readable by an older version
+        loose.touch(mode=0o644)
+        os.chmod(loose, 0o644)
+        SessionStore(loose).close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    files = [*path.parent.iterdir(), loose]
+    assert {p.name for p in files} >= {"s.sqlite3", "loose.sqlite3"}
+    for p in files:
+        if p.name.endswith(("sqlite3", "-wal", "-shm")):
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p

@@ -34,7 +34,7 @@ from edge.llm import LLMService, Loadable, SpeculativeLLM
 from edge.notes import NOTES_TOPIC, NotesAgent
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
-from edge.store import STORE_FILE, Retention, SessionStore
+from edge.store import STORE_FILE, Retention, SessionStore, private_dir
 from edge.voice import TRANSCRIPT_TOPIC
 
 from ._access import is_loopback, load_or_create_token
@@ -85,6 +85,8 @@ class EdgeService:
         timezone: tzinfo | None = None,
     ) -> None:
         self.settings = settings or ServiceSettings()
+        if self.settings.durable_sessions or not (self.settings.insecure or self.settings.token):
+            private_dir(self.settings.data_dir)  # 0700, every file 0600: checked at start
         self._clock = clock
         self._timezone = timezone
         self.device = self._load_device(device, llm, stt, tts)

@@ -7,6 +7,11 @@ model's view, each compacted section's rolling summary, exchange identities (no 
 is recorded twice), compaction reports and a SHA-256 of the session token. Writes are
 durable when the call returns; a compaction is one transaction.
 
+Privacy: :func:`private_dir` makes the data directory private to the service's user (0700,
+every file in it 0600); the store creates its files 0600, zeroes what it deletes
+(``secure_delete``) and, after erasing (forget, retention), merges the recall index and
+checkpoints the WAL, so erased words are in no file's bytes.
+
 Example::
 
     store = SessionStore(data_dir / STORE_FILE)
@@ -16,6 +21,7 @@ Example::
 """
 
 from ._export import EXPORT_FORMAT, dumps, export_participant, import_participant
+from ._private import PrivacyError, private_dir
 from ._schema import MIGRATIONS, SCHEMA_VERSION, migrate
 from ._store import STORE_FILE, SessionStore, StoreError, token_hash
 from ._types import (
@@ -34,6 +40,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STORE_FILE",
     "ParticipantInfo",
+    "PrivacyError",
     "Record",
     "RecordKind",
     "Retention",
@@ -46,5 +53,6 @@ __all__ = [
     "export_participant",
     "import_participant",
     "migrate",
+    "private_dir",
     "token_hash",
 ]

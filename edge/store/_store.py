@@ -26,6 +26,7 @@ import anyio
 
 from edge.runtime import now_us
 
+from ._private import DIR_MODE, private_store_files
 from ._schema import migrate
 from ._types import (
     ParticipantInfo,
@@ -58,6 +59,12 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> Record:
     return Record(kind, section, ts, text, user, assistant, rid, bool(in_view))
 
 
+def _purge_recall_index(db: sqlite3.Connection) -> None:
+    """FTS5 marks a deleted row's terms deleted but keeps them in its segments until they
+    merge; merging every segment now drops them from the index's pages."""
+    db.execute("INSERT INTO recall (recall) VALUES ('optimize')")
+
+
 class SessionStore:
     """Participants' whole conversations and model views. ``path`` None keeps everything
     in memory (tests, or users who opt out of durability).
@@ -80,7 +87,8 @@ class SessionStore:
         self._clock = clock
         self._lock = threading.Lock()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            private_store_files(self.path)
         target = str(self.path) if self.path is not None else ":memory:"
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
         try:
@@ -92,6 +100,7 @@ class SessionStore:
                 raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA secure_delete=ON")  # erased words are zeroed, not freed
             self._db.execute("PRAGMA busy_timeout=5000")
             self.schema_version = migrate(self._db)
         except sqlite3.Error as exc:
@@ -418,8 +427,26 @@ class SessionStore:
         """Erase the participant everywhere (records, summaries, identities, reports,
         token); False when there was nothing to erase."""
         with self.transaction() as db:
-            cursor = db.execute("DELETE FROM participants WHERE id = ?", (participant_id,))
-            return cursor.rowcount > 0
+            erased = db.execute("DELETE FROM participants WHERE id = ?", (participant_id,))
+            if erased.rowcount > 0:
+                _purge_recall_index(db)
+        if erased.rowcount > 0:
+            self.scrub()
+        return erased.rowcount > 0
+
+    def scrub(self) -> None:
+        """Make erased words gone from every file: the recall index merged without them
+        (done by the erasing transaction), the freed pages zeroed (``secure_delete``) and
+        the WAL, which still holds the pages as they were, checkpointed and truncated."""
+        if self.path is None:
+            return
+        with self._lock:
+            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise StoreError(
+                f"{self.path}-wal: another connection kept the checkpoint that erases "
+                "words from the WAL from completing; close it and erase again"
+            )
 
     def enforce(self, retention: Retention, active: Sequence[str] = ()) -> dict[str, int]:
         """Apply ``retention``: erase idle participants (never one in ``active``) and trim
@@ -445,6 +472,10 @@ class SessionStore:
                 ).rowcount
             if retention.history_bytes is not None:
                 records += self._trim_bytes(db, retention.history_bytes)
+            if erased or records:
+                _purge_recall_index(db)
+        if erased or records:
+            self.scrub()
         return {"participants_erased": erased, "records_erased": records}
 
     def _trim_bytes(self, db: sqlite3.Connection, limit: int) -> int:
