@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gc
 import logging
+import threading
+import time
 
+import anyio
+import numpy as np
 import pytest
+from server_helpers import settings, wait_for
+from voice_helpers import EnergyVAD, ToneTTS, tone
+from wyoming.audio import AudioChunk, AudioStart
+from wyoming.event import Event, async_write_event
 
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import EdgeService
 from edge.server._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
+from edge.server._wyoming import WyomingLimits
+from edge.voice import Recognition, float_to_pcm16, resample
 
 
 def test_connection_slots_cap_total_and_per_address() -> None:
@@ -42,3 +58,101 @@ def test_log_limiter_and_escaping(caplog: pytest.LogCaptureFixture) -> None:
     assert "\n" not in caplog.records[0].getMessage()
     assert "99 more like this suppressed" in caplog.records[1].getMessage()
     assert len(printable("y" * 1000)) == 120
+
+
+class _CountingSTT:
+    """A slow STT with no working memory of its own (the memory measured is the
+    connections'), counting the recognitions running at once."""
+
+    sample_rate = 16_000
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+
+    def transcribe(self, audio: np.ndarray) -> Recognition:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(0.05)
+            return Recognition("tone 440", len(audio) / 16_000, 0.05)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS"))
+    return int(line.split()[1]) / 1024
+
+
+@functools.cache
+def _spoken_like_192khz_stereo() -> tuple[Event, ...]:
+    """A spoken-like recording (0.8 s tone, 0.6 s pause) at 192 kHz stereo, 100 ms a chunk."""
+    pattern = np.concatenate([resample(tone(0.8), 16_000, 192_000), np.zeros(115_200, np.float32)])
+    pcm = float_to_pcm16(np.repeat(pattern, 2))  # stereo: each sample twice
+    size = 76_800
+    return tuple(
+        AudioChunk(rate=192_000, width=2, channels=2, audio=pcm[i : i + size]).event()
+        for i in range(0, len(pcm) - size + 1, size)
+    )
+
+
+async def _record_192khz_stereo(port: int, seconds: float, peak: list[float]) -> None:
+    """Home Assistant's way, as fast as the server takes it; closed without audio-stop."""
+    chunks = _spoken_like_192khz_stereo()
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await async_write_event(AudioStart(rate=192_000, width=2, channels=2).event(), writer)
+    for i in range(int(seconds * 10)):
+        await async_write_event(chunks[i % len(chunks)], writer)
+        if i % 20 == 0:
+            peak[0] = max(peak[0], _rss_mb())
+    peak[0] = max(peak[0], _rss_mb())
+    writer.close()
+
+
+async def _recordings(svc: EdgeService, stt: _CountingSTT, seconds: float) -> tuple[float, float]:
+    """Four connections record at once; (peak, after close) resident MB above the start."""
+    assert svc.wyoming is not None
+    _spoken_like_192khz_stereo()
+    gc.collect()
+    peak = [_rss_mb()]
+    base = peak[0]
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(_record_192khz_stereo, svc.wyoming.bound_port, seconds, peak)
+    for _ in range(2):  # a pass may start just as its connection closes
+        await wait_for(lambda: stt.running == 0, 30)
+        await anyio.sleep(0.3)
+    gc.collect()
+    return peak[0] - base, _rss_mb() - base
+
+
+@pytest.mark.anyio
+async def test_a_192khz_stereo_recording_stays_within_its_memory_bound() -> None:
+    """docs/reliability.md: a Wyoming recording is kept at 16 kHz, at most 120 s (7.7 MB a
+    connection), and its memory goes back to the system at close; one speculative pass at
+    a time per recording (each used to copy the recording so far, and one started at
+    every pause: 192 kHz stereo cost ~20 MB a connection here, +27 MB after close; with Whisper
+    ~120 MB, ~480 MB staying after close)."""
+    stt = _CountingSTT()
+    service = EdgeService(
+        settings(voice=True, wyoming_port=0),
+        llm=ScriptedLLM(lambda messages: "ok"),
+        decisions=ScriptedDecisions(default="conversation"),
+        stt=stt,
+        tts=ToneTTS(),
+        vad_factory=EnergyVAD,
+    )
+    async with service as svc:
+        assert svc.wyoming is not None and svc.wyoming.backend.speculation is not None
+        svc.wyoming.backend.limits = WyomingLimits(audio_burst_s=1e6, audio_rate=1e6)
+        await _recordings(svc, stt, 10.0)  # threads, arenas and libraries start once
+        assert stt.most <= 4  # one speculative pass per recording at a time
+        peak, after = await _recordings(svc, stt, 119.0)
+        print(f"+{peak / 4:.1f} MB a connection, {after:+.1f} MB after close")
+        assert stt.most <= 4
+        assert peak / 4 < 7.7 + 2  # the recording, and a chunk's buffers
+        assert after < 4  # given back at close

@@ -1,8 +1,12 @@
 """Bounds shared by both protocols: connection slots per client address, rate-limited
-logging of repeated problems, and escaping of client text before it reaches the log."""
+logging of repeated problems, escaping of client text before it reaches the log, and
+giving freed memory back to the system."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import logging
 import time
 from collections import Counter
@@ -18,6 +22,24 @@ def printable(value: object, limit: int = MAX_LOGGED_CHARS) -> str:
     terminal control codes) and cut to ``limit`` characters."""
     text = repr(str(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def return_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). Blocking (milliseconds): call it in a worker thread. A recording's many
+    per-chunk buffers are freed at close, but glibc otherwise keeps their pages resident."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class ConnectionSlots:

@@ -72,9 +72,9 @@ from ._access import address_allowed
 from ._conversations import HaConversationParticipants
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
-from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
+from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable, return_freed_memory
 from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
-from ._wyoming_asr import AsrSpeculation, SpeculativeAsr
+from ._wyoming_asr import AsrSpeculation, Recording, RecordingFullError, SpeculativeAsr
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
 
@@ -202,9 +202,9 @@ class WyomingHandler(AsyncEventHandler):
         self.backend = backend
         self.participant_id = participant_id
         self.refused = refused  # why this connection is not served (it is told, then closed)
-        self._audio: list[np.ndarray] | None = None  # the recording, resampled to 16 kHz
+        self._audio: Recording | None = None  # the recording, resampled to 16 kHz
+        self._recorded = False  # whether this connection ever recorded
         self._speculation: SpeculativeAsr | None = None
-        self._samples = 0
         self._resampler: StreamResampler | None = None
         limits = backend.limits
         self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
@@ -247,8 +247,11 @@ class WyomingHandler(AsyncEventHandler):
         except (ConnectionError, OSError):
             pass  # the peer went away while we wrote
         finally:
-            # the recording's memory goes now
+            # the recording's memory goes now, and what its chunks used goes to the system
             self._audio, self._resampler, self._speculation = None, None, None
+            if self._recorded and self.spawn is not None:
+                with contextlib.suppress(RuntimeError):  # the server is stopping
+                    self.spawn(anyio.to_thread.run_sync, return_freed_memory)
             await self.disconnect()
             self.writer.close()
 
@@ -312,7 +315,8 @@ class WyomingHandler(AsyncEventHandler):
             )
 
     def _start_recording(self, fmt: tuple[int, int] | None) -> None:
-        self._audio, self._samples, self._format = [], 0, fmt
+        limit = int(self.backend.limits.max_asr_seconds * STT_RATE)
+        self._audio, self._format, self._recorded = Recording(limit), fmt, True
         self._pacer.restart()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
         self._speculation = self._speculate()
@@ -357,12 +361,12 @@ class WyomingHandler(AsyncEventHandler):
         # kept at 16 kHz whatever the rate sent: memory per connection is bounded by the
         # length cap alone (120 s x 16 kHz x 4 B = 7.7 MB)
         samples = self._resampler.process(samples)
-        limit = self.backend.limits.max_asr_seconds
-        if self._samples + len(samples) > limit * STT_RATE:
+        try:
+            self._audio.append(samples)
+        except RecordingFullError:
             self._audio, self._resampler, self._speculation = None, None, None
-            raise ClientError(f"recording longer than {limit:g} s; send shorter turns")
-        self._samples += len(samples)
-        self._audio.append(samples)
+            limit = self.backend.limits.max_asr_seconds
+            raise ClientError(f"recording longer than {limit:g} s; send shorter turns") from None
         if self._speculation is not None:
             self._speculation.feed(samples, self._audio)
         await self._pacer.take(len(samples) / STT_RATE)
@@ -372,16 +376,17 @@ class WyomingHandler(AsyncEventHandler):
         self._need(stt, "asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
-        parts, resampler, speculation = self._audio, self._resampler, self._speculation
+        recording, resampler, speculation = self._audio, self._resampler, self._speculation
         self._audio, self._format, self._resampler, self._speculation = None, None, None, None
         text = await speculation.take() if speculation is not None else None
         if text is not None:  # no speech after the pause it transcribed
             await write_transcript(self.write_event, text)
             return
         if resampler is not None:
-            parts.append(resampler.process(np.zeros(0, np.float32), last=True))
-        audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        del parts
+            with contextlib.suppress(RecordingFullError):  # the filter's tail, if it fits
+                recording.append(resampler.process(np.zeros(0, np.float32), last=True))
+        audio = recording.audio()
+        del recording
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
         await write_transcript(self.write_event, result.text.strip())
 

@@ -6,11 +6,19 @@ transcribing. This one watches the same audio with the service's VAD, and once a
 lasted ``after_s`` it starts a recognition pass over the recording so far (in the server's
 background tasks) while the client waits out its silence. At ``audio-stop``, when no
 speech came after that pause, the pass's text is the transcript: ready, or nearly.
-When speech resumed, the pass is not used (a later pause starts a new one).
+When speech resumed, the pass is not used (a later pause starts a new one). One pass runs
+at a time per recording: a pause that comes while one runs gets its pass when it is done.
+A recording longer than Whisper's 30 s window gets no more passes (each would transcribe
+all of it again: seconds of CPU and ~100 MB of the recognizer's working memory).
+
+The recording itself is a :class:`Recording`: 16 kHz mono float32 in one buffer of the
+length cap, mapped from the system, so that only what was received is resident, a pass
+reads it without a copy, and closing gives the memory back to the system.
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +41,36 @@ class AsrSpeculation:
         return SpeculativeAsr(
             stt, self.vad_factory(), spawn, threshold=self.threshold, after_s=self.after_s
         )
+
+
+SPECULATE_UP_TO_S = 30.0
+"""Passes stop once the recording is longer than this."""
+
+
+class RecordingFullError(ValueError):
+    """The recording reached its length cap."""
+
+
+class Recording:
+    """Up to ``max_samples`` of 16 kHz mono float32 in one anonymous memory map: pages
+    become resident as samples are written (at most ``4 * max_samples`` bytes) and go back
+    to the system when the last view of it is dropped."""
+
+    def __init__(self, max_samples: int) -> None:
+        self.max_samples = max_samples
+        self._buffer = np.frombuffer(mmap.mmap(-1, max(4, 4 * max_samples)), np.float32)
+        self.length = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        end = self.length + len(samples)
+        if end > self.max_samples:
+            raise RecordingFullError(f"recording longer than {self.max_samples} samples")
+        self._buffer[self.length : end] = samples
+        self.length = end
+
+    def audio(self) -> np.ndarray:
+        """The samples so far (a view, no copy; later appends do not change it)."""
+        return self._buffer[: self.length]
 
 
 @dataclass
@@ -65,7 +103,7 @@ class SpeculativeAsr:
         self._pass: _Pass | None = None
         self.started = 0  # passes started (for tests and logs)
 
-    def feed(self, samples: np.ndarray, recording: list[np.ndarray]) -> None:
+    def feed(self, samples: np.ndarray, recording: Recording) -> None:
         """``samples`` were just appended to ``recording``."""
         window = int(self.vad.window)
         for p in self.vad.process(samples):
@@ -75,9 +113,11 @@ class SpeculativeAsr:
         last = self._last_voice
         if last is None or self._windows * window - last < self.after:
             return
-        if self._pass is not None and self._pass.upto >= last:
-            return  # this pause already has its pass
-        audio = np.concatenate(recording)
+        if recording.length > SPECULATE_UP_TO_S * STT_RATE:
+            return  # the pass at audio-stop transcribes it once
+        if self._pass is not None and (self._pass.upto >= last or not self._pass.done.is_set()):
+            return  # this pause already has its pass, or one runs (a later chunk retries)
+        audio = recording.audio()
         self._pass = _Pass(len(audio))
         self.started += 1
         self.spawn(self._run, self._pass, audio)
