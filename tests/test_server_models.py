@@ -3,6 +3,8 @@ Wyoming asr / tts / describe / handle through the ``wyoming`` client classes."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe, Transcript
@@ -204,3 +206,23 @@ async def test_forget_drops_the_participants_saved_model_states() -> None:
         assert not mine & held(llm)
         async with EdgeClient(service.websocket_url, participant_id="other") as client:
             assert (await client.ask("Hello there.", limit_s=60)).text  # the model still works
+
+
+async def test_a_greeting_gets_a_short_reply_without_the_prompts_scaffolding() -> None:
+    """Issue 23: "hi" got a 200-word ramble, replies carried "Current time: …", "(No earlier
+    conversation or context.)" or an "Assistant:" prefix. The instructions ask for one to
+    three short sentences: what reaches the participant and their store respects that."""
+    scaffolding = ("Current time:", "No earlier conversation", "Assistant:", "Context:")
+    service = EdgeService(
+        settings(voice=False),
+        llm=LlamaCppLLM(n_ctx=2048, temperature=0.0),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    async with service, EdgeClient(service.websocket_url, participant_id="greeter") as client:
+        for question in ("hi", "tell me about yourself"):
+            reply = (await client.ask(question, limit_s=120)).text
+            assert reply and not any(s in reply for s in scaffolding), reply
+            ends = re.findall(r"[.!?]+(?=\s|$)", reply.strip())
+            assert len(ends) <= 3 and len(reply.split()) <= 90, reply
+        stored = [r.assistant for r in service.store.history("greeter")[0]]
+        assert len(stored) == 2 and not any(s in a for a in stored for s in scaffolding)

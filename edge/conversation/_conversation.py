@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from importlib import resources
+from typing import Literal
 
 import anyio
 
@@ -29,6 +30,7 @@ from edge.routing import (
 from edge.runtime import AgentRuntime, Topic, now_us
 
 from ._manager import ContextManager
+from ._reply import ReplyFilter, sentence_bound
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,12 @@ class Conversation:
     runtime the answer is only returned. Each completed exchange is recorded in the
     context; a cancelled or failed answer records nothing.
 
+    What the model writes passes a :class:`ReplyFilter` before it is published or
+    recorded: lines echoing the prompt's structure (``Current time: …``, an
+    ``Assistant:`` prefix, …) are dropped, and the reply ends at the sentence boundary
+    where ``max_sentences`` is reached (by default the number the instructions state, "one
+    to three short sentences": 3; None: no bound), generation stopping there.
+
     Each answer reuses the participant's KV prefix (``cache_key`` = participant id); with
     ``seed_key`` (a cache key holding the system message's state, which the application
     warms), a participant with no state of their own yet starts from that one.
@@ -94,6 +102,7 @@ class Conversation:
         stop: tuple[str, ...] = DEFAULT_STOP,
         clock: Callable[[], int] = now_us,
         seed_key: str | None = None,
+        max_sentences: int | Literal["instructions"] | None = "instructions",
     ) -> None:
         if not isinstance(context, ContextManager):
             raise TypeError("context must be an edge.conversation.ContextManager")
@@ -116,6 +125,10 @@ class Conversation:
         self.temperature = temperature
         self.stop = tuple(stop)
         self.seed_key = seed_key
+        self.max_sentences = (
+            sentence_bound(self.instructions) if max_sentences == "instructions" else max_sentences
+        )
+        ReplyFilter(self.max_sentences)  # a bad bound fails here, not at the first answer
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
@@ -199,6 +212,20 @@ class Conversation:
             cache_key=participant_id,
             seed_key=self.seed_key,
         )
+
+    async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncIterator[str]:
+        """An answer's ``deltas`` as this conversation publishes them (filtered and
+        bounded), for one that prepares a reply ahead of its turn."""
+        reply = ReplyFilter(self.max_sentences)
+        async for delta in deltas:
+            text = reply.feed(delta)
+            if text:
+                yield text
+            if reply.done:
+                return
+        tail = reply.flush()
+        if tail:
+            yield tail
 
     def last_metrics(self, participant_id: str) -> RequestMetrics | None:
         """What the participant's latest answer request cost (queue wait, time to first
@@ -295,17 +322,26 @@ class Conversation:
         self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below
         while len(self._metrics) > MAX_METRICS:
             self._metrics.pop(next(iter(self._metrics)))
+        reply = ReplyFilter(self.max_sentences)
         sequence = 0
         parts: list[str] = []
+
+        async def emit(text: str) -> None:
+            nonlocal sequence
+            if not text:
+                return
+            if sequence == 0:
+                await started()
+            await self._publish(turn, text, sequence, final=False)
+            sequence += 1
+            parts.append(text)
+
         try:
             async for delta in stream:
-                if not delta:
-                    continue
-                if sequence == 0:
-                    await started()
-                await self._publish(turn, delta, sequence, final=False)
-                sequence += 1
-                parts.append(delta)
+                await emit(reply.feed(delta))
+                if reply.done:
+                    break  # the length is reached: the model stops here
+            await emit(reply.flush())
         except BaseException:
             # A model failure, cancellation or failed publication: drain the model (shielded),
             # close an open stream with an empty final frame (best effort), propagate.

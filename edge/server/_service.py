@@ -17,7 +17,7 @@ import logging
 import socket
 from collections.abc import Callable
 from datetime import tzinfo
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from edge import __version__
@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 
 def _days(days: float | None) -> float | None:
     return None if days is None else days * 86_400.0
+
+
+def _reply_bound(sentences: int | None) -> int | Literal["instructions"] | None:
+    """The conversation's ``max_sentences`` for the ``reply_sentences`` setting."""
+    if sentences is None:
+        return "instructions"
+    return sentences or None
 
 
 class EdgeService:
@@ -104,6 +111,7 @@ class EdgeService:
             output_topic=VOICE_OUTPUT_TOPIC,
             clock=clock,
             seed_key=SYSTEM_PROMPT_KEY,
+            max_sentences=_reply_bound(self.settings.reply_sentences),
         )
         self.notes = (
             NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)

@@ -73,6 +73,13 @@ class ServiceSettings(BaseSettings):
     instructions: str = Field(
         default=DEFAULT_INSTRUCTIONS, description="the conversation's instructions to the model"
     )
+    reply_sentences: int | None = Field(
+        default=None,
+        ge=0,
+        description="most sentences in a reply, the rest not generated (0: no bound; "
+        "default: the number the instructions state)",
+        json_schema_extra={"metavar": "N"},
+    )
     summary_context_topics: tuple[str, ...] = Field(
         default=("scene",),
         description="context topics whose latest text replaces the previous (repeatable)",

@@ -116,6 +116,7 @@ class TurnSpeculator(Agent):
                     conversation.answer_options(pid),
                 )
                 if self.prepare_speech is not None:
-                    await self.prepare_speech(pid, self.answers.held(pid))
+                    held = conversation.reply_text(self.answers.held(pid))
+                    await self.prepare_speech(pid, held)
             except Exception:  # a failed guess costs nothing: the real turn runs as usual
                 log.exception("speculating on %s's turn failed", pid)
