@@ -22,7 +22,7 @@ from tests.console_helpers import (
     page_state,
 )
 from tests.server_helpers import answer_for, make_service, tone_service
-from tests.voice_helpers import tone
+from tests.voice_helpers import silence, tone
 
 pytestmark = pytest.mark.anyio
 
@@ -185,6 +185,34 @@ async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_u
     assert turn["origin"] == "voice" and turn["text"] == "tone 440"
     assert turn["reply"]["conversation"] == "You said: tone 440. That is all."
     assert turn["stages"][:3] == ["end of speech", "final transcript", "query"]
+
+
+async def test_a_pause_while_hold_to_talk_is_held_does_not_end_the_turn(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: with Hold to talk held, a pause inside the sentence ended the utterance
+    and the turn was answered while the button was down. The page says it holds the floor
+    (``hold``); only the release ends the turn."""
+    speech = np.concatenate([tone(0.8, 440.0), silence(2.0), tone(0.8, 440.0), silence(4.0)])
+    wav = write_wav(tmp_path / "paused.wav", speech, 16_000)
+    service = tone_service(
+        ScriptedLLM(answer_for), VoiceConfig(playback_speed=0, partial_interval_s=0)
+    )
+    async with service, chromium_page(fake_microphone(wav)) as page:
+        await connect(page, console_address(service.websocket_url, service.token))
+        await page.focus("#ptt")
+        await page.keyboard.down("Space")
+        await page.wait_for_function("() => window.edgeConsole.state().mode === 'push-to-talk'")
+        await page.wait_for_timeout(4000)  # the tone, a 2 s pause, the tone again
+        held = (await page_state(page))["turns"]
+        await page.keyboard.up("Space")
+        await page.wait_for_function(
+            "() => window.edgeConsole.state().turns.some((t) => t.done)", timeout=15_000
+        )
+        turns = (await page_state(page))["turns"]
+    assert not [t for t in held if t.get("text")], held  # nothing ended while held
+    assert [t["text"] for t in turns] == ["tone 440"]
+    assert turns[0]["reply"]["conversation"] == "You said: tone 440. That is all."
 
 
 @pytest.mark.parametrize(

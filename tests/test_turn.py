@@ -366,3 +366,37 @@ async def _first(deltas, n: int):  # type: ignore[no-untyped-def]
         count += 1
         if count == n:
             return
+
+
+async def test_a_held_floor_keeps_a_long_pause_inside_the_utterance() -> None:
+    """Issue 23: with Hold to talk held, a 1.5 s pause ended the utterance and the turn was
+    answered while the button was down. While the client holds the floor only its
+    end_of_utterance ends the turn."""
+    service = voice_service(ScriptedLLM(default="Heard you."))
+    rec = Recorder(TRANSCRIPT_TOPIC, USER_QUERY_TOPIC)
+    service.runtime.register("recorder", rec)
+    held = np.concatenate([tone(0.6, 440.0), silence(1.5), tone(0.6, 440.0), silence(1.0)])
+    async with service:
+        async with EdgeClient(
+            service.websocket_url,
+            participant_id="holder",
+            audio=AudioFormat(sample_rate=16_000),
+            want_audio=True,
+        ) as client:
+            await client.hold()
+            for piece in chunk_pcm(float_to_pcm16(held), 16_000, 100):
+                await client.send_audio(piece)
+            await anyio.sleep(0.5)  # every pause above is past the 0.7 s end silence
+            assert not rec.messages(USER_QUERY_TOPIC)
+            assert not any(t.final for t in rec.messages(TRANSCRIPT_TOPIC))
+            await client.end_of_utterance()
+            heard = await client.collect_turn(limit_s=10)
+            assert heard.query == "tone 440" and heard.text == "Heard you."
+            listener = service.voice.session("holder")[0]  # type: ignore[union-attr]
+            assert listener.stats[-1].audio_s > 2.5  # both tones and the pause between them
+            # released: silence ends the next utterance again
+            after = np.concatenate([tone(0.6), silence(1.0)])
+            for piece in chunk_pcm(float_to_pcm16(after), 16_000, 100):
+                await client.send_audio(piece)
+            assert (await client.collect_turn(limit_s=10)).query == "tone 440"
+        assert len(rec.messages(USER_QUERY_TOPIC)) == 2

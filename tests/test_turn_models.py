@@ -3,6 +3,7 @@ speculation discarded because the speaker went on, push-to-talk, a mid-sentence 
 
 from __future__ import annotations
 
+import anyio
 import numpy as np
 import pytest
 
@@ -11,6 +12,7 @@ from edge.llm import LlamaCppLLM, ScriptedLLM
 from edge.server import AudioFormat, EdgeClient, EdgeService
 from edge.voice import (
     SPECULATION_TOPIC,
+    TRANSCRIPT_TOPIC,
     PiperTTS,
     VadConfig,
     VoiceConfig,
@@ -134,3 +136,26 @@ async def test_a_350_ms_pause_mid_sentence_keeps_one_utterance(models) -> None: 
     finals = [t.text for t in turn.transcripts if t.final]
     assert len(finals) == 1
     assert heard_as(turn.query, f"{first} {second}")  # both halves, in one query
+
+
+async def test_a_held_sentence_with_a_long_pause_is_one_utterance(models) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23: with Hold to talk held, a 1.5 s pause split the sentence in two and the
+    first half was answered while the button was still down."""
+    _, tts = models
+    first, second = "Take a note.", "The centrifuge needs a new rotor."
+    audio = np.concatenate([spoken(tts, first), gap(1.5), spoken(tts, second), gap(1.0)])
+    vad = VadConfig(end_silence_ms=600, min_end_silence_ms=400, max_end_silence_ms=900)
+    rec = Recorder(TRANSCRIPT_TOPIC)
+    svc = service(models, ScriptedLLM(default="Noted."), vad)
+    svc.runtime.register("recorder", rec)
+    async with svc:
+        async with client_for(svc, "holder") as client:
+            await client.hold()
+            await send(client, audio)
+            await anyio.sleep(3.0)  # time for an endpoint and its transcription
+            assert not any(t.final for t in rec.messages(TRANSCRIPT_TOPIC))  # still held
+            await client.end_of_utterance()
+            turn = await client.collect_turn(limit_s=60)
+    assert heard_as(turn.query, f"{first} {second}")  # both halves, once, in one query
+    assert [t.text for t in turn.transcripts if t.final] == [turn.query]
+    assert turn.text == "Noted."

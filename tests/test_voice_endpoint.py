@@ -123,3 +123,25 @@ def test_encoder_window_fits_the_utterance_with_a_floor() -> None:
     assert encoder_frames(2 * second, None) is None
     with pytest.raises(ValueError, match="between 5 and 30"):
         WhisperSTT(encoder_window_s=2.0)
+
+
+def _feed(ep: Endpointer, probs: list[float]) -> list[object]:
+    events: list[object] = []
+    for p in probs:
+        events += ep.feed(np.zeros(W, np.float32), np.array([p], np.float32))
+    return events
+
+
+def test_a_held_floor_ends_only_at_release_or_the_cap() -> None:
+    ep = Endpointer(CFG)  # end silence 160 ms (5 windows), cap 2 s (62.5 windows)
+    ep.hold()
+    events = _feed(ep, [0.9] * 10 + [0.0] * 30 + [0.9] * 5 + [0.0] * 10)  # a 0.96 s pause
+    assert [type(e) for e in events] == [SpeechStarted, SpeechPaused, SpeechResumed, SpeechPaused]
+    assert ep.held and ep.adapt(complete=True) == []  # a complete sentence ends nothing
+    ended = ep.finish()  # the release
+    assert [type(e) for e in ended] == [UtteranceEnded] and not ep.held
+    assert ended[0].speech_end_sample == 45 * W  # both runs of speech, the pause between
+    assert [type(e) for e in _feed(ep, [0.9] * 10 + [0.0] * 6)][-1] is UtteranceEnded
+    ep.hold()  # never released: the cap still ends it, and the hold lapses with it
+    events = _feed(ep, [0.9] * 5 + [0.0] * 70)
+    assert isinstance(events[-1], UtteranceEnded) and events[-1].truncated and not ep.held

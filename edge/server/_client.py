@@ -225,6 +225,11 @@ class EdgeClient:
         assert self.ws is not None, "not connected"
         await self.ws.send(message if isinstance(message, str) else json.dumps(message))
 
+    async def hold(self) -> None:
+        """Push-to-talk pressed: a pause does not end the utterance until
+        :meth:`end_of_utterance`."""
+        await self.send({"type": "hold"})
+
     async def end_of_utterance(self) -> None:
         """Push-to-talk release: the server ends the utterance now (no silence needed)."""
         await self.send({"type": "end_of_utterance"})

@@ -26,7 +26,14 @@ from edge.interaction import (
 )
 from edge.llm import SpeculationStats
 from edge.runtime import AgentRuntime, MessageMetadata, PayloadError, Topic
-from edge.voice import AUDIO_INPUT_TOPIC, END_OF_UTTERANCE_TOPIC, AudioInput, EndOfUtterance
+from edge.voice import (
+    AUDIO_INPUT_TOPIC,
+    END_OF_UTTERANCE_TOPIC,
+    HOLD_FLOOR_TOPIC,
+    AudioInput,
+    EndOfUtterance,
+    HoldFloor,
+)
 
 from ._hub import OutputHub
 
@@ -121,6 +128,12 @@ class Gateway:
         if not self.voice:
             raise ClientError("this server runs without voice: there is no utterance to end")
         await self._publish(END_OF_UTTERANCE_TOPIC, EndOfUtterance(), participant_id, source)
+
+    async def hold(self, participant_id: str, source: str) -> None:
+        """Push-to-talk pressed: only the release (or the length cap) ends the utterance."""
+        if not self.voice:
+            raise ClientError("this server runs without voice: there is no utterance to hold")
+        await self._publish(HOLD_FLOOR_TOPIC, HoldFloor(), participant_id, source)
 
     async def interrupt(self, participant_id: str, request_id: str | None, source: str) -> None:
         await self._publish(

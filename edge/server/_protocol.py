@@ -28,6 +28,9 @@ from pydantic import (
 PROTOCOL_VERSION = 2
 SUPPORTED_PROTOCOLS = (1, 2)
 MAX_TEXT_CHARS = 16_000  # one typed (or Wyoming handle) turn
+FEATURES = ("end_of_utterance", "hold")
+"""Client messages added within protocol 2, listed in ``welcome.features`` for clients to
+test before sending them."""
 
 PARTICIPANT_ID_RULE = (
     "1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
@@ -126,6 +129,14 @@ class EndOfUtterance(_Message):
     type: Literal["end_of_utterance"]
 
 
+class Hold(_Message):
+    """Push-to-talk pressed: the client holds the floor. Until its ``end_of_utterance``
+    a pause of any length stays inside the utterance (only the utterance length cap,
+    ``max_utterance_s``, ends it sooner)."""
+
+    type: Literal["hold"]
+
+
 class ContextUpdate(_Message):
     """Background context for the conversation on one of the server's context topics."""
 
@@ -203,7 +214,7 @@ SessionRequest = (
     | ImportRequest
 )
 ClientMessage = Annotated[
-    Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye | SessionRequest,
+    Hello | TextTurn | Interrupt | EndOfUtterance | Hold | ContextUpdate | Bye | SessionRequest,
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = (
@@ -211,6 +222,7 @@ CLIENT_TYPES = (
     "text",
     "interrupt",
     "end_of_utterance",
+    "hold",
     "context",
     "bye",
     "forget",
@@ -230,7 +242,7 @@ class ProtocolError(ValueError):
 
 def parse_client_message(
     raw: str,
-) -> Hello | TextTurn | Interrupt | EndOfUtterance | ContextUpdate | Bye | SessionRequest:
+) -> Hello | TextTurn | Interrupt | EndOfUtterance | Hold | ContextUpdate | Bye | SessionRequest:
     """Validate one JSON text frame from a client."""
     try:
         data: Any = json.loads(raw)
@@ -278,6 +290,7 @@ class Welcome(_Message):
     audio_out_rate: int | None = None  # sample rate of spoken replies, when wanted
     session_token: str | None = Field(default=None, repr=False)
     resumed: bool | None = None
+    features: list[str] = list(FEATURES)
 
     @model_serializer(mode="wrap")
     def _v1_fields(self, handler: Any) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ._protocol import (
     Forget,
     Goodbye,
     Hello,
+    Hold,
     Interrupt,
     ProtocolError,
     ServerMessage,
@@ -196,6 +197,8 @@ class WebSocketSession:
                 await self.gateway.interrupt(self.participant_id, message.request_id, SOURCE)
             elif isinstance(message, EndOfUtterance):
                 await self.gateway.end_of_utterance(self.participant_id, SOURCE)
+            elif isinstance(message, Hold):
+                await self.gateway.hold(self.participant_id, SOURCE)
             elif isinstance(message, ContextUpdate):
                 await self.gateway.context(self.participant_id, message.topic, message.text, SOURCE)
             elif isinstance(message, Bye):

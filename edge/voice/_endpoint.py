@@ -82,6 +82,7 @@ class Endpointer:
         self._speech_start = 0
         self._last_voiced_end = 0
         self._paused = False
+        self._held_until = -1  # stream position where a push-to-talk hold lapses
 
     @property
     def speaking(self) -> bool:
@@ -91,6 +92,20 @@ class Endpointer:
     @property
     def position(self) -> int:
         return self._position
+
+    @property
+    def held(self) -> bool:
+        """Whether the client holds the floor: silence does not end the utterance."""
+        return self._position < self._held_until
+
+    def hold(self) -> None:
+        """Push-to-talk pressed: until :meth:`finish` (its release), a pause of any length
+        is part of the utterance. The hold lapses after ``max_utterance_s`` of audio (the
+        cap ends a held utterance there as it ends any other)."""
+        self._held_until = self._position + self._cap
+
+    def release(self) -> None:
+        self._held_until = -1
 
     @property
     def silence_samples(self) -> int:
@@ -113,7 +128,7 @@ class Endpointer:
         """The words of the current pause form a complete sentence (shortest end silence
         within bounds) or stop mid-phrase (longest); returns the end of the utterance
         when the pause is already that long."""
-        if self._state != "speech" or not self._paused:
+        if self._state != "speech" or not self._paused or self.held:
             return []
         low, high = self._end_silence_bounds
         self._end_silence = low if complete else high
@@ -123,7 +138,9 @@ class Endpointer:
 
     def finish(self) -> list[Event]:
         """End the current utterance now (push-to-talk release), as if its end silence
-        had passed; a run of speech not yet confirmed counts as an utterance too."""
+        had passed; a run of speech not yet confirmed counts as an utterance too. A hold
+        ends here."""
+        self.release()
         events: list[Event] = []
         if self._state == "candidate":
             events.append(self._confirm())
@@ -197,7 +214,7 @@ class Endpointer:
         elif not self._paused:
             self._paused = True
             events.append(SpeechPaused(self._last_voiced_end))
-        if self._paused and end - self._last_voiced_end >= self._end_silence:
+        if self._paused and end - self._last_voiced_end >= self._end_silence and not self.held:
             events.append(self._end(truncated=False))
         elif end - self._audio_start >= self._cap:
             if not self._paused:

@@ -176,6 +176,11 @@ class Listener:
             self._maybe_speculate()
             self._maybe_partial()
 
+    def hold(self) -> None:
+        """Push-to-talk pressed: silence does not end the utterance until
+        :meth:`end_utterance` (or the utterance length cap)."""
+        self._endpointer.hold()
+
     def end_utterance(self) -> None:
         """End the current utterance now (push-to-talk release): its transcript and query
         follow at once, reusing a pass that covers it; the latest partial's words, when

@@ -81,6 +81,12 @@ class EndOfUtterance(_Payload):
     now instead of waiting for the end-of-utterance silence."""
 
 
+class HoldFloor(_Payload):
+    """Push-to-talk pressed: the participant holds the floor, so a pause does not end
+    their utterance; their :class:`EndOfUtterance` (the release) does, or the utterance
+    length cap."""
+
+
 AUDIO_INPUT_TOPIC: Topic[AudioInput] = Topic("voice.audio.in", AudioInput)
 """Microphone audio from clients; the voice pipeline consumes it."""
 
@@ -95,3 +101,6 @@ SPECULATION_TOPIC: Topic[Speculation] = Topic("voice.speculation", Speculation)
 
 END_OF_UTTERANCE_TOPIC: Topic[EndOfUtterance] = Topic("voice.audio.end", EndOfUtterance)
 """Explicit ends of utterances (push-to-talk release) from clients."""
+
+HOLD_FLOOR_TOPIC: Topic[HoldFloor] = Topic("voice.audio.hold", HoldFloor)
+"""Push-to-talk presses from clients (the floor is held until the matching release)."""

@@ -47,11 +47,13 @@ from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
     END_OF_UTTERANCE_TOPIC,
+    HOLD_FLOOR_TOPIC,
     SPECULATION_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
     EndOfUtterance,
+    HoldFloor,
     Speculation,
     Transcript,
 )
@@ -100,6 +102,7 @@ class VoicePipeline(Agent):
         transcript_topic: Topic[Transcript] = TRANSCRIPT_TOPIC,
         speculation_topic: Topic[Speculation] = SPECULATION_TOPIC,
         end_of_utterance_topic: Topic[EndOfUtterance] = END_OF_UTTERANCE_TOPIC,
+        hold_floor_topic: Topic[HoldFloor] = HOLD_FLOOR_TOPIC,
         interrupted_topic: Topic[Interrupted] = INTERRUPTED_TOPIC,
         participant_left_topic: Topic[ParticipantLeft] = PARTICIPANT_LEFT_TOPIC,
     ) -> None:
@@ -123,6 +126,7 @@ class VoicePipeline(Agent):
         self._runtime: AgentRuntime | None = None
         self.add_handler(audio_input_topic, self._on_audio)
         self.add_handler(end_of_utterance_topic, self._on_end_of_utterance)
+        self.add_handler(hold_floor_topic, self._on_hold)
         self.add_handler(reply_topic, self._on_reply)
         self.add_handler(query_topic, self._on_query)
         self.add_handler(interrupted_topic, self._on_interrupted)
@@ -223,6 +227,12 @@ class VoicePipeline(Agent):
         audio = session.resampler.process(samples)
         if len(audio):
             session.listener.feed(audio, start_us)
+
+    async def _on_hold(self, message: HoldFloor, ctx: HandlerContext) -> None:
+        participant = ctx.metadata.participant_id
+        if participant is None:
+            raise ValueError("a hold needs a participant (participant_id in the metadata)")
+        (await self._session(participant, ctx)).listener.hold()
 
     async def _on_end_of_utterance(self, message: EndOfUtterance, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id

@@ -342,6 +342,8 @@ async function pttDown() {
     return;
   }
   if (mode !== "hands-free") mode = "push-to-talk";
+  // holding the floor: a pause inside the held sentence does not end it, the release does
+  if (pttHeld && mode === "push-to-talk" && session?.offers("hold")) session.send({ type: "hold" });
   $("live-transcript").textContent = "listening…";
 }
 
