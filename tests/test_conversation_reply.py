@@ -50,6 +50,7 @@ def test_the_bound_comes_from_the_instructions() -> None:
     assert sentence_bound("Answer in a single sentence.") == 1
     assert sentence_bound("Use at most 4 short sentences.") == 4
     assert sentence_bound("Be brief.") is None
+    assert sentence_bound("Reply in a few sentences.") is None  # no number stated
 
 
 @pytest.mark.anyio

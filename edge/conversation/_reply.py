@@ -27,9 +27,8 @@ _NUMBERS = {
     "nine": 9,
     "ten": 10,
     "a single": 1,
-    "a": 1,
 }
-_COUNT = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|a single|a)"
+_COUNT = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|a single)"
 _SENTENCES = re.compile(
     rf"\b{_COUNT}(?:\s+(?:to|or)\s+{_COUNT})?\s+(?:[a-z]+\s+){{0,2}}sentences?\b", re.I
 )
@@ -59,10 +58,8 @@ def sentence_bound(instructions: str) -> int | None:
 def _undecided(line: str) -> bool:
     """Whether ``line`` (the start of a reply line) could still become scaffolding."""
     text = line.lstrip()
-    if any(p.startswith(text) for p in _DROPPED) or text.startswith(_HEADER):
-        return True
-    if _HEADER.startswith(text):
-        return True
+    if any(p.startswith(text) for p in (*_DROPPED, _HEADER)) or text.startswith(_HEADER):
+        return True  # a "Context:" line waits for its end: dropped only when alone
     rest = text
     if text.startswith("["):
         stamp = _STAMP.match(text)
