@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from chain_paths import (
     ws_turn,
     wyoming_turn,
 )
-from figures import machine_class, voiced_span
+from figures import machine_info, results_dir, voiced_span
 from rich.console import Console
 from rich.table import Table
 
@@ -65,7 +64,17 @@ from edge.catalogue import default_model_path
 from edge.server import AudioFormat, EdgeClient, ServiceSettings
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
-OUT = Path(__file__).parent / "results"
+# Where the chain's settings differ from our path's, and why (benchmarks/README.md).
+DIFFERENCES = [
+    "Whisper's encoder window: ours fits it to the utterance plus 1 s (at least 10 s), "
+    "wyoming-faster-whisper pads every utterance to Whisper's 30 s: part of our design, "
+    "measured by benchmarks/stt_window.py, not a setting a chain user can change",
+    "LLM context: ours is the profile's (8192 tokens, per-participant KV kept between turns); "
+    "llama-cpp-python's server keeps its default n_ctx 2048 (enough for these questions) "
+    "and reuses the previous prompt's common prefix, the system prompt",
+    "The chain answers each question with our system prompt alone (no earlier turns); ours "
+    "answers with the participant's context, which is never smaller",
+]
 PAUSE_S = 0.35
 LEAD_S = 0.3  # the microphone is open before the speaker starts
 SETTLE_S = 1.0  # between turns, so one path's tail does not run into the next turn
@@ -360,8 +369,6 @@ def versions() -> dict[str, str | None]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=svc.REPO)
-    out["git"] = git.stdout.strip() or None
     return out
 
 
@@ -406,6 +413,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     console = Console(width=160)
+    machine_info()  # refuses uncommitted code before the run, not after it
     utterances = speak_questions(PiperTTS())[: args.questions]
     console.print(
         "questions: "
@@ -442,16 +450,13 @@ def build_result(
     samples: list[dict[str, Any]],
     elapsed: float,
 ) -> dict[str, Any]:
-    cls = machine_class(args.profile)
+    machine = {**machine_info(), "processor": platform.processor()}
     return {
-        "machine": {
-            "class": cls,
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine,
         "load": round(os.getloadavg()[0], 2),
-        "profile": args.profile or cls,
+        "profile": args.profile or machine["class"],
+        "settings": {"chain": svc.chain_settings(), "ours": our_settings()},
+        "differences": DIFFERENCES,
         "models": {role: str(default_model_path(role)) for role in ("llm", "stt", "tts")},
         "versions": versions(),
         "advertised_streaming": bench.advertised,
@@ -473,9 +478,29 @@ def build_result(
     }
 
 
+def our_settings() -> dict[str, Any]:
+    """What ``edge serve`` runs with on this machine's profile (the same figures the
+    chain's settings are compared with in ``tests/test_versus_chain_fairness.py``)."""
+    from edge.device import load_device_config
+
+    config = load_device_config()
+    audio = config.profile.audio
+    return {
+        "whisper": {
+            "beam_size": audio.stt_beam_size,
+            "compute_type": audio.stt_compute_type,
+            "language": "en",
+            "cpu_threads": config.threads,
+            "encoder_window_s": 10.0,
+            "model": config.model_paths.get("stt"),
+        },
+        "llm": {"n_threads": config.threads, "model": config.model_paths.get("llm")},
+        "piper": {"streaming": True, "voice": config.model_paths.get("tts")},
+    }
+
+
 def write_result(result: dict[str, Any], console: Console) -> None:
-    folder = OUT / result["machine"]["class"]
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = results_dir(result["machine"]["class"])
     json_path = folder / "versus_chain.json"
     json_path.write_text(json.dumps(result, indent=2, default=str))
     plot(result, folder / "versus_chain.png")

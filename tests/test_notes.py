@@ -187,3 +187,17 @@ async def test_scripted_misroute_is_caught_by_admission() -> None:
         result = await router.handle(t("What's the capital of France?", 1))
     assert result.text == "an answer"
     assert conversation.queries == ["What's the capital of France?"]
+
+
+async def test_the_note_limit_counts_utf8_bytes_not_characters() -> None:
+    """20 characters of "é" are 40 bytes: a limit of 21 bytes keeps 10 of them (a limit that
+    counted characters would keep all 20), never half a character."""
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime, max_note_bytes=21)
+    async with runtime:
+        await notes.answer(t("take a note: " + "é" * 20, 1), started=started)
+        await notes.answer(t("done", 2), started=started)
+    (saved,) = notes.notes("p1")
+    assert saved == "é" * 10 and len(saved.encode("utf-8")) <= 21

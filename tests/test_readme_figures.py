@@ -47,3 +47,30 @@ def test_end_of_speech_is_the_last_voiced_sample() -> None:
     assert figures.speech_end_at(10.0, audio, rate) == 10.0 + (end + 1) / rate
     quiet_tail = np.concatenate([voiced, 1e-5 * np.ones(rate)])  # noise floor is not speech
     assert figures.last_voiced_sample(quiet_tail, rate) < len(voiced) + rate // 100
+
+
+def test_a_result_names_its_commit_and_refuses_uncommitted_code(tmp_path, monkeypatch) -> None:
+    """``code_version`` is HEAD from git; a changed tracked file other than the results (and
+    the README table generated from them) refuses the run."""
+    import subprocess
+
+    import pytest
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+        return out.stdout.decode().strip()
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "edge.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "results" / "b.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(figures, "REPO", tmp_path)
+    head = git("rev-parse", "--short", "HEAD")
+    assert figures.code_version() == head
+    (tmp_path / "benchmarks" / "results" / "b.json").write_text('{"new": 1}\n')
+    assert figures.code_version() == head  # a run writes its own results
+    (tmp_path / "edge.py").write_text("x = 2\n")
+    with pytest.raises(figures.UncommittedCode, match="edge.py"):
+        figures.code_version()

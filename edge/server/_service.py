@@ -337,7 +337,12 @@ class EdgeService:
                 if "float16" in compute and hardware is not None and not hardware.cuda:
                     log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
                     compute = "int8"
-                extra = {"compute_type": compute, "beam_size": audio.stt_beam_size}
+                # Whisper gets the cores the LLM gets (CTranslate2's own default is 4).
+                extra = {
+                    "compute_type": compute,
+                    "beam_size": audio.stt_beam_size,
+                    "cpu_threads": self.device.threads,
+                }
             stt = WhisperSTT(paths.get("stt"), **extra)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
