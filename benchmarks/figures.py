@@ -26,8 +26,14 @@ import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parent.parent
-# Files a benchmark run itself writes: they may differ from HEAD when a result is recorded.
-GENERATED = (":(exclude)benchmarks/results", ":(exclude)README.md")
+# Files a benchmark run and `readme_table.py --write` write (results, and the figures quoted
+# from them): they may differ from HEAD when a result is recorded.
+GENERATED = (
+    ":(exclude)benchmarks/results",
+    ":(exclude)README.md",
+    ":(exclude)benchmarks/README.md",
+    ":(exclude)docs/*.md",
+)
 FRAME_S = 0.010  # voicing is decided per 10 ms frame
 VOICED_DB = -40.0  # a frame is voiced when its RMS is within 40 dB of the loudest frame
 
