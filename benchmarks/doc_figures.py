@@ -116,12 +116,11 @@ def select(data: Any, path: str) -> list[Any]:
     """Every value ``path`` selects in ``data`` (the grammar in the module docstring)."""
     values, many = [data], False
     for m in STEP.finditer(path):
-        if m["test"] is not None:
-            lists = [v for v in values if isinstance(v, list)]
-            if len(lists) != len(values):
+        if m["test"] is not None:  # filters a list, or the items selected so far
+            items = values if many else values[0]
+            if not isinstance(items, list):
                 raise FigureError(f"[{m['test']}] applies to a list")
-            values = [item for v in lists for item in v if _keep(item, m["test"])]
-            many = True
+            values, many = [item for item in items if _keep(item, m["test"])], True
         elif many:  # a key after a filter or * applies to each item
             values = [x for v in values for x in _step(v, m["key"])]
         else:

@@ -6,9 +6,10 @@
 
 Starts, all at once on 127.0.0.1, the chain (``wyoming-faster-whisper`` with our Whisper
 tiny.en, llama-cpp-python's OpenAI-compatible server with our SmolLM2 GGUF,
-``wyoming-piper`` with our joe voice; each with its own defaults) and ``edge serve``
+``wyoming-piper`` with our joe voice; run as Home Assistant's add-ons ship them, every
+thread setting at the machine's cores: ``chain_services.chain_settings``) and ``edge serve``
 (default models, detected profile). Piper speaks a fixed question set (short questions,
-questions with a ≈350 ms pause mid-sentence, 6-10 s questions); each is streamed in real
+questions with a ≈350 ms pause mid-sentence, 6-7 s questions); each is streamed in real
 time and the paths take turns, question by question, in a rotating order, so machine
 noise hits them alike. Paths, each timed to the first byte of reply audio:
 
