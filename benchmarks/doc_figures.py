@@ -11,8 +11,8 @@ marker that names its source, invisible in rendered Markdown::
   ``*`` takes every item; ``[key=value]`` keeps the items whose ``key`` equals ``value``
   (also ``!=``, ``<``, ``<=``, ``>``, ``>=``; ``[key]``: the items that have ``key``).
 * **format**: from the first word holding ``{``: a Python format string given the value
-  (``{}``), the value in milliseconds (``{ms}``), per cent (``{pct}``) or millions
-  (``{mb}``, bytes as MB) and, over every
+  (``{}``), the value in milliseconds (``{ms}``), per cent (``{pct}``), MB (``{mb}``) or
+  MiB (``{mib}``) and, over every
   value the path selects, ``{min}``, ``{max}``, ``{median}``, ``{mean}``, each also in
   milliseconds (``{min_ms}``, ...) and per cent (``{min_pct}``, ...), their count ``{n}``
   and ``{items}``, the values joined by ", ".
@@ -159,7 +159,7 @@ def figure_text(spec: str, machine: str = MACHINE) -> str:
         named |= {f"{k}_pct": v * 100 for k, v in stats.items()}
     value = values[0] if len(values) == 1 else values
     if len(values) == 1 and isinstance(value, int | float):
-        named |= {"ms": value * 1000, "pct": value * 100, "mb": value / 1e6}
+        named |= {"ms": value * 1000, "pct": value * 100, "mb": value / 1e6, "mib": value / 2**20}
     try:
         return fmt.format(value, **named)
     except (ValueError, TypeError, KeyError, IndexError) as e:
