@@ -77,6 +77,9 @@ def test_the_figure_markers(tmp_path, monkeypatch) -> None:
     assert fig("bench rows[turn>0].t {median:.2f} s (n {n})") == "0.75 s (n 2)"
     assert fig("bench rows.*.t {min_ms:.0f}–{max:.1f} s") == "250–1.0 s"
     assert fig("bench rows[x].turn {}") == "1"
+    assert fig("bench rows[turn>=1][turn<2].t {ms:.0f} ms") == "500 ms"
+    assert fig("bench rows.*.turn {items}") == "0, 1, 2"
+    assert fig("bench acc {pct:.0f} %") == "95 %"
     for bad in ("bench rows[turn=9].t {}", "bench summary.b {}", "nofile acc {}", "bench acc"):
         with pytest.raises(doc_figures.FigureError):
             fig(bad)
@@ -91,6 +94,8 @@ def test_the_figure_markers(tmp_path, monkeypatch) -> None:
     assert doc_figures.unmarked_figures(beside, "m") == ["1: '1.02 s'"]
     table = "From `bench.json`:\n\n| a | b |\n|---|---|\n| x | 12 ms |\n| `y` | `3 s` |"
     assert doc_figures.unmarked_figures(table, "m") == ["5: '12 ms'"]
+    items = "- a setting of 2 s\n- `bench.py` gave 0.9 s\n\n```\nbench.json 3 s\n```"
+    assert doc_figures.unmarked_figures(items, "m") == ["2: '0.9 s'"]
 
 
 def test_every_benchmark_of_make_bench_has_committed_results() -> None:
