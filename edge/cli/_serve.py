@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import threading
-from functools import partial
 from typing import Any
 
 import anyio
@@ -276,15 +275,24 @@ async def _spoken_turn(
 ) -> int:
     from edge.voice import pcm16_to_float, write_wav
 
+    async def say() -> None:  # then end the utterance: the service tells when none was heard
+        await client.speak(pcm, realtime=not args.fast)
+        await client.end_of_utterance()
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(client.speak, pcm, realtime=not args.fast))
+        tg.start_soon(say)
         try:
             turn = await client.collect_turn(limit_s=args.timeout, on_message=show)
         except TimeoutError:
             console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
             tg.cancel_scope.cancel()
             return 1
+        if not turn.request_id:  # refused, or no speech heard: the error is shown already
+            tg.cancel_scope.cancel()
     sys.stdout.write("\n")
+    if not turn.request_id:
+        await client.send({"type": "bye"})
+        return 1
     console.print(f"[dim]heard: {turn.query}[/]")
     if args.save_audio:
         rate = client.welcome.audio_out_rate if client.welcome else None

@@ -19,6 +19,7 @@ from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
 from ._protocol import (
     CLIENT_TYPES,
+    NO_SPEECH,
     PARTICIPANT_ID_RULE,
     PROTOCOL_VERSION,
     AudioFormat,
@@ -37,6 +38,7 @@ from ._wyoming import WyomingServer
 
 __all__ = [
     "CLIENT_TYPES",
+    "NO_SPEECH",
     "PARTICIPANT_ID_RULE",
     "PROTOCOL_VERSION",
     "WEBSOCKET_SERVICE",

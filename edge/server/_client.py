@@ -94,6 +94,17 @@ class TurnResult:
         return b"".join(data for _, data in self.audio)
 
 
+_SPOKEN = ("audio", "end_of_utterance")
+
+
+def _refuses(message: ServerMessage, text: str | None) -> bool:
+    """Whether ``message`` is the error that ends a turn before it began (see
+    :meth:`EdgeClient.collect_turn`)."""
+    if not isinstance(message, ErrorMessage):
+        return False
+    return message.in_reply_to == "text" if text is not None else message.in_reply_to in _SPOKEN
+
+
 class EdgeClient:
     """``async with EdgeClient(url) as client:`` connects and says hello.
 
@@ -292,7 +303,12 @@ class EdgeClient:
     ) -> TurnResult:
         """Receive until a turn of this participant completes: its ``query`` echo, then
         ``status: idle``, then (when audio was asked for) the final audio chunk of every
-        source that replied. ``text`` None takes the next turn, spoken or typed."""
+        source that replied. ``text`` None takes the next turn, spoken or typed.
+
+        A turn the service refused ends at its ``error``, before any echo: for ``text``,
+        the error in reply to a ``text`` message; for a spoken turn, one in reply to
+        ``audio`` or ``end_of_utterance`` (``no_speech`` when nothing was heard). The
+        result then has no ``request_id`` and the error in ``errors``."""
         result: TurnResult | None = None
         transcripts: list[TranscriptMessage] = []
         idle = False
@@ -311,6 +327,9 @@ class EdgeClient:
                 message, payload = await self.receive()
                 if on_message is not None:
                     on_message(message)
+                if result is None and _refuses(message, text):
+                    assert isinstance(message, ErrorMessage)
+                    return TurnResult("", "", transcripts=transcripts, errors=[message])
                 if isinstance(message, TranscriptMessage):
                     (result.transcripts if result is not None else transcripts).append(message)
                 elif isinstance(message, QueryEcho):
