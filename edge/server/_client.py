@@ -31,6 +31,7 @@ from ._protocol import (
     Welcome,
     parse_server_message,
 )
+from ._redact import guard_library_logs
 from ._settings import default_data_dir
 
 
@@ -213,6 +214,7 @@ class EdgeClient:
         await self.request({"type": "forget"}, "bye")
 
     async def __aenter__(self) -> EdgeClient:
+        guard_library_logs()  # the hello carries tokens: never into a -vv log
         self.ws = await connect(
             self.url, open_timeout=self.open_timeout, compression=None, max_size=1 << 22
         )

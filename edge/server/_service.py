@@ -37,7 +37,7 @@ from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
 from edge.voice import TRANSCRIPT_TOPIC
 
-from ._access import is_loopback, load_or_create_token
+from ._access import TokenFile, is_loopback
 from ._gateway import Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
@@ -127,7 +127,7 @@ class EdgeService:
         )
         self._register_agents()
         self.gateway = self._make_gateway()
-        self.token = self._access_token()
+        self._token = self._access_token()
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
         self.mdns: MdnsAdvertiser | None = None
@@ -139,14 +139,20 @@ class EdgeService:
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
 
-    def _access_token(self) -> str | None:
-        """The device access token WebSocket clients must present (None: ``insecure``)."""
+    def _access_token(self) -> str | TokenFile | None:
+        """The device access token WebSocket clients must present (None: ``insecure``);
+        the data directory's file is followed as it changes (``edge token --rotate``)."""
         s = self.settings
         if s.insecure:
             return None
         if s.token is not None and s.token.get_secret_value():
             return s.token.get_secret_value()
-        return load_or_create_token(s.data_dir)
+        return TokenFile(s.data_dir)
+
+    @property
+    def token(self) -> str | None:
+        """The device access token clients must present now (None: none needed)."""
+        return self._token.current() if isinstance(self._token, TokenFile) else self._token
 
     @property
     def wyoming_host(self) -> str:
@@ -260,7 +266,7 @@ class EdgeService:
             max_sessions=s.max_sessions,
             outbox_size=s.outbox_size,
             access=AccessPolicy(
-                token=self.token,
+                token=self._token,
                 allowed_origins=s.allowed_origins,
                 hello_timeout_s=s.hello_timeout_s,
                 max_per_address=s.max_sessions_per_address,
