@@ -308,9 +308,14 @@ async def _spoken_turn(
 
 
 def run_client(args: argparse.Namespace) -> int:
+    from edge.server import HelloRefused
+
     console = Console(stderr=True)
     try:
         return anyio.run(_client, args, console)
+    except HelloRefused as exc:  # reached, and it said no: not "unreachable"
+        console.print(f"[red]error:[/] {exc}")
+        return 3
     except (OSError, ConnectionError) as exc:
         console.print(f"[red]error:[/] cannot talk to {args.url}: {exc}")
         return 2

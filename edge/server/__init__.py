@@ -13,7 +13,7 @@ Example::
 """
 
 from ._access import load_or_create_token, read_token, rotate_token, token_path
-from ._client import ClientRequestError, EdgeClient, TurnResult, local_token
+from ._client import ClientRequestError, EdgeClient, HelloRefused, TurnResult, local_token
 from ._gateway import ClientError, Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
@@ -51,6 +51,7 @@ __all__ = [
     "EdgeService",
     "ErrorMessage",
     "Gateway",
+    "HelloRefused",
     "MdnsAdvertiser",
     "OutputHub",
     "ProtocolError",

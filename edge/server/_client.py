@@ -39,6 +39,11 @@ class ClientRequestError(RuntimeError):
     """The service answered a request with an error (the text is the server's)."""
 
 
+class HelloRefused(ConnectionError):
+    """The service answered ``hello`` with an error (token, session): it was reached, and
+    said no; the text is the server's."""
+
+
 ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
 
 
@@ -225,7 +230,7 @@ class EdgeClient:
                 if isinstance(message, Welcome):
                     self.welcome = message
                 elif isinstance(message, ErrorMessage):
-                    raise ConnectionError(f"the server refused hello: {message.message}")
+                    raise HelloRefused(f"the server refused hello: {message.message}")
                 else:
                     self.backlog.append((message, payload))
         return self
