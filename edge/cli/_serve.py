@@ -11,9 +11,11 @@ from typing import Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._flags import add_model_flags, model_from_flags
+from ._target import TargetError, client_url, participant_id, unreachable
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
 
@@ -35,7 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Send text turns to `edge serve` and print the streamed replies. "
         "Without --text, reads one turn per line from standard input.",
     )
-    c.add_argument("--url", help=f"service address (default {DEFAULT_URL})")
+    c.add_argument(
+        "--url",
+        help=f"service address (default {DEFAULT_URL}); the console's http:// address works too",
+    )
     c.add_argument(
         "--discover", action="store_true", help="find the service over mDNS instead of --url"
     )
@@ -47,7 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="browse only on this interface (repeatable)",
     )
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
-    c.add_argument("--participant", help="participant id (default: assigned by the server)")
+    c.add_argument(
+        "--participant",
+        type=participant_id,
+        help="participant id (default: assigned by the server)",
+    )
     c.add_argument(
         "--resume",
         metavar="SESSION_TOKEN",
@@ -185,7 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
         SpeechToTextError,
         TextToSpeechError,
     ) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
 
 
@@ -201,7 +210,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             sys.stdout.write(message.text + ("\n" if message.source == "router" else ""))
             sys.stdout.flush()
         elif isinstance(message, ErrorMessage):
-            console.print(f"[red]server error:[/] {message.message}")
+            console.print(f"[red]server error:[/] {escape(message.message)}")
 
     if args.discover:
         from edge.server import discover
@@ -213,7 +222,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         info = found[0]
         args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
-    args.url = args.url or DEFAULT_URL
+    args.url, url_token = client_url(args.url or DEFAULT_URL)
     recording = None
     if args.audio:
         from edge.voice import AudioFormatError, float_to_pcm16, read_wav
@@ -221,14 +230,14 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         try:
             recording = read_wav(args.audio)
         except AudioFormatError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}")
             return 2
     fmt = AudioFormat(sample_rate=recording.sample_rate) if recording is not None else None
     async with EdgeClient(
         args.url,
         participant_id=args.participant,
         display_name=args.name,
-        token=args.token,
+        token=args.token or url_token,
         resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
@@ -308,14 +317,19 @@ async def _spoken_turn(
 
 
 def run_client(args: argparse.Namespace) -> int:
+    from websockets.exceptions import WebSocketException
+
     from edge.server import HelloRefused
 
     console = Console(stderr=True)
     try:
         return anyio.run(_client, args, console)
     except HelloRefused as exc:  # reached, and it said no: not "unreachable"
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 3
-    except (OSError, ConnectionError) as exc:
-        console.print(f"[red]error:[/] cannot talk to {args.url}: {exc}")
+    except TargetError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    except (OSError, ConnectionError, WebSocketException) as exc:
+        console.print(f"[red]error:[/] {escape(unreachable(args.url, exc))}")
         return 2

@@ -28,6 +28,7 @@ from ._protocol import (
     ProtocolError,
     Reply,
     TranscriptMessage,
+    check_participant_id,
     new_participant_id,
     parse_client_message,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "TurnResult",
     "WebSocketServer",
     "WyomingServer",
+    "check_participant_id",
     "discover",
     "load_or_create_token",
     "local_token",
