@@ -157,6 +157,8 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
         print(f"console: {service.console_url}", flush=True)
+        if service.local_console_url:  # a secure origin: the microphone works there
+            print(f"console on this device: {service.local_console_url}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 

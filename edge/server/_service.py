@@ -41,6 +41,7 @@ from ._access import TokenFile, is_loopback
 from ._gateway import Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
@@ -51,6 +52,8 @@ from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
 
 log = logging.getLogger(__name__)
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every interface: shown as the host name
 
 
 def _days(days: float | None) -> float | None:
@@ -380,6 +383,10 @@ class EdgeService:
         (``listen=False``: no servers and no mDNS, for in-process use such as ``edge talk``)."""
         if self._stack is not None:
             raise RuntimeError("the service is already running")
+        if listen:  # before any model loads: a second `edge serve` fails at once
+            check_port_free(self.settings.host, self.settings.port, "WebSocket")
+            if self.wyoming is not None:
+                check_port_free(self.wyoming_host, self.settings.wyoming_port, "Wyoming")
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         self._stack = stack
@@ -433,7 +440,7 @@ class EdgeService:
 
     def _display_host(self, host: str | None = None) -> str:
         host = host or self.settings.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in WILDCARD_HOSTS:
             return socket.gethostname()
         return host
 
@@ -445,7 +452,17 @@ class EdgeService:
     def console_url(self) -> str:
         """The browser console (``GET /`` on the WebSocket port), with the device token in
         it when one is needed, as notebook servers print theirs."""
-        base = f"http://{self._display_host()}:{self.websocket.bound_port}/"
+        return self._console_at(self._display_host())
+
+    @property
+    def local_console_url(self) -> str | None:
+        """The console opened on the device itself, when the service listens on every
+        interface: ``http://localhost`` is a secure origin, so the page may use the
+        microphone there (the host name's address is not). None otherwise."""
+        return self._console_at("localhost") if self.settings.host in WILDCARD_HOSTS else None
+
+    def _console_at(self, host: str) -> str:
+        base = f"http://{host}:{self.websocket.bound_port}/"
         return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     @property
