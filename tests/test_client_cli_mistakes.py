@@ -50,3 +50,15 @@ def test_client_url() -> None:
     for bad in ("box:8765", "ws://", "ws://box:port"):
         with pytest.raises(TargetError):
             client_url(bad)
+
+
+def test_a_dropped_connection_is_not_called_unreachable() -> None:
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.frames import Close
+
+    from edge.cli._target import unreachable
+
+    closed = ConnectionClosedError(Close(1009, "message too big"), None)
+    said = unreachable("ws://box:8765", closed)
+    assert said.startswith("the service at ws://box:8765 closed the connection: ")
+    assert "1009" in said and "running" not in said

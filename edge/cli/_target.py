@@ -46,7 +46,11 @@ def participant_id(value: str) -> str:
 
 
 def unreachable(url: str, exc: BaseException) -> str:
-    """Why ``url`` could not be reached, in words, with what to check."""
+    """Why ``url`` could not be reached (or dropped us), in words, with what to check."""
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, ConnectionClosed):
+        return f"the service at {url} closed the connection: {exc}"
     if isinstance(exc, ConnectionRefusedError):
         reason = "nothing listens there (connection refused)"
     elif isinstance(exc, TimeoutError):
