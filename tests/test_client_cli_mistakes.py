@@ -3,6 +3,7 @@ console's ``http://`` address, an invalid ``--participant``, a port nobody liste
 
 from __future__ import annotations
 
+import os
 import sys
 
 import anyio
@@ -14,9 +15,9 @@ from tests.server_helpers import make_service
 EDGE = [sys.executable, "-m", "edge"]
 
 
-async def _edge_client(*args: str) -> tuple[int, str, str]:
+async def _edge_client(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     with anyio.fail_after(60):
-        done = await anyio.run_process([*EDGE, "client", *args], check=False)
+        done = await anyio.run_process([*EDGE, "client", *args], check=False, env=env)
     return done.returncode, done.stdout.decode(), " ".join(done.stderr.decode().split())
 
 
@@ -25,7 +26,9 @@ async def test_the_consoles_address_works_as_url() -> None:
     async with make_service() as service:
         console = service.console_url  # http://127.0.0.1:PORT/?token=…
         assert console.startswith("http://")
-        code, out, err = await _edge_client("--url", console, "--token", "", "--text", "hi")
+        # the URL's token is the one sent (not EDGE_TOKEN's)
+        env = {**os.environ, "EDGE_TOKEN": "not-the-token"}
+        code, out, err = await _edge_client("--url", console, "--text", "hi", env=env)
     assert code == 0, err
     assert "You said: hi." in out and "Traceback" not in err
 

@@ -239,7 +239,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         args.url,
         participant_id=args.participant,
         display_name=args.name,
-        token=args.token or url_token,
+        token=url_token if args.token is None else args.token,
         resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
