@@ -64,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--token",
-        help="device access token (default: EDGE_TOKEN, or read from the data directory "
-        "for a service on this machine)",
+        help="device access token (default: the ?token= of a console --url, else EDGE_TOKEN, "
+        "or read from the data directory for a service on this machine)",
     )
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
