@@ -44,6 +44,7 @@ $(STAMP): pyproject.toml models/requirements.txt models/catalogue.toml $(LLAMA_W
 	@touch $(STAMP)
 
 run: setup
+	@echo "edge is installed in $(BIN): in another terminal, '. $(BIN)/activate' (or type $(BIN)/edge) for edge client, edge token, edge sessions ..."
 	$(BIN)/edge serve $(SERVE_ARGS)
 
 ask: setup

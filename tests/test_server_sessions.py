@@ -54,7 +54,7 @@ async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() ->
         url = svc.websocket_url
         async with EdgeClient(url, participant_id="alice") as owner:
             await owner.ask("secret plan")
-        cases = ((None, "resume it with the session_token"), ("x", "not it"))
+        cases = ((None, "come back with the session token it was given"), ("x", "not it"))
         for n, (resume, words) in enumerate(cases):
             async with connect(url) as ws:
                 hello = {"type": "hello", "participant_id": "alice", "token": local_token(url)}
@@ -64,7 +64,8 @@ async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() ->
                 error = json.loads(await ws.recv())
                 assert error["type"] == "error" and error["in_reply_to"] == "hello"
                 assert (
-                    "participant 'alice' exists" in error["message"] and words in error["message"]
+                    "participant 'alice' already has a session" in error["message"]
+                    and words in error["message"]
                 )
                 hello["participant_id"] = f"mallory-{n}"  # the connection may say hello again
                 hello.pop("resume", None)

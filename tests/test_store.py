@@ -136,7 +136,7 @@ def test_session_tokens_are_checked_and_only_their_hash_is_stored() -> None:
     store = SessionStore()
     token, resumed = store.claim("alice", None)
     assert not resumed and len(token) >= 24
-    with pytest.raises(SessionRefused, match="resume it with the session_token"):
+    with pytest.raises(SessionRefused, match="come back with the session token it was given"):
         store.claim("alice", None)
     with pytest.raises(SessionRefused, match="not it"):
         store.claim("alice", "wrong")

@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="show the device access token clients need (created if missing)",
         description="Print the device access token that WebSocket clients present in hello "
         "(or as a bearer header). It lives in <data dir>/token, mode 0600. A running service "
-        "reads it at start: restart it after --rotate.",
+        "takes a --rotate'd token at the next connection (open sessions keep going).",
     )
     p.add_argument("--data-dir", help="the service's data directory (default: EDGE_DATA_DIR)")
     p.add_argument("--rotate", action="store_true", help="replace it with a new random token")

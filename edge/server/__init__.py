@@ -13,12 +13,13 @@ Example::
 """
 
 from ._access import load_or_create_token, read_token, rotate_token, token_path
-from ._client import ClientRequestError, EdgeClient, TurnResult, local_token
+from ._client import ClientRequestError, EdgeClient, HelloRefused, TurnResult, local_token
 from ._gateway import ClientError, Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
 from ._protocol import (
     CLIENT_TYPES,
+    NO_SPEECH,
     PARTICIPANT_ID_RULE,
     PROTOCOL_VERSION,
     AudioFormat,
@@ -27,6 +28,7 @@ from ._protocol import (
     ProtocolError,
     Reply,
     TranscriptMessage,
+    check_participant_id,
     new_participant_id,
     parse_client_message,
 )
@@ -37,6 +39,7 @@ from ._wyoming import WyomingServer
 
 __all__ = [
     "CLIENT_TYPES",
+    "NO_SPEECH",
     "PARTICIPANT_ID_RULE",
     "PROTOCOL_VERSION",
     "WEBSOCKET_SERVICE",
@@ -49,6 +52,7 @@ __all__ = [
     "EdgeService",
     "ErrorMessage",
     "Gateway",
+    "HelloRefused",
     "MdnsAdvertiser",
     "OutputHub",
     "ProtocolError",
@@ -58,6 +62,7 @@ __all__ = [
     "TurnResult",
     "WebSocketServer",
     "WyomingServer",
+    "check_participant_id",
     "discover",
     "load_or_create_token",
     "local_token",

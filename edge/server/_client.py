@@ -31,11 +31,17 @@ from ._protocol import (
     Welcome,
     parse_server_message,
 )
+from ._redact import guard_library_logs
 from ._settings import default_data_dir
 
 
 class ClientRequestError(RuntimeError):
     """The service answered a request with an error (the text is the server's)."""
+
+
+class HelloRefused(ConnectionError):
+    """The service answered ``hello`` with an error (token, session): it was reached, and
+    said no; the text is the server's."""
 
 
 ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
@@ -92,6 +98,17 @@ class TurnResult:
     @property
     def pcm(self) -> bytes:
         return b"".join(data for _, data in self.audio)
+
+
+_SPOKEN = ("audio", "end_of_utterance")
+
+
+def _refuses(message: ServerMessage, text: str | None) -> bool:
+    """Whether ``message`` is the error that ends a turn before it began (see
+    :meth:`EdgeClient.collect_turn`)."""
+    if not isinstance(message, ErrorMessage):
+        return False
+    return message.in_reply_to == "text" if text is not None else message.in_reply_to in _SPOKEN
 
 
 class EdgeClient:
@@ -202,6 +219,7 @@ class EdgeClient:
         await self.request({"type": "forget"}, "bye")
 
     async def __aenter__(self) -> EdgeClient:
+        guard_library_logs()  # the hello carries tokens: never into a -vv log
         self.ws = await connect(
             self.url, open_timeout=self.open_timeout, compression=None, max_size=1 << 22
         )
@@ -212,7 +230,7 @@ class EdgeClient:
                 if isinstance(message, Welcome):
                     self.welcome = message
                 elif isinstance(message, ErrorMessage):
-                    raise ConnectionError(f"the server refused hello: {message.message}")
+                    raise HelloRefused(f"the server refused hello: {message.message}")
                 else:
                     self.backlog.append((message, payload))
         return self
@@ -292,7 +310,12 @@ class EdgeClient:
     ) -> TurnResult:
         """Receive until a turn of this participant completes: its ``query`` echo, then
         ``status: idle``, then (when audio was asked for) the final audio chunk of every
-        source that replied. ``text`` None takes the next turn, spoken or typed."""
+        source that replied. ``text`` None takes the next turn, spoken or typed.
+
+        A turn the service refused ends at its ``error``, before any echo: for ``text``,
+        the error in reply to a ``text`` message; for a spoken turn, one in reply to
+        ``audio`` or ``end_of_utterance`` (``no_speech`` when nothing was heard). The
+        result then has no ``request_id`` and the error in ``errors``."""
         result: TurnResult | None = None
         transcripts: list[TranscriptMessage] = []
         idle = False
@@ -311,6 +334,9 @@ class EdgeClient:
                 message, payload = await self.receive()
                 if on_message is not None:
                     on_message(message)
+                if result is None and _refuses(message, text):
+                    assert isinstance(message, ErrorMessage)
+                    return TurnResult("", "", transcripts=transcripts, errors=[message])
                 if isinstance(message, TranscriptMessage):
                     (result.transcripts if result is not None else transcripts).append(message)
                 elif isinstance(message, QueryEcho):

@@ -25,7 +25,9 @@ from edge.runtime import Agent, HandlerContext
 from edge.voice import AUDIO_OUTPUT_TOPIC, TRANSCRIPT_TOPIC, AudioOutput, Transcript
 
 from ._protocol import (
+    NO_SPEECH,
     AudioMessage,
+    ErrorMessage,
     InterruptedMessage,
     QueryEcho,
     Reply,
@@ -35,6 +37,12 @@ from ._protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+NO_SPEECH_ERROR = ErrorMessage(
+    message="no speech was heard: nothing was said, or nothing the recogniser understood",
+    in_reply_to="audio",
+    code=NO_SPEECH,
+)
 
 
 class Sink(Protocol):
@@ -115,8 +123,9 @@ class OutputHub(Agent):
             )
 
     async def _on_transcript(self, message: Transcript, ctx: HandlerContext) -> None:
+        participant_id = ctx.metadata.participant_id
         self._send(
-            ctx.metadata.participant_id,
+            participant_id,
             TranscriptMessage(
                 text=message.text,
                 utterance=message.utterance,
@@ -124,6 +133,8 @@ class OutputHub(Agent):
                 truncated=message.truncated,
             ),
         )
+        if message.final and not message.text.strip():  # the utterance ends with no turn
+            self._send(participant_id, NO_SPEECH_ERROR)
 
     async def _on_audio(self, chunk: AudioOutput, ctx: HandlerContext) -> None:
         header = AudioMessage(

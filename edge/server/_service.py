@@ -37,10 +37,11 @@ from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
 from edge.voice import TRANSCRIPT_TOPIC
 
-from ._access import is_loopback, load_or_create_token
+from ._access import TokenFile, is_loopback
 from ._gateway import Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
@@ -51,6 +52,8 @@ from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
 
 log = logging.getLogger(__name__)
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every interface: shown as the host name
 
 
 def _days(days: float | None) -> float | None:
@@ -127,7 +130,7 @@ class EdgeService:
         )
         self._register_agents()
         self.gateway = self._make_gateway()
-        self.token = self._access_token()
+        self._token = self._access_token()
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
         self.mdns: MdnsAdvertiser | None = None
@@ -139,14 +142,20 @@ class EdgeService:
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
 
-    def _access_token(self) -> str | None:
-        """The device access token WebSocket clients must present (None: ``insecure``)."""
+    def _access_token(self) -> str | TokenFile | None:
+        """The device access token WebSocket clients must present (None: ``insecure``);
+        the data directory's file is followed as it changes (``edge token --rotate``)."""
         s = self.settings
         if s.insecure:
             return None
         if s.token is not None and s.token.get_secret_value():
             return s.token.get_secret_value()
-        return load_or_create_token(s.data_dir)
+        return TokenFile(s.data_dir)
+
+    @property
+    def token(self) -> str | None:
+        """The device access token clients must present now (None: none needed)."""
+        return self._token.current() if isinstance(self._token, TokenFile) else self._token
 
     @property
     def wyoming_host(self) -> str:
@@ -260,7 +269,7 @@ class EdgeService:
             max_sessions=s.max_sessions,
             outbox_size=s.outbox_size,
             access=AccessPolicy(
-                token=self.token,
+                token=self._token,
                 allowed_origins=s.allowed_origins,
                 hello_timeout_s=s.hello_timeout_s,
                 max_per_address=s.max_sessions_per_address,
@@ -379,6 +388,10 @@ class EdgeService:
         (``listen=False``: no servers and no mDNS, for in-process use such as ``edge talk``)."""
         if self._stack is not None:
             raise RuntimeError("the service is already running")
+        if listen:  # before any model loads: a second `edge serve` fails at once
+            check_port_free(self.settings.host, self.settings.port, "WebSocket")
+            if self.wyoming is not None:
+                check_port_free(self.wyoming_host, self.settings.wyoming_port, "Wyoming")
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         self._stack = stack
@@ -432,7 +445,7 @@ class EdgeService:
 
     def _display_host(self, host: str | None = None) -> str:
         host = host or self.settings.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in WILDCARD_HOSTS:
             return socket.gethostname()
         return host
 
@@ -444,7 +457,17 @@ class EdgeService:
     def console_url(self) -> str:
         """The browser console (``GET /`` on the WebSocket port), with the device token in
         it when one is needed, as notebook servers print theirs."""
-        base = f"http://{self._display_host()}:{self.websocket.bound_port}/"
+        return self._console_at(self._display_host())
+
+    @property
+    def local_console_url(self) -> str | None:
+        """The console opened on the device itself, when the service listens on every
+        interface: ``http://localhost`` is a secure origin, so the page may use the
+        microphone there (the host name's address is not). None otherwise."""
+        return self._console_at("localhost") if self.settings.host in WILDCARD_HOSTS else None
+
+    def _console_at(self, host: str) -> str:
+        base = f"http://{host}:{self.websocket.bound_port}/"
         return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     @property

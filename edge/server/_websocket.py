@@ -27,7 +27,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from ._access import bearer_token, origin_allowed, token_matches
+from ._access import TokenFile, bearer_token, origin_allowed, token_matches
 from ._console import ConsolePages
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
@@ -49,6 +49,7 @@ from ._protocol import (
     new_participant_id,
     parse_client_message,
 )
+from ._redact import guard_library_logs
 from ._sessions import Sessions
 
 log = logging.getLogger(__name__)
@@ -64,16 +65,25 @@ TRY_AGAIN_LATER = 1013
 class AccessPolicy:
     """Who may open a session. ``token`` None: no token needed (``--insecure``)."""
 
-    token: str | None = None
+    token: str | TokenFile | None = None  # a TokenFile follows `edge token --rotate`
     allowed_origins: tuple[str, ...] = ()
     hello_timeout_s: float = 10.0
     max_per_address: int = 8
     audio_burst_s: float = 30.0  # microphone audio taken at once; after that ...
     audio_rate: float = 2.0  # ... at most this many seconds of audio per second
 
+    def current_token(self) -> str | None:
+        """The token a new connection must present now (None: none needed)."""
+        return self.token.current() if isinstance(self.token, TokenFile) else self.token
+
 
 class _Refused(Exception):
-    """The hello was refused in a way that ends the connection (close code 1008)."""
+    """The hello was refused in a way that ends the connection (close code 1008 with
+    ``reason``): a wrong or missing token, a malformed hello."""
+
+    def __init__(self, message: str, reason: str = "device access token required") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class WebSocketSession:
@@ -94,8 +104,9 @@ class WebSocketSession:
         self.access = access or AccessPolicy()
         request = ws.request
         header = request.headers.get("Authorization") if request is not None else None
-        self._authorized = self.access.token is None or (
-            header is not None and token_matches(self.access.token, bearer_token(header))
+        expected = self.access.current_token()
+        self._authorized = expected is None or (
+            header is not None and token_matches(expected, bearer_token(header))
         )
         self.participant_id: str | None = None
         self.hello: Hello | None = None
@@ -170,7 +181,7 @@ class WebSocketSession:
             pass
         except _Refused as exc:  # the error goes out first, then the close (in run)
             self.deliver(ErrorMessage(message=str(exc), in_reply_to="hello"))
-            self._close = (POLICY_VIOLATION, "device access token required")
+            self._close = (POLICY_VIOLATION, exc.reason)
 
     def _error(self, message: str, in_reply_to: str | None) -> None:
         self.deliver(ErrorMessage(message=message, in_reply_to=in_reply_to))
@@ -183,7 +194,9 @@ class WebSocketSession:
         try:
             message = parse_client_message(raw)
         except ProtocolError as exc:
-            self._error(str(exc), None)
+            if self.hello is None and exc.message_type == "hello":
+                raise _Refused(str(exc), "malformed hello") from None  # like a wrong token
+            self._error(str(exc), exc.message_type)
             return True
         try:
             if isinstance(message, Hello):
@@ -227,7 +240,7 @@ class WebSocketSession:
         if self.hello is not None:
             raise ClientError(f"already joined as {self.participant_id!r}")
         if not self._authorized:
-            if not token_matches(self.access.token, hello.token):
+            if not token_matches(self.access.current_token(), hello.token):
                 raise _Refused(
                     "this service needs its device access token: send it in hello.token "
                     "(`edge token` on the service's machine shows it)"
@@ -343,6 +356,7 @@ class WebSocketServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def __aenter__(self) -> WebSocketServer:
+        guard_library_logs()
         self._server = await serve(
             self._connection,
             self.host,
@@ -398,7 +412,7 @@ class WebSocketServer:
             )
         authorization = headers.get("Authorization")
         if authorization is not None and not token_matches(
-            self.access.token, bearer_token(authorization)
+            self.access.current_token(), bearer_token(authorization)
         ):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong device access token\n")
         return None

@@ -185,9 +185,11 @@ class SessionStore:
             if stored is not None:
                 if resume is None or not hmac.compare_digest(stored, token_hash(resume)):
                     raise SessionRefused(
-                        f"participant {participant_id!r} exists: resume it with the "
-                        "session_token its welcome gave"
-                        + (" (that token is not it)" if resume is not None else "")
+                        f"participant {participant_id!r} already has a session: come back "
+                        "with the session token it was given"
+                        + (", and that token is not it" if resume is not None else "")
+                        + f". Token lost? `edge sessions token {participant_id}` on the "
+                        "service's machine issues a new one (the conversation is kept)"
                     )
                 self._ensure(db, participant_id)
                 return resume, True
@@ -198,6 +200,19 @@ class SessionStore:
                 (token_hash(token), participant_id),
             )
             return token, row is not None
+
+    def reissue(self, participant_id: str) -> str:
+        """A new session token for a stored participant, for one who lost theirs: the old
+        token stops working, the conversation is kept. ``KeyError`` when none is stored."""
+        token = secrets.token_urlsafe(24)
+        with self.transaction() as db:
+            changed = db.execute(
+                "UPDATE participants SET token_hash = ? WHERE id = ?",
+                (token_hash(token), participant_id),
+            ).rowcount
+        if not changed:
+            raise KeyError(f"no stored participant {participant_id!r}")
+        return token
 
     def touch(self, participant_id: str) -> None:
         with self.transaction() as db:
