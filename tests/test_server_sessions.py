@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from server_helpers import answer_for, settings
 from websockets.asyncio.client import connect
@@ -175,3 +176,71 @@ async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_i
             with pytest.raises(ClientRequestError, match="edge sessions export alice"):
                 await client.export()
             await client.ask("still here")  # the connection carries on
+
+
+# -- reconnects: a resumed participant is served whatever the old link's state ----------
+
+
+def slow_departures(monkeypatch, seconds: float = 0.3) -> None:  # type: ignore[no-untyped-def]
+    """Departures that take a while (a compaction being cancelled, say): the old link's
+    departure is still running when the participant comes back."""
+    from edge.conversation import ContextManager
+
+    suspend = ContextManager.suspend
+
+    async def slow(self: ContextManager, participant_id: str) -> None:
+        await anyio.sleep(seconds)
+        await suspend(self, participant_id)
+
+    monkeypatch.setattr(ContextManager, "suspend", slow)
+
+
+async def test_a_turn_right_after_a_quick_reconnect_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    slow_departures(monkeypatch)
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            await first.ask("my locker is number 42")
+        for n in range(3):  # each comes back while the previous link's departure runs
+            async with EdgeClient(url, participant_id="alice", resume=token) as again:
+                turn = await again.ask(f"fact {n}", limit_s=5)
+                assert turn.text == f"You said: fact {n}. That is all.", turn.errors
+        async with EdgeClient(url, participant_id="alice", resume=token) as last:
+            assert users(await last.history()) == [
+                "my locker is number 42",
+                "fact 0",
+                "fact 1",
+                "fact 2",
+            ]
+
+
+async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
+    async with service() as svc:
+        url = svc.websocket_url
+        stalled = EdgeClient(url, participant_id="alice")
+        await stalled.__aenter__()
+        try:
+            token = stalled.session_token
+            await stalled.ask("my locker is number 42")
+            assert stalled.ws is not None
+            stalled.ws.transport.pause_reading()  # the Wi-Fi stalls: nothing comes back
+            with pytest.raises(ConnectionError, match="that token is not it"):
+                async with EdgeClient(url, participant_id="alice", resume="wrong"):
+                    pass
+            with anyio.fail_after(3):  # served at once, not after keepalive gives up
+                async with EdgeClient(url, participant_id="alice", resume=token) as again:
+                    assert again.welcome is not None and again.welcome.resumed
+                    turn = await again.ask("which locker is mine?", limit_s=3)
+                    assert turn.text == "You said: which locker is mine?. That is all."
+                    assert users(await again.history()) == [
+                        "my locker is number 42",
+                        "which locker is mine?",
+                    ]
+                    assert svc.hub.connected() == ["alice"]
+        finally:
+            assert stalled.ws is not None
+            stalled.ws.transport.resume_reading()
+            await stalled.__aexit__(None, None, None)
+        assert stalled.ws.close_code == 1000
+        assert "another connection resumed" in (stalled.ws.close_reason or "")
