@@ -244,3 +244,38 @@ async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
             await stalled.__aexit__(None, None, None)
         assert stalled.ws.close_code == 1000
         assert "another connection resumed" in (stalled.ws.close_reason or "")
+
+
+def notes_service(**kw: object) -> EdgeService:
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    return EdgeService(
+        settings(notes=True, **kw),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(choose),
+    )
+
+
+async def test_a_note_being_dictated_carries_across_a_dropped_link_and_a_restart(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    async with notes_service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as first:
+            token = first.session_token
+            started = await first.ask("Take a note: the rotor is worn", limit_s=5)
+            assert "taking a note" in started.text
+        async with EdgeClient(url, participant_id="alice", resume=token, token=svc.token) as again:
+            more = await again.ask("and the belt is loose", limit_s=5)
+            assert (more.text, {r.source for r in more.replies}) == ("Got it.", {"notes"})
+        # the tab closes mid-dictation and the service restarts: nothing is lost
+    async with notes_service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", resume=token, token=svc.token) as back:
+            saved = await back.ask("done", limit_s=5)
+            assert saved.text == "Note saved."
+            entries = (await back.history()).entries
+        assert not svc.llm.requests  # type: ignore[attr-defined]  # nothing went to the conversation
+    notes = [e["text"] for e in entries if e["section"] == "notes"]
+    assert notes == ["Note: the rotor is worn and the belt is loose"]
