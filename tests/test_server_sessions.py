@@ -279,3 +279,29 @@ async def test_a_note_being_dictated_carries_across_a_dropped_link_and_a_restart
         assert not svc.llm.requests  # type: ignore[attr-defined]  # nothing went to the conversation
     notes = [e["text"] for e in entries if e["section"] == "notes"]
     assert notes == ["Note: the rotor is worn and the belt is loose"]
+
+
+async def test_edge_client_resumes_50_times_in_a_row_and_no_turn_is_lost(
+    monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The real `edge client --resume`, run back to back (each in its own event loop, as
+    a process would), against a service whose departures take a moment."""
+    from edge.cli import main
+
+    slow_departures(monkeypatch, 0.05)
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as first:
+            token = first.session_token
+        assert token
+        capsys.readouterr()
+        for n in range(50):
+            argv = ["client", "--url", url, "--participant", "alice", "--resume", token]
+            argv += ["--token", svc.token or "", "--text", f"fact number {n}", "--timeout", "5"]
+            status = await anyio.to_thread.run_sync(main, argv)
+            printed = capsys.readouterr()
+            assert status == 0, (n, printed.out, printed.err)
+            assert f"You said: fact number {n}. That is all." in printed.out
+        async with EdgeClient(url, participant_id="alice", resume=token) as last:
+            page = await last.history(limit=100)
+    assert users(page) == [f"fact number {n}" for n in range(50)]
