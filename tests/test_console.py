@@ -123,6 +123,42 @@ async def test_a_reload_resumes_the_same_participant_on_connect() -> None:
     assert f"joined as {assigned} (resumed)" in (log or "")
 
 
+async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connect right after a reload and type within 100 ms while the old tab's departure
+    is still running: the turn is answered, and the earlier turns and the scene the
+    service holds come back into the page."""
+    from tests.test_server_sessions import slow_departures
+
+    slow_departures(monkeypatch)
+    async with make_service(voice=False) as service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="reloader")
+            await page.fill("#scene-text", "A lab bench with a centrifuge.")
+            await page.click("#scene-send")
+            await page.fill("#turn-text", "remember the red door")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="That is all.").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'",
+                polling=10,
+            )
+            await page.fill("#turn-text", "which door was it")
+            await page.keyboard.press("Enter")
+            reply = page.locator("#turns .turn .text").filter(has_text="which door was it")
+            await reply.wait_for(timeout=5_000)
+            earlier = page.locator("#turns .turn").filter(has_text="remember the red door")
+            await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
+            scene = await page.input_value("#scene-text")
+            heard = await page.locator("#turns .turn .heard").all_text_contents()
+    assert scene == "A lab bench with a centrifuge."
+    assert heard == ["remember the red door", "which door was it"]
+
+
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
     async with make_service() as service:
         url = console_address(service.websocket_url, "not-the-token")
