@@ -21,7 +21,7 @@ from tests.console_helpers import (
     fake_microphone,
     page_state,
 )
-from tests.server_helpers import answer_for, make_service, tone_service
+from tests.server_helpers import answer_for, make_service, slow_departures, tone_service
 from tests.voice_helpers import tone
 
 pytestmark = pytest.mark.anyio
@@ -129,8 +129,6 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
     """Connect right after a reload and type within 100 ms while the old tab's departure
     is still running: the turn is answered, and the earlier turns and the scene the
     service holds come back into the page."""
-    from tests.test_server_sessions import slow_departures
-
     slow_departures(monkeypatch)
     async with make_service(voice=False) as service:
         url = console_address(service.websocket_url, service.token)

@@ -7,7 +7,7 @@ import json
 
 import anyio
 import pytest
-from server_helpers import answer_for, settings
+from server_helpers import answer_for, settings, slow_departures
 from websockets.asyncio.client import connect
 
 from edge.decisions import ScriptedDecisions
@@ -179,20 +179,6 @@ async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_i
 
 
 # -- reconnects: a resumed participant is served whatever the old link's state ----------
-
-
-def slow_departures(monkeypatch, seconds: float = 0.3) -> None:  # type: ignore[no-untyped-def]
-    """Departures that take a while (a compaction being cancelled, say): the old link's
-    departure is still running when the participant comes back."""
-    from edge.conversation import ContextManager
-
-    suspend = ContextManager.suspend
-
-    async def slow(self: ContextManager, participant_id: str) -> None:
-        await anyio.sleep(seconds)
-        await suspend(self, participant_id)
-
-    monkeypatch.setattr(ContextManager, "suspend", slow)
 
 
 async def test_a_turn_right_after_a_quick_reconnect_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
