@@ -153,8 +153,18 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
             await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
             scene = await page.input_value("#scene-text")
             heard = await page.locator("#turns .turn .heard").all_text_contents()
+            await page.click("#disconnect")  # a reconnect in the same page adds no copies
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "and the blue one")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="the blue one").wait_for()
+            again = await page.locator("#turns .turn .heard").all_text_contents()
     assert scene == "A lab bench with a centrifuge."
     assert heard == ["remember the red door", "which door was it"]
+    assert again == [*heard, "and the blue one"]
 
 
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:

@@ -22,7 +22,7 @@ const sceneSent = { text: "" };
 const HISTORY_PAGE = 200;
 let lastView = null; // the latest context_view, when the service offers it
 let historyTotal = 0;
-let restoring = false; // a resumed session: the next whole history page refills the page
+let restoring = false; // a resumed session in a fresh page: the next whole history page refills it
 let busy = false;
 let healthVoice = null; // what /health said about voice, when known
 let pttReleasedAt = null;
@@ -139,7 +139,7 @@ function onWelcome(welcome) {
   enableMicrophone(asked ? welcome.audio_out_rate !== null : healthVoice !== false);
   $("view-section").hidden = !welcome.session_token;
   $("history-section").hidden = !welcome.session_token;
-  restoring = Boolean(welcome.resumed);
+  restoring = Boolean(welcome.resumed) && turns.order.length === 0; // a reload, not a reconnect
   if (welcome.session_token) requestViews();
   updateQueue();
   pollHealth();
