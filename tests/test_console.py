@@ -21,7 +21,13 @@ from tests.console_helpers import (
     fake_microphone,
     page_state,
 )
-from tests.server_helpers import answer_for, make_service, slow_departures, tone_service
+from tests.server_helpers import (
+    answer_for,
+    make_service,
+    settings,
+    slow_departures,
+    tone_service,
+)
 from tests.voice_helpers import tone
 
 pytestmark = pytest.mark.anyio
@@ -165,6 +171,36 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
     assert scene == "A lab bench with a centrifuge."
     assert heard == ["remember the red door", "which door was it"]
     assert again == [*heard, "and the blue one"]
+
+
+async def test_a_note_dictated_before_the_tab_closed_is_finished_after_it_reopens() -> None:
+    from edge.decisions import ScriptedDecisions
+
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    service = EdgeService(
+        settings(voice=False, notes=True),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(choose),
+    )
+    async with service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="dictator")
+            await page.fill("#turn-text", "Take a note: the rotor is worn")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="taking a note").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "done")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="Note saved.").wait_for()
+            await page.locator("#history li").filter(has_text="Note: the rotor is worn").wait_for()
+    assert not service.llm.requests  # type: ignore[attr-defined]  # "done" went to the notes
 
 
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
