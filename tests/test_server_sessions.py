@@ -201,6 +201,22 @@ async def test_a_turn_right_after_a_quick_reconnect_is_answered(monkeypatch) -> 
             ]
 
 
+async def test_a_departure_longer_than_the_hello_deadline_still_lets_the_hello_in(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    """The hello deadline bounds saying hello, not the wait for the old link's departure
+    (an answer being cancelled mid prompt evaluation can take seconds on a device)."""
+    slow_departures(monkeypatch, 0.8)
+    async with service(hello_timeout_s=0.3) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            await first.ask("my locker is number 42")
+        async with EdgeClient(url, participant_id="alice", resume=token) as again:
+            turn = await again.ask("which locker is mine?", limit_s=5)
+            assert turn.text == "You said: which locker is mine?. That is all."
+
+
 async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
     async with service() as svc:
         url = svc.websocket_url

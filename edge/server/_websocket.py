@@ -167,16 +167,20 @@ class WebSocketSession:
 
     async def _reader(self) -> None:
         try:
-            with anyio.move_on_after(self.access.hello_timeout_s):
-                while self.hello is None:  # only hello (or errors) until joined, on a deadline
-                    if not await self._handle(await self.ws.recv()):
-                        return
-            if self.hello is None:
-                self._close = (
-                    POLICY_VIOLATION,
-                    f"no hello within {self.access.hello_timeout_s:g} s",
-                )
-                return
+            # only hello (or errors) until joined; the deadline bounds receiving it, not
+            # the wait for the participant's previous connection to depart (bounded apart)
+            deadline = anyio.current_time() + self.access.hello_timeout_s
+            while self.hello is None:
+                with anyio.move_on_after(deadline - anyio.current_time()) as waiting:
+                    raw = await self.ws.recv()
+                if waiting.cancelled_caught:
+                    self._close = (
+                        POLICY_VIOLATION,
+                        f"no hello within {self.access.hello_timeout_s:g} s",
+                    )
+                    return
+                if not await self._handle(raw):
+                    return
             async for raw in self.ws:
                 if not await self._handle(raw):
                     return
