@@ -670,7 +670,20 @@ class AgentRouter:
         except Exception:
             log.exception("set_status(%r, %r) failed", status, participant_id)
 
-    def _joined(self, participant_id: str) -> None:
+    async def _joined(self, participant_id: str) -> None:
+        """A participant (re)joined: a departure of theirs still running is waited for and
+        a failed one retried, so it never lands after this arrival; admission reopens
+        whatever its outcome (a release that keeps failing is logged, and never locks the
+        participant out)."""
+        if participant_id in self._departures:
+            try:
+                await self.participant_left(participant_id)
+            except Exception:
+                log.exception(
+                    "departure of participant %s failed again; admitting them anyway",
+                    participant_id,
+                )
+                self._departures.pop(participant_id, None)
         self._closed.discard(participant_id)
 
     async def _interrupted(self, participant_id: str | None, request_id: str | None) -> None:
