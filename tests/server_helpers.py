@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -26,6 +27,20 @@ async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
     with anyio.fail_after(limit):
         while not condition():  # noqa: ASYNC110 - polling test helper
             await anyio.sleep(0.01)
+
+
+def slow_departures(monkeypatch: Any, seconds: float = 0.3) -> None:
+    """Departures that take a while (a compaction being cancelled, say): the old link's
+    departure is still running when the participant comes back."""
+    from edge.conversation import ContextManager
+
+    suspend = ContextManager.suspend
+
+    async def slow(self: ContextManager, participant_id: str) -> None:
+        await anyio.sleep(seconds)
+        await suspend(self, participant_id)
+
+    monkeypatch.setattr(ContextManager, "suspend", slow)
 
 
 class Departures(Agent):

@@ -21,7 +21,13 @@ from tests.console_helpers import (
     fake_microphone,
     page_state,
 )
-from tests.server_helpers import answer_for, make_service, tone_service
+from tests.server_helpers import (
+    answer_for,
+    make_service,
+    settings,
+    slow_departures,
+    tone_service,
+)
 from tests.voice_helpers import tone
 
 pytestmark = pytest.mark.anyio
@@ -121,6 +127,80 @@ async def test_a_reload_resumes_the_same_participant_on_connect() -> None:
             log = await page.text_content("#events")
     assert assigned and assigned.startswith("p-")
     assert f"joined as {assigned} (resumed)" in (log or "")
+
+
+async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connect right after a reload and type within 100 ms while the old tab's departure
+    is still running: the turn is answered, and the earlier turns and the scene the
+    service holds come back into the page."""
+    slow_departures(monkeypatch)
+    async with make_service(voice=False) as service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="reloader")
+            await page.fill("#scene-text", "A lab bench with a centrifuge.")
+            await page.click("#scene-send")
+            await page.fill("#turn-text", "remember the red door")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="That is all.").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'",
+                polling=10,
+            )
+            await page.fill("#turn-text", "which door was it")
+            await page.keyboard.press("Enter")
+            reply = page.locator("#turns .turn .text").filter(has_text="which door was it")
+            await reply.wait_for(timeout=5_000)
+            earlier = page.locator("#turns .turn").filter(has_text="remember the red door")
+            await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
+            scene = await page.input_value("#scene-text")
+            heard = await page.locator("#turns .turn .heard").all_text_contents()
+            await page.click("#disconnect")  # a reconnect in the same page adds no copies
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "and the blue one")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="the blue one").wait_for()
+            again = await page.locator("#turns .turn .heard").all_text_contents()
+    assert scene == "A lab bench with a centrifuge."
+    assert heard == ["remember the red door", "which door was it"]
+    assert again == [*heard, "and the blue one"]
+
+
+async def test_a_note_dictated_before_the_tab_closed_is_finished_after_it_reopens() -> None:
+    from edge.decisions import ScriptedDecisions
+
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    service = EdgeService(
+        settings(voice=False, notes=True),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(choose),
+    )
+    async with service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="dictator")
+            await page.fill("#turn-text", "Take a note: the rotor is worn")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="taking a note").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "done")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="Note saved.").wait_for()
+            await page.locator("#history li").filter(has_text="Note: the rotor is worn").wait_for()
+    assert not service.llm.requests  # type: ignore[attr-defined]  # "done" went to the notes
 
 
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:

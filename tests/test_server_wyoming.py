@@ -19,7 +19,14 @@ from edge import __version__
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, ServiceSettings, discover
-from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
+from tests.server_helpers import (
+    Departures,
+    answer_for,
+    read_answer,
+    settings,
+    slow_departures,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +220,32 @@ async def test_a_wyoming_conversation_survives_a_restart(tmp_path) -> None:
                 _, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
     assert "the spare key is under the mat" in llm.requests[-1].messages[1].content
+
+
+async def test_a_request_while_its_conversation_is_leaving_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    slow_departures(monkeypatch)
+    service = EdgeService(
+        settings(wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    async with service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        backend = service.wyoming.backend
+        backend.handle_timeout_s = 5
+        context = {"conversation_id": "01HACONV"}
+
+        async def ask(question: str) -> str:
+            async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
+                await client.write_event(Transcript(text=question, context=context).event())
+                _, event = await read_answer(client)
+                assert event is not None and Handled.is_type(event.type), event
+                return Handled.from_event(event).text
+
+        assert await ask("where is the lab") == "You said: where is the lab. That is all."
+        backend.conversations.idle_s = 0
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(backend.conversations.expire)  # its departure takes 0.3 s
+            await anyio.sleep(0.05)
+            assert await ask("and the cafeteria") == "You said: and the cafeteria. That is all."

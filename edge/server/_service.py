@@ -31,7 +31,7 @@ from edge.interaction import (
     VOICE_OUTPUT_TOPIC,
 )
 from edge.llm import LLMService, Loadable, SpeculativeLLM
-from edge.notes import NOTES_TOPIC, NotesAgent
+from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
@@ -107,7 +107,9 @@ class EdgeService:
             seed_key=SYSTEM_PROMPT_KEY,
         )
         self.notes = (
-            NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
+            NotesAgent(
+                self.runtime, output_topic=VOICE_OUTPUT_TOPIC, drafts=StoredDrafts(self.store)
+            )
             if self.settings.notes
             else None
         )

@@ -57,6 +57,7 @@ limited_log = LogLimiter(log)
 
 SOURCE = "websocket"
 MAX_FRAME_BYTES = 1 << 20
+NORMAL_CLOSURE = 1000
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
 
@@ -137,6 +138,14 @@ class WebSocketSession:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
+    def replace(self, reason: str) -> None:
+        """Another connection resumed this participant: end this one (it departs as
+        usual, before its close handshake, so a dead link holds nobody up)."""
+        self._leave_reason = "replaced by a newer connection"
+        self._close = (NORMAL_CLOSURE, reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._scope:
@@ -144,13 +153,18 @@ class WebSocketSession:
                     tg.start_soon(self._writer, self._receive)
                     await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
-            if self._close is not None:
-                await self.ws.close(*self._close)
         finally:
             self._send.close()
             if self.participant_id is not None and self.hello is not None and not self._departed:
-                self.gateway.hub.detach(self.participant_id, self)
-                await self.gateway.leave(self.participant_id, self._leave_reason, SOURCE)
+                await self._depart(self.participant_id, self._leave_reason)
+        if self._close is not None:
+            await self.ws.close(*self._close)
+
+    async def _depart(self, participant_id: str, reason: str) -> None:
+        """Publish the departure; the participant's next connection waits for it."""
+        self._departed = True
+        async with self.gateway.hub.departure(participant_id, self):
+            await self.gateway.leave(participant_id, reason, SOURCE)
 
     async def _writer(self, receive: Any) -> None:
         async with receive:
@@ -164,16 +178,20 @@ class WebSocketSession:
 
     async def _reader(self) -> None:
         try:
-            with anyio.move_on_after(self.access.hello_timeout_s):
-                while self.hello is None:  # only hello (or errors) until joined, on a deadline
-                    if not await self._handle(await self.ws.recv()):
-                        return
-            if self.hello is None:
-                self._close = (
-                    POLICY_VIOLATION,
-                    f"no hello within {self.access.hello_timeout_s:g} s",
-                )
-                return
+            # only hello (or errors) until joined; the deadline bounds receiving it, not
+            # the wait for the participant's previous connection to depart (bounded apart)
+            deadline = anyio.current_time() + self.access.hello_timeout_s
+            while self.hello is None:
+                with anyio.move_on_after(deadline - anyio.current_time()) as waiting:
+                    raw = await self.ws.recv()
+                if waiting.cancelled_caught:
+                    self._close = (
+                        POLICY_VIOLATION,
+                        f"no hello within {self.access.hello_timeout_s:g} s",
+                    )
+                    return
+                if not await self._handle(raw):
+                    return
             async for raw in self.ws:
                 if not await self._handle(raw):
                     return
@@ -250,10 +268,7 @@ class WebSocketSession:
                 )
             self._authorized = True
         pid = hello.participant_id or new_participant_id()
-        try:
-            self.gateway.hub.attach(pid, self)
-        except ParticipantTaken as exc:
-            raise ClientError(str(exc)) from None
+        await self._arrive(pid, hello.resume)
         token, resumed = None, None
         if self.gateway.sessions is not None:
             try:
@@ -285,6 +300,19 @@ class WebSocketSession:
             self.participant_id, self.hello = None, None
             raise
 
+    async def _arrive(self, pid: str, resume: str | None) -> None:
+        """Attach once the participant's previous connection has departed; a resume with
+        the session token takes over a connection still attached (a link gone silent)."""
+        hub, sessions = self.gateway.hub, self.gateway.sessions
+        take_over = resume is not None and sessions is not None and pid in hub.connected()
+        if take_over:
+            assert sessions is not None
+            await sessions.check(pid, resume)
+        try:
+            await hub.arrive(pid, self, take_over=take_over)
+        except ParticipantTaken as exc:
+            raise ClientError(str(exc)) from None
+
     def _sessions(self) -> Sessions:
         if self.gateway.sessions is None:
             raise ClientError("this server keeps no sessions")
@@ -295,10 +323,10 @@ class WebSocketSession:
         pid = self.participant_id
         assert pid is not None
         sessions = self._sessions()
-        self.gateway.hub.detach(pid, self)
         self._departed = True
-        await self.gateway.leave(pid, "forget", SOURCE)
-        await sessions.forget(pid)
+        async with self.gateway.hub.departure(pid, self):  # a reconnect waits for the erase
+            await self.gateway.leave(pid, "forget", SOURCE)
+            await sessions.forget(pid)
         self.deliver(Goodbye(reason="forgotten"))
 
     async def _audio(self, pcm: bytes) -> None:

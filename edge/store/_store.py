@@ -221,6 +221,32 @@ class SessionStore:
                 (self._clock(), participant_id),
             )
 
+    def session_value(self, participant_id: str, key: str) -> str | None:
+        """What :meth:`set_session_value` kept under ``key`` for the participant."""
+        with self._read() as db:
+            row = db.execute(
+                "SELECT value FROM session_state WHERE participant = ? AND key = ?",
+                (participant_id, key),
+            ).fetchone()
+        return row[0] if row is not None else None
+
+    def set_session_value(self, participant_id: str, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` with the participant's session (None erases it);
+        durable when the call returns, erased with the participant."""
+        with self.transaction() as db:
+            if value is None:
+                db.execute(
+                    "DELETE FROM session_state WHERE participant = ? AND key = ?",
+                    (participant_id, key),
+                )
+                return
+            self._ensure(db, participant_id)
+            db.execute(
+                "INSERT INTO session_state (participant, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (participant, key) DO UPDATE SET value = excluded.value",
+                (participant_id, key, value),
+            )
+
     # -- writing ------------------------------------------------------------------------
 
     def add_record(
