@@ -96,21 +96,92 @@ async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
         assert summary.startswith("START") and summary.endswith("end")
 
 
-@pytest.mark.parametrize(
-    "bad", ["", ScriptedReply("cut off", "length"), ScriptedReply("a b c", fail_after=1)]
-)
-async def test_failed_model_summary_is_replaced_by_an_extractive_one(bad) -> None:
-    llm = ScriptedLLM(responder(lambda m: bad))
+FAILURES = {
+    "empty": "",
+    "length": ScriptedReply("cut off", "length"),
+    "error": ScriptedReply("a b c", fail_after=1),
+}
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+async def test_failed_summary_request_keeps_the_entries_until_the_next_one(kind) -> None:
+    """The issue's reproduction: a failed request (empty, cut off, an error) deletes
+    nothing; it is retried after the section's next entry."""
+    llm = ScriptedLLM(lambda m: FAILURES[kind])
+    sizes = {"dialogue_budget_bytes": 800, "compaction_input_budget_bytes": 1000}
+    async with manager(llm, **sizes) as ctx:
+        for i in range(3):
+            await ctx.record_exchange("p", f"X{i:02d} " + "lorem ipsum " * 12, f"a{i}")
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        report = ctx.last_compaction("p")
+        assert not report.ok and report.method == "llm"
+        assert report.reason == f"summary request: {kind}" and report.entries_compacted == 2
+        assert ctx.summary("p") == ""
+        blocks = ctx.blocks("p")
+        assert [b.kind for b in blocks] == ["exchange"] * 3
+        assert all(f"X{i:02d} lorem" in blocks[i].text for i in range(3))
+        await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
+        assert len(compactions(llm)) == 1  # not retried until the next entry
+        await ctx.record_exchange("p", "X03 " + "lorem ipsum " * 12, "a3")
+        await eventually(lambda: idle(ctx) and len(compactions(llm)) == 2)
+        assert len(ctx.blocks("p")) == 4 and ctx.summary("p") == ""
+
+
+async def test_the_limit_th_failed_request_in_a_row_gives_an_extractive_summary() -> None:
+    replies = iter(FAILURES.values())  # empty, then cut off, then an error
+    llm = ScriptedLLM(responder(lambda m: next(replies, "Chat.")))
+    seen: list[CompactionReport] = []
     async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("post_compact", seen.append)
         await ctx.record_exchange("p", "My locker code is 4711.", "Okay. " + "x" * 200)
+        await fill(ctx, n=5, size=80)
+        for n in (1, 2):
+            await eventually(lambda n=n: idle(ctx) and len(seen) == n)
+            assert not seen[-1].ok and ctx.summary("p") == ""
+            await fill(ctx, n=1, start=4 + n, size=80)  # the next entry: retried
+        await eventually(lambda: idle(ctx) and len(seen) >= 3)
+        summary = ctx.summary("p")
+    report = seen[2]
+    assert report.ok and report.method == "extractive"
+    assert report.reason == "3 failed summary requests in a row: empty, length, error"
+    assert '"My locker code is 4711."' in summary and "xxxx" not in summary
+    assert len(summary.encode()) <= SMALL["dialogue_budget_bytes"] // 4
+
+
+async def test_a_summary_between_failures_starts_the_count_again() -> None:
+    replies = iter(["", "", "Chat.", "", ""])
+    llm = ScriptedLLM(responder(lambda m: next(replies)))
+    seen: list[CompactionReport] = []
+    async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("post_compact", seen.append)
+        for i in range(40):  # one entry at a time until five compactions have run
+            await fill(ctx, n=1, start=i, size=80)
+            await eventually(lambda: idle(ctx))
+            if len(seen) == 5:
+                break
+        assert ctx.summary("p") == "Chat."
+    assert [(r.ok, r.method) for r in seen] == [(False, "llm")] * 2 + [(True, "llm")] + [
+        (False, "llm")
+    ] * 2
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+async def test_a_failure_limit_of_one_falls_back_at_once(kind) -> None:
+    llm = ScriptedLLM(responder(lambda m: FAILURES[kind]))
+    async with manager(llm, compaction_failure_limit=1, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
         await fill(ctx, n=5, size=80)
         await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
         report = ctx.last_compaction("p")
         assert report.ok and report.method == "extractive"
-        assert report.reason.startswith("summary request:")
-        summary = ctx.summary("p")
-    assert '"My locker code is 4711."' in summary and "xxxx" not in summary
-    assert len(summary.encode()) <= SMALL["dialogue_budget_bytes"] // 4
+        assert report.reason == f"1 failed summary request in a row: {kind}"
+        assert '"My locker code is 4711."' in ctx.summary("p")
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_failure_limit_must_be_a_positive_int(limit) -> None:
+    with pytest.raises(ValueError, match="compaction_failure_limit"):
+        manager(ScriptedLLM(), compaction_failure_limit=limit)
 
 
 async def test_skipped_compaction_keeps_entries_and_retries_after_next_entry() -> None:

@@ -75,7 +75,10 @@ class ContextManager:
 
     Edge options: compaction starts only after the device (the model's activity tracker
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
-    background priority and drains the whole backlog oldest first. With ``rewarm`` (and a
+    background priority and drains the whole backlog oldest first. A failed summary request
+    (empty, cut off, an error) keeps the entries until the section's next entry; the
+    ``compaction_failure_limit``-th in a row for a section gives the extractive summary
+    of the participant's own statements instead. With ``rewarm`` (and a
     model that can ``warm``) the prompt prefix of each participant who completed an exchange
     is re-warmed first, once the device has been quiet for ``rewarm_quiet_s`` (at most
     ``compaction_quiet_s``), so their next answer evaluates only its request, and a
@@ -114,6 +117,7 @@ class ContextManager:
         compaction_input_budget_bytes: int = 12_000,
         compaction_prompts: CompactionPrompts | None = None,
         compaction_quiet_s: float = 1.5,
+        compaction_failure_limit: int = 3,
         rewarm: bool = True,
         rewarm_quiet_s: float = 0.25,
         keep_transcript: bool = False,
@@ -147,7 +151,11 @@ class ContextManager:
             )
         self.compaction_input_budget_bytes = compaction_input_budget_bytes
         self._prompts = compaction_prompts or CompactionPrompts()
-        self._compactor = Compactor(llm, self._prompts)
+        if not positive_int(compaction_failure_limit):
+            raise ValueError(
+                f"compaction_failure_limit must be a positive int, got {compaction_failure_limit!r}"
+            )
+        self._compactor = Compactor(llm, self._prompts, compaction_failure_limit)
         self._quiet = Quiet(llm, compaction_quiet_s)
         self._rewarm = rewarm
         if not rewarm_quiet_s >= 0:
@@ -623,6 +631,10 @@ class ContextManager:
             covered,
             _persist.report_data(report),
         )
+        if made.request_failed:
+            section.failures.append(made.request_failed)
+        elif result is not None:
+            section.failures.clear()
         if result is None:
             section.fail()
         else:
