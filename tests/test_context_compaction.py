@@ -4,6 +4,7 @@ re-warming, hooks, clear and close during compaction."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -423,6 +424,81 @@ async def test_close_during_compaction_cancels_and_drops() -> None:
         await ctx.close()
         assert compactions(llm)[0].cancelled and ctx.participants() == []
         assert not await ctx.record_exchange("p", "u", "a")
+
+
+async def _in_a_task_group(call) -> None:
+    async with anyio.create_task_group():
+        await call()
+
+
+async def _from_another_task(call) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+
+
+async def _under_move_on_after(call) -> None:
+    with anyio.move_on_after(5):
+        await call()
+
+
+async def _in_a_cancelled_scope(call) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await call()
+
+
+WHERE = [_in_a_task_group, _from_another_task, _under_move_on_after, _in_a_cancelled_scope]
+
+
+async def test_close_in_a_task_group_inside_async_with() -> None:
+    """The issue's reproduction: no "exit a cancel scope that isn't the current one"."""
+    async with manager(ScriptedLLM()) as ctx:
+        async with anyio.create_task_group():
+            await ctx.close()
+    assert ctx.closed
+
+
+@pytest.mark.parametrize("where", WHERE, ids=lambda f: f.__name__.strip("_"))
+async def test_close_works_from_any_task_and_cancel_scope(where) -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx)
+        await eventually(lambda: compactions(llm))
+        await where(ctx.close)
+        assert compactions(llm)[0].cancelled and ctx.participants() == []
+        assert not await ctx.record_exchange("p", "u", "a")  # the body goes on, uncancelled
+        await anyio.lowlevel.checkpoint()
+        await ctx.close()  # idempotent
+    await ctx.close()  # and after the manager's own exit, which was a no-op
+    assert ctx.closed and len(compactions(llm)) == 1
+
+
+@pytest.mark.parametrize("where", WHERE, ids=lambda f: f.__name__.strip("_"))
+async def test_clear_works_from_any_task_and_cancel_scope(where, tmp_path) -> None:
+    from edge.store import SessionStore
+
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.1)))
+    store = SessionStore(tmp_path / "s.sqlite3")  # on disk: its writes run in a thread
+    async with manager(llm, store=store, **SMALL) as ctx:
+        await fill(ctx)
+        await fill(ctx, "other", n=1)
+        await eventually(lambda: compactions(llm))
+        await where(partial(ctx.clear, "p"))
+        assert compactions(llm)[0].cancelled and ctx.participants() == ["other"]
+        assert not ctx.store.exists("p") and ctx.blocks("p") == []
+        await where(partial(ctx.clear, "p"))  # idempotent
+        await fill(ctx)  # compaction goes on for the new context
+        await eventually(lambda: idle(ctx) and ctx.summary("p") == "slow summary words")
+
+
+async def test_close_without_async_with_from_another_task() -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    ctx = manager(llm, **SMALL)
+    await fill(ctx)
+    await eventually(lambda: compactions(llm))
+    await _from_another_task(ctx.close)
+    assert compactions(llm)[0].cancelled and ctx.participants() == []
+    await _in_a_task_group(ctx.close)
 
 
 async def test_hooks_can_supply_or_skip_and_see_results() -> None:

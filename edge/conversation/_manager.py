@@ -228,7 +228,10 @@ class ContextManager:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        await self.close()
+        try:
+            await self.close()
+        finally:  # leave the worker's task group where __aenter__ entered it
+            await self._worker.close()
         return None
 
     def _start_worker(self) -> None:
@@ -253,13 +256,15 @@ class ContextManager:
     async def clear(self, participant_id: str) -> None:
         """Cancel the participant's compaction, wait for it, and forget their context
         everywhere, the store, the recall index and the model's saved prompt state
-        included. Idempotent; other participants are unaffected."""
-        await self.suspend(participant_id)
-        self._recall.index.forget(participant_id)
-        if isinstance(self._llm, ForgetsCache):
-            await self._llm.forget_cache(participant_id)
-        if not (self._closed and self._owns_store):  # the own store closes with the manager
-            await self.store.run(self.store.forget, participant_id)
+        included. Idempotent; other participants are unaffected. Works from any task and
+        cancel scope: a cancelled caller still forgets everything before it returns."""
+        with anyio.CancelScope(shield=True):
+            await self.suspend(participant_id)
+            self._recall.index.forget(participant_id)
+            if isinstance(self._llm, ForgetsCache):
+                await self._llm.forget_cache(participant_id)
+            if not (self._closed and self._owns_store):  # the own store closes with it
+                await self.store.run(self.store.forget, participant_id)
 
     async def resume(self, participant_id: str) -> bool:
         """Load a returning participant's context now and re-warm their prompt prefix in
@@ -277,10 +282,13 @@ class ContextManager:
 
     async def close(self) -> None:
         """Stop compaction and drop every participant from memory and later writes; what
-        is stored stays stored (the manager's own in-memory store is closed)."""
+        is stored stays stored (the manager's own in-memory store is closed). Works from
+        any task and cancel scope, inside or outside ``async with``; idempotent. It only
+        cancels work and waits for it to end, so it completes in a cancelled scope too."""
         self._closed = True
-        await self._worker.close()
-        await self._jobs.cancel_all()
+        with anyio.CancelScope(shield=True):
+            await self._worker.stop()
+            await self._jobs.cancel_all()
         for participant_id in self._participants:
             self._recall.index.forget(participant_id)
         self._participants.clear()
