@@ -96,9 +96,10 @@ class BackgroundTasks:
         self._scopes.add(scope)
         return scope
 
-    def _ended(self, scope: anyio.CancelScope, task_id: int) -> None:
+    def _ended(self, scope: anyio.CancelScope, task_id: int | None = None) -> None:
         self._scopes.discard(scope)
-        self._task_ids.discard(task_id)
+        if task_id is not None:
+            self._task_ids.discard(task_id)
         if not self._scopes and self._drained is not None:
             self._drained.set()
             self._drained = None
@@ -111,6 +112,7 @@ class BackgroundTasks:
         *,
         task_status: TaskStatus[Any] | None = None,
     ) -> None:
+        """``fn`` in its own cancel scope; ``task_status`` is given by :meth:`start`."""
         task_id = anyio.get_current_task().id
         self._task_ids.add(task_id)
         try:
@@ -122,33 +124,23 @@ class BackgroundTasks:
         finally:
             self._ended(scope, task_id)
 
-    async def _run_started(
-        self,
-        scope: anyio.CancelScope,
-        fn: TaskFn,
-        args: tuple[Any, ...],
-        *,
-        task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        await self._run(scope, fn, args, task_status=task_status)
-
     def start_soon(self, fn: TaskFn, *args: Any, name: object = None) -> None:
         group = self._group()
         scope = self._admit()
         try:
             group.start_soon(self._run, scope, fn, args, name=_name(fn, name))
         except BaseException:
-            self._ended(scope, -1)
+            self._ended(scope)
             raise
 
     async def start(self, fn: TaskFn, *args: Any, name: object = None) -> Any:
         group = self._group()
         scope = self._admit()
         try:
-            return await group.start(self._run_started, scope, fn, args, name=_name(fn, name))
+            return await group.start(self._run, scope, fn, args, name=_name(fn, name))
         except BaseException:
             if scope in self._scopes:  # the task never ran (cancelled before its first step)
-                self._ended(scope, -1)
+                self._ended(scope)
             raise
 
 
