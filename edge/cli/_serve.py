@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ._flags import add_model_flags, model_from_flags
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
+DEFAULT_URL = "wss://127.0.0.1:8765"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,6 +58,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--token",
         help="device access token (default: EDGE_TOKEN, or read from the data directory "
         "for a service on this machine)",
+    )
+    c.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="verify a wss:// service's certificate against this CA (PEM) instead of pinning "
+        "its key on first use",
+    )
+    c.add_argument(
+        "--fingerprint",
+        metavar="SHA256",
+        help="the key fingerprint the service must show (as `edge serve` and `edge token` "
+        "print it); checked besides the pin",
     )
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
@@ -149,6 +161,8 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
         print(f"console: {service.console_url}", flush=True)
+        if service.tls_fingerprint:  # what a browser or `edge client` should be shown
+            print(f"certificate key SHA-256: {service.tls_fingerprint}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 
@@ -172,9 +186,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from edge.catalogue import ModelMissingError
     from edge.device import ProfileError
     from edge.llm import LLMError
+    from edge.server import TLSError
     from edge.voice import SpeechToTextError, TextToSpeechError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_serve, args, console)
     except (
@@ -182,6 +197,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ModelMissingError,
         ValidationError,
         OSError,
+        TLSError,
         LLMError,
         SpeechToTextError,
         TextToSpeechError,
@@ -212,7 +228,9 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             console.print("[red]error:[/] no edge service answered over mDNS")
             return 2
         info = found[0]
-        args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
+        tls = (info.properties or {}).get(b"tls", b"none").decode()
+        scheme = "ws" if tls == "none" else "wss"
+        args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
     args.url = args.url or DEFAULT_URL
     recording = None
@@ -233,8 +251,11 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
+        trust=_trust(args),
     ) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
+        if client.tls_fingerprint:
+            console.print(f"[dim]certificate key SHA-256 {client.tls_fingerprint}[/]")
         if client.welcome is not None and client.welcome.session_token:
             state = "resumed" if client.welcome.resumed else "new"
             console.print(
@@ -271,6 +292,19 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
+def _trust(args: argparse.Namespace) -> Any:
+    """How a wss:// service's certificate is checked (None: pinning on first use)."""
+    from pathlib import Path
+
+    from edge.server import ServerTrust
+
+    if not args.tls_ca and not args.fingerprint:
+        return None
+    return ServerTrust(
+        ca_file=Path(args.tls_ca) if args.tls_ca else None, fingerprint=args.fingerprint
+    )
+
+
 async def _spoken_turn(
     args: argparse.Namespace, console: Console, client: Any, pcm: bytes, show: Any
 ) -> int:
@@ -300,7 +334,7 @@ async def _spoken_turn(
 
 
 def run_client(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_client, args, console)
     except (OSError, ConnectionError) as exc:
