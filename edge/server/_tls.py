@@ -271,7 +271,7 @@ def load_operator_certificate(
 
 def server_context(cert: ServerCertificate) -> ssl.SSLContext:
     """A server-side context serving ``cert`` (TLS 1.2 or newer)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates asked
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_chain(context, cert)
     return context
