@@ -230,6 +230,8 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         info = found[0]
         tls = (info.properties or {}).get(b"tls", b"none").decode()
         scheme = "ws" if tls == "none" else "wss"
+        if tls != "none" and not args.fingerprint:  # advertised: checked besides the pin
+            args.fingerprint = tls
         args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
     args.url = args.url or DEFAULT_URL
