@@ -10,6 +10,8 @@ see the same machine load. Each turn is a new participant speaking a Piper quest
 real time (100 ms PCM frames plus silence), timed from the end of speech to the first
 reply audio at the client (``benchmarks/README.md``); the connection (TCP, the TLS
 handshake and pin check, the upgrade, ``hello`` → ``welcome``) is timed on its own.
+Besides the medians, the median of each round's difference (TLS turn minus plain turn,
+run back to back) is reported: on a shared machine it is the steadier figure.
 
 Prints a table, writes ``benchmarks/results/<machine class>/tls_cost.json``.
 """
@@ -132,6 +134,10 @@ async def main(args: argparse.Namespace) -> None:
     result = {name: summary(rows[name]) for name in VARIANTS}
     tls, plain = result["tls"]["first_audio_median_s"], result["plain"]["first_audio_median_s"]
     result["first_audio_tls_over_plain"] = tls / plain
+    # the same round's two turns ran back to back: their difference cancels slow drifts
+    paired = [t["first_audio_s"] - p["first_audio_s"] for t, p in zip(*rows.values(), strict=True)]
+    result["paired_difference_median_s"] = statistics.median(paired)
+    result["paired_difference_over_plain"] = statistics.median(paired) / plain
     table = Table(title="spoken turn over wss:// and ws:// (seconds)")
     for column in ("variant", "end of speech → first audio (median)", "mean", "connect", "n"):
         table.add_column(column, justify="right" if column != "variant" else "left")
@@ -145,7 +151,11 @@ async def main(args: argparse.Namespace) -> None:
             str(s["n"]),
         )
     console.print(table)
-    console.print(f"TLS / plain, first audio (median): {result['first_audio_tls_over_plain']:.3f}")
+    console.print(
+        f"TLS / plain, first audio (median): {result['first_audio_tls_over_plain']:.3f}; "
+        f"median paired difference {result['paired_difference_median_s'] * 1000:+.0f} ms "
+        f"({result['paired_difference_over_plain']:+.1%} of plain)"
+    )
     path = write_results("tls_cost", {"question": QUESTION, **result, "turns": rows})
     console.print(f"[dim]wrote {path}[/]")
 
