@@ -11,7 +11,8 @@ real time (100 ms PCM frames plus silence), timed from the end of speech to the 
 reply audio at the client (``benchmarks/README.md``); the connection (TCP, the TLS
 handshake and pin check, the upgrade, ``hello`` → ``welcome``) is timed on its own.
 Besides the medians, the median of each round's difference (TLS turn minus plain turn,
-run back to back) is reported: on a shared machine it is the steadier figure.
+run back to back) is reported, and the process's CPU time per turn (both ends, every
+thread): on a shared machine they are the steadier figures.
 
 Prints a table, writes ``benchmarks/results/<machine class>/tls_cost.json``.
 """
@@ -70,6 +71,7 @@ async def spoken_turn(
             marks.setdefault("audio", time.perf_counter())
 
     trust = ServerTrust(fingerprint=service.tls_fingerprint) if service.tls else None
+    cpu = time.process_time()
     started = time.perf_counter()
     async with EdgeClient(
         service.websocket_url,
@@ -90,6 +92,7 @@ async def spoken_turn(
             turn = await client.collect_turn(limit_s=300, on_message=seen)
         await client.send({"type": "bye"})
     return {
+        "cpu_s": time.process_time() - cpu,  # the whole process: both ends, every thread
         "connect_s": connect_s,
         "first_audio_s": marks["audio"] - marks["speech_end"],
         "heard": turn.query,
@@ -103,6 +106,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         "first_audio_median_s": statistics.median(audio),
         "first_audio_mean_s": statistics.fmean(audio),
         "connect_median_s": statistics.median(connect),
+        "cpu_median_s": statistics.median(r["cpu_s"] for r in rows),
         "n": len(rows),
     }
 
@@ -138,8 +142,10 @@ async def main(args: argparse.Namespace) -> None:
     paired = [t["first_audio_s"] - p["first_audio_s"] for t, p in zip(*rows.values(), strict=True)]
     result["paired_difference_median_s"] = statistics.median(paired)
     result["paired_difference_over_plain"] = statistics.median(paired) / plain
+    result["cpu_tls_over_plain"] = result["tls"]["cpu_median_s"] / result["plain"]["cpu_median_s"]
     table = Table(title="spoken turn over wss:// and ws:// (seconds)")
-    for column in ("variant", "end of speech → first audio (median)", "mean", "connect", "n"):
+    columns = ("variant", "end of speech → first audio (median)", "mean", "connect", "CPU", "n")
+    for column in columns:
         table.add_column(column, justify="right" if column != "variant" else "left")
     for name in VARIANTS:
         s = result[name]
@@ -148,13 +154,15 @@ async def main(args: argparse.Namespace) -> None:
             f"{s['first_audio_median_s']:.3f}",
             f"{s['first_audio_mean_s']:.3f}",
             f"{s['connect_median_s'] * 1000:.1f} ms",
+            f"{s['cpu_median_s']:.2f} s",
             str(s["n"]),
         )
     console.print(table)
     console.print(
         f"TLS / plain, first audio (median): {result['first_audio_tls_over_plain']:.3f}; "
         f"median paired difference {result['paired_difference_median_s'] * 1000:+.0f} ms "
-        f"({result['paired_difference_over_plain']:+.1%} of plain)"
+        f"({result['paired_difference_over_plain']:+.1%} of plain); CPU per turn "
+        f"{result['cpu_tls_over_plain']:.3f}"
     )
     path = write_results("tls_cost", {"question": QUESTION, **result, "turns": rows})
     console.print(f"[dim]wrote {path}[/]")
