@@ -12,7 +12,9 @@ reply audio at the client (``benchmarks/README.md``); the connection (TCP, the T
 handshake and pin check, the upgrade, ``hello`` → ``welcome``) is timed on its own.
 Besides the medians, the median of each round's difference (TLS turn minus plain turn,
 run back to back) is reported, and the process's CPU time per turn (both ends, every
-thread): on a shared machine they are the steadier figures.
+thread): on a shared machine they are the steadier figures. Last, TLS's own work for one
+turn (encrypting and decrypting as many bytes as the turn's audio, in 100 ms records, in
+memory) is timed apart from any scheduling.
 
 Prints a table, writes ``benchmarks/results/<machine class>/tls_cost.json``.
 """
@@ -20,8 +22,10 @@ Prints a table, writes ``benchmarks/results/<machine class>/tls_cost.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
+import ssl
 import statistics
 import time
 from pathlib import Path
@@ -99,6 +103,29 @@ async def spoken_turn(
     }
 
 
+def record_cost_s(context: ssl.SSLContext, nbytes: int, frame: int = 3200) -> float:
+    """Seconds to encrypt and decrypt ``nbytes`` in ``frame``-sized records (a turn's
+    audio both ways), in memory after a handshake: TLS's own work, free of scheduling."""
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_context.check_hostname, client_context.verify_mode = False, ssl.CERT_NONE
+    client = client_context.wrap_bio(client_in, client_out)
+    server = context.wrap_bio(server_in, server_out, server_side=True)
+    for _ in range(10):  # handshake: pass the records back and forth
+        for side in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        server_in.write(client_out.read())
+        client_in.write(server_out.read())
+    payload = bytes(frame)
+    started = time.perf_counter()
+    for _ in range(nbytes // frame):
+        client.write(payload)
+        server_in.write(client_out.read())
+        server.read(frame)
+    return time.perf_counter() - started
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     audio = [r["first_audio_s"] for r in rows]
     connect = [r["connect_s"] for r in rows]
@@ -126,6 +153,11 @@ async def main(args: argparse.Namespace) -> None:
         name: make_service(name == "tls", base / name, stt, tts, args.profile) for name in VARIANTS
     }
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    keeper = services["tls"].tls
+    assert keeper is not None
+    # a turn's audio: the question plus 1.5 s of silence up (16-bit), about as much down
+    turn_bytes = 2 * (len(pcm) + 2 * int(rate * 1.5))
+    records_s = statistics.median(record_cost_s(keeper.context, turn_bytes) for _ in range(5))
     async with services["tls"], services["plain"]:
         for name in VARIANTS:  # one turn each first, not counted (first-use costs)
             await spoken_turn(services[name], pcm, rate, f"warm-{name}")
@@ -143,6 +175,8 @@ async def main(args: argparse.Namespace) -> None:
     result["paired_difference_median_s"] = statistics.median(paired)
     result["paired_difference_over_plain"] = statistics.median(paired) / plain
     result["cpu_tls_over_plain"] = result["tls"]["cpu_median_s"] / result["plain"]["cpu_median_s"]
+    result["tls_records_per_turn"] = {"bytes": turn_bytes, "seconds": records_s}
+    result["tls_records_over_plain_first_audio"] = records_s / plain
     table = Table(title="spoken turn over wss:// and ws:// (seconds)")
     columns = ("variant", "end of speech → first audio (median)", "mean", "connect", "CPU", "n")
     for column in columns:
@@ -163,6 +197,10 @@ async def main(args: argparse.Namespace) -> None:
         f"median paired difference {result['paired_difference_median_s'] * 1000:+.0f} ms "
         f"({result['paired_difference_over_plain']:+.1%} of plain); CPU per turn "
         f"{result['cpu_tls_over_plain']:.3f}"
+    )
+    console.print(
+        f"TLS records for one turn's {turn_bytes:,} bytes of audio: {records_s * 1000:.2f} ms "
+        f"({result['tls_records_over_plain_first_audio']:.3%} of plain first audio)"
     )
     path = write_results("tls_cost", {"question": QUESTION, **result, "turns": rows})
     console.print(f"[dim]wrote {path}[/]")
