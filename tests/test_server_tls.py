@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ipaddress
 import os
 import socket
 import ssl
@@ -18,8 +19,9 @@ import anyio
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from edge.cli import build_parser
 from edge.server import CertificateChanged, EdgeClient, PinStore, ServerTrust, TLSError
@@ -285,3 +287,88 @@ async def test_stalled_handshakes_garbage_and_plain_http_are_bounded_and_closed(
         assert b"token" not in said and b"200" not in said, (name, said)
     assert max(during) < 1.0, during
     assert turn.text.startswith("You said: still here")
+
+
+def write_ca_signed(directory: Path) -> tuple[Path, Path, Path]:
+    """A small CA (as an operator's own) and a server certificate it signed for
+    127.0.0.1: (CA certificate, server certificate, server key)."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lab CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    paths = directory / "ca.pem", directory / "server.pem", directory / "server-key.pem"
+    paths[0].write_bytes(ca.public_bytes(pem))
+    paths[1].write_bytes(leaf.public_bytes(pem))
+    paths[2].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+async def test_a_client_given_a_ca_verifies_the_operators_certificate_and_pins_nothing(
+    tmp_path: Path,
+) -> None:
+    ca, cert, key = write_ca_signed(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = write_ca_signed(tmp_path / "other")
+    pins = PinStore(tmp_path / "pins.json")
+    async with make_service(tls=True, tls_cert=cert, tls_key=key) as service:
+        health = service.websocket.health()["tls"]
+        trusted = ServerTrust(ca_file=ca, pins=pins)
+        async with EdgeClient(service.websocket_url, trust=trusted) as client:
+            turn = await client.ask("verified by a CA")
+        with pytest.raises(ssl.SSLCertVerificationError):
+            async with EdgeClient(service.websocket_url, trust=ServerTrust(ca_file=other_ca)):
+                pass
+        refused = await anyio.to_thread.run_sync(
+            lambda: run_client(service.websocket_url, "--tls-ca", str(other_ca))
+        )
+    assert health["source"] == str(cert) and turn.text.startswith("You said: verified")
+    assert not pins.path.exists()  # nothing pinned under a CA
+    assert refused.returncode == 2 and "certificate verify failed" in refused.stderr
