@@ -86,7 +86,9 @@ async def test_certificate_is_made_once_reused_across_restarts_and_its_key_kept_
     assert (tls_dir / CERT_FILE).read_bytes() == cert_pem  # reused, not made again
 
 
-def test_renewed_before_expiry_and_for_a_new_name_keeping_the_key(tmp_path: Path) -> None:
+def test_renewed_before_expiry_for_a_new_name_or_when_damaged_keeping_the_key(
+    tmp_path: Path,
+) -> None:
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     first = load_or_create_certificate(tmp_path, ["box", "127.0.0.1"], now=start)
     same = load_or_create_certificate(tmp_path, ["box", "127.0.0.1"], now=start)
@@ -98,6 +100,11 @@ def test_renewed_before_expiry_and_for_a_new_name_keeping_the_key(tmp_path: Path
     assert late.not_after > first.not_after and late.certificate_sha256 != first.certificate_sha256
     assert "newbox" in renamed.names
     assert first.fingerprint == late.fingerprint == renamed.fingerprint  # pins stay valid
+    (tmp_path / TLS_DIR / CERT_FILE).write_text("damaged\n")
+    (tmp_path / TLS_DIR / KEY_FILE).chmod(0o644)
+    remade = load_or_create_certificate(tmp_path, ["newbox", "127.0.0.1"], now=start)
+    assert remade.fingerprint == first.fingerprint  # same key, new certificate
+    assert (tmp_path / TLS_DIR / KEY_FILE).stat().st_mode & 0o777 == 0o600
 
 
 def test_a_running_service_renews_its_certificate_for_new_handshakes(tmp_path: Path) -> None:

@@ -225,6 +225,9 @@ def load_or_create_certificate(
     directory = Path(data_dir).expanduser() / TLS_DIR
     cert_path, key_path = directory / CERT_FILE, directory / KEY_FILE
     if key_path.exists():
+        if key_path.stat().st_mode & 0o077:
+            log.warning("%s was readable by others; now 0600", key_path)
+            key_path.chmod(0o600)
         key = _load_key(key_path)
     else:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -235,17 +238,28 @@ def load_or_create_certificate(
         )
         _write_private(key_path, pem_key, 0o600)
         cert_path.unlink(missing_ok=True)  # a certificate for another key is useless
-    current = None
-    if cert_path.exists():
-        current = _describe(cert_path, key_path, _read_certificate(cert_path), True)
-        if current.fingerprint != _hex(_spki_sha256(key.public_key())):
-            current = None  # made for another key: make one for this key
+    current = _usable_certificate(cert_path, key_path, key)
     if current is None or _renewal_due(current, names, now):
         reason = "new" if current is None else "renewed"
         _write_private(cert_path, make_certificate(key, names, now=now), 0o644)
         current = _describe(cert_path, key_path, cert_path.read_bytes(), True)
         log.info("TLS certificate %s for %s", reason, ", ".join(names))
     return current
+
+
+def _usable_certificate(
+    cert_path: Path, key_path: Path, key: ec.EllipticCurvePrivateKey
+) -> ServerCertificate | None:
+    """The certificate made earlier, if it is readable and for ``key``; else None (the
+    key is what clients pinned: a new certificate for it is made)."""
+    if not cert_path.exists():
+        return None
+    try:
+        current = _describe(cert_path, key_path, _read_certificate(cert_path), True)
+    except TLSError as exc:
+        log.warning("%s; making it again", exc)
+        return None
+    return current if current.fingerprint == _hex(_spki_sha256(key.public_key())) else None
 
 
 def _renewal_due(cert: ServerCertificate, names: list[str], now: dt.datetime) -> bool:
