@@ -55,11 +55,13 @@ class Departures(Agent):
         self.left.append((ctx.metadata.participant_id, message.reason))
 
 
-def tone_service(llm: ScriptedLLM, config: VoiceConfig, **kw: object) -> EdgeService:
+def tone_service(
+    llm: ScriptedLLM, config: VoiceConfig, *, tls: bool = False, **kw: object
+) -> EdgeService:
     """A voice service on scripted models: the tone "recogniser", an energy VAD and tone
-    speech, routing every turn to the conversation."""
+    speech, routing every turn to the conversation (over ``wss://`` with ``tls``)."""
     return EdgeService(
-        settings(voice=True),
+        settings(voice=True, tls=tls),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
         stt=ToneSTT(),

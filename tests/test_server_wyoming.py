@@ -80,7 +80,9 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
     # A name of its own: another service advertising on loopback (a parallel test run) must
     # neither rename this one through mDNS conflict resolution nor appear in its results.
     name = f"edge test {secrets.token_hex(3)}"
-    s = settings(wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"], service_name=name)
+    s = settings(
+        wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"], service_name=name, tls=True
+    )
     service = EdgeService(
         s, llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions(default="conversation")
     )
@@ -112,6 +114,8 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         assert b"model" in ws.properties and b"profile" in ws.properties
         assert ws.properties[b"auth"] == b"token" and ws.properties[b"protocol"] == b"2"
         assert wy.properties[b"auth"] == b"none"  # loopback only: no allow-list configured
+        assert ws.properties[b"tls"].decode() == service.tls_fingerprint  # the key to expect
+        assert wy.properties[b"tls"] == b"none"  # Wyoming stays plain TCP
         found = await discover(WYOMING_SERVICE, interfaces=["127.0.0.1"])
         ours = [(i.name, i.port) for i in found if i.name == wy_name]
         assert ours == [(wy_name, service.wyoming.bound_port)]

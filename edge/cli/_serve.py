@@ -17,7 +17,7 @@ from rich.table import Table
 from ._flags import add_model_flags, model_from_flags
 from ._target import TargetError, client_url, participant_id, unreachable
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
+DEFAULT_URL = "wss://127.0.0.1:8765"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,6 +66,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--token",
         help="device access token (default: the ?token= of a console --url, else EDGE_TOKEN, "
         "or read from the data directory for a service on this machine)",
+    )
+    c.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="verify a wss:// service's certificate against this CA (PEM) instead of pinning "
+        "its key on first use",
+    )
+    c.add_argument(
+        "--fingerprint",
+        metavar="SHA256",
+        help="the key fingerprint the service must show (as `edge serve` and `edge token` "
+        "print it); checked besides the pin",
     )
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
@@ -159,6 +171,8 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
         print(f"console: {service.console_url}", flush=True)
         if service.local_console_url:  # a secure origin: the microphone works there
             print(f"console on this device: {service.local_console_url}", flush=True)
+        if service.tls_fingerprint:  # what a browser or `edge client` should be shown
+            print(f"certificate key SHA-256: {service.tls_fingerprint}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 
@@ -182,9 +196,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from edge.catalogue import ModelMissingError
     from edge.device import ProfileError
     from edge.llm import LLMError
+    from edge.server import TLSError
     from edge.voice import SpeechToTextError, TextToSpeechError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_serve, args, console)
     except (
@@ -192,6 +207,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ModelMissingError,
         ValidationError,
         OSError,
+        TLSError,
         LLMError,
         SpeechToTextError,
         TextToSpeechError,
@@ -222,7 +238,11 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             console.print("[red]error:[/] no edge service answered over mDNS")
             return 2
         info = found[0]
-        args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
+        tls = (info.properties or {}).get(b"tls", b"none").decode()
+        scheme = "ws" if tls == "none" else "wss"
+        if tls != "none" and not args.fingerprint:  # advertised: checked besides the pin
+            args.fingerprint = tls
+        args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
     args.url, url_token = client_url(args.url or DEFAULT_URL)
     recording = None
@@ -243,8 +263,11 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
+        trust=_trust(args),
     ) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
+        if client.tls_fingerprint:
+            console.print(f"[dim]certificate key SHA-256 {client.tls_fingerprint}[/]")
         if client.welcome is not None and client.welcome.session_token:
             state = "resumed" if client.welcome.resumed else "new"
             console.print(
@@ -279,6 +302,19 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
                 status = 1
         await client.send({"type": "bye"})
     return status
+
+
+def _trust(args: argparse.Namespace) -> Any:
+    """How a wss:// service's certificate is checked (None: pinning on first use)."""
+    from pathlib import Path
+
+    from edge.server import ServerTrust
+
+    if not args.tls_ca and not args.fingerprint:
+        return None
+    return ServerTrust(
+        ca_file=Path(args.tls_ca) if args.tls_ca else None, fingerprint=args.fingerprint
+    )
 
 
 async def _spoken_turn(
@@ -323,7 +359,7 @@ def run_client(args: argparse.Namespace) -> int:
 
     from edge.server import HelloRefused
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_client, args, console)
     except HelloRefused as exc:  # reached, and it said no: not "unreachable"

@@ -7,7 +7,7 @@ Example::
         print(service.websocket_url)
         await anyio.sleep_forever()
 
-    async with EdgeClient("ws://127.0.0.1:8765") as client:
+    async with EdgeClient("wss://127.0.0.1:8765") as client:  # pins the key on first use
         turn = await client.ask("What is an edge device?")
         print(turn.text)
 """
@@ -17,6 +17,7 @@ from ._client import ClientRequestError, EdgeClient, HelloRefused, TurnResult, l
 from ._gateway import ClientError, Gateway
 from ._hub import OutputHub
 from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, discover
+from ._pins import CertificateChanged, PinStore, ServerTrust
 from ._protocol import (
     CLIENT_TYPES,
     NO_SPEECH,
@@ -34,6 +35,7 @@ from ._protocol import (
 )
 from ._service import EdgeService
 from ._settings import ServiceSettings
+from ._tls import TLSError, local_fingerprint
 from ._websocket import WebSocketServer
 from ._wyoming import WyomingServer
 
@@ -46,6 +48,7 @@ __all__ = [
     "WYOMING_SERVICE",
     "AudioFormat",
     "AudioMessage",
+    "CertificateChanged",
     "ClientError",
     "ClientRequestError",
     "EdgeClient",
@@ -55,9 +58,12 @@ __all__ = [
     "HelloRefused",
     "MdnsAdvertiser",
     "OutputHub",
+    "PinStore",
     "ProtocolError",
     "Reply",
+    "ServerTrust",
     "ServiceSettings",
+    "TLSError",
     "TranscriptMessage",
     "TurnResult",
     "WebSocketServer",
@@ -65,6 +71,7 @@ __all__ = [
     "check_participant_id",
     "discover",
     "load_or_create_token",
+    "local_fingerprint",
     "local_token",
     "new_participant_id",
     "parse_client_message",

@@ -40,12 +40,19 @@ from edge.voice import TRANSCRIPT_TOPIC
 from ._access import TokenFile, is_loopback
 from ._gateway import Gateway
 from ._hub import OutputHub
-from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._mdns import (
+    WEBSOCKET_SERVICE,
+    WYOMING_SERVICE,
+    MdnsAdvertiser,
+    advertised_addresses,
+    mdns_host_name,
+)
 from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
+from ._tls import CertificateKeeper, local_names
 from ._warmup import SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
@@ -133,6 +140,7 @@ class EdgeService:
         self._register_agents()
         self.gateway = self._make_gateway()
         self._token = self._access_token()
+        self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
         self.mdns: MdnsAdvertiser | None = None
@@ -158,6 +166,26 @@ class EdgeService:
     def token(self) -> str | None:
         """The device access token clients must present now (None: none needed)."""
         return self._token.current() if isinstance(self._token, TokenFile) else self._token
+
+    @property
+    def instance_name(self) -> str:
+        """The mDNS instance name."""
+        return self.settings.service_name or f"edge on {socket.gethostname()}"
+
+    def _make_tls(self) -> CertificateKeeper | None:
+        """The certificate served on the WebSocket port (None: ``--no-tls``)."""
+        s = self.settings
+        if not s.tls:
+            return None
+        names = local_names(
+            mdns_host_name(self.instance_name), advertised_addresses(s.host, s.mdns_interfaces)
+        )
+        return CertificateKeeper(s.data_dir, names, cert_file=s.tls_cert, key_file=s.tls_key)
+
+    @property
+    def tls_fingerprint(self) -> str | None:
+        """SHA-256 of the served certificate's public key (None without TLS)."""
+        return self.tls.certificate.fingerprint if self.tls is not None else None
 
     @property
     def wyoming_host(self) -> str:
@@ -276,6 +304,7 @@ class EdgeService:
                 hello_timeout_s=s.hello_timeout_s,
                 max_per_address=s.max_sessions_per_address,
             ),
+            tls=self.tls,
         )
 
     def _make_wyoming(self) -> WyomingServer | None:
@@ -426,6 +455,8 @@ class EdgeService:
                 await self.warmer.warm_shared()  # the conversation's system prompt, once
             if not listen:
                 return
+            if self.tls is not None:
+                await stack.enter_async_context(self.tls.renewing())
             await stack.enter_async_context(self.websocket)
             if self.wyoming is not None:
                 await stack.enter_async_context(self.wyoming)
@@ -453,7 +484,8 @@ class EdgeService:
 
     @property
     def websocket_url(self) -> str:
-        return f"ws://{self._display_host()}:{self.websocket.bound_port}"
+        scheme = "wss" if self.tls is not None else "ws"
+        return f"{scheme}://{self._display_host()}:{self.websocket.bound_port}"
 
     @property
     def console_url(self) -> str:
@@ -469,7 +501,8 @@ class EdgeService:
         return self._console_at("localhost") if self.settings.host in WILDCARD_HOSTS else None
 
     def _console_at(self, host: str) -> str:
-        base = f"http://{host}:{self.websocket.bound_port}/"
+        scheme = "https" if self.tls is not None else "http"
+        base = f"{scheme}://{host}:{self.websocket.bound_port}/"
         return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     @property
@@ -480,9 +513,7 @@ class EdgeService:
 
     def _advertiser(self) -> MdnsAdvertiser:
         s = self.settings
-        mdns = MdnsAdvertiser(
-            s.service_name or f"edge on {socket.gethostname()}", interfaces=s.mdns_interfaces
-        )
+        mdns = MdnsAdvertiser(self.instance_name, interfaces=s.mdns_interfaces)
         addresses = advertised_addresses(s.host, s.mdns_interfaces)
         txt = {
             "version": __version__,
@@ -491,10 +522,11 @@ class EdgeService:
             "protocol": str(PROTOCOL_VERSION),
             "path": "/",
             "auth": "token" if self.token is not None else "none",
+            "tls": self.tls_fingerprint or "none",  # SHA-256 of the certificate's key
         }
         mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
         if self.wyoming is not None and self.wyoming_host == s.host:  # reachable as advertised
-            wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none"}
+            wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none", "tls": "none"}
             mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, wyoming_txt)
         return mdns
 
@@ -513,7 +545,13 @@ class EdgeService:
             )
         else:
             wyoming = "loopback only (--wyoming-allow ADDRESS lets Home Assistant in)"
-        return {"token": token_note, "wyoming access": wyoming}
+        if self.tls is None:
+            tls = "off (--no-tls): plain http:// and ws://"
+        else:
+            c = self.tls.certificate
+            origin = "self-signed" if c.self_made else str(c.cert_path)
+            tls = f"{origin}, until {c.not_after:%Y-%m-%d} (key SHA-256 below)"
+        return {"token": token_note, "tls": tls, "wyoming access": wyoming}
 
     def describe(self) -> dict[str, Any]:
         """What runs, for ``edge serve`` to print."""

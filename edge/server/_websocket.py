@@ -51,6 +51,7 @@ from ._protocol import (
 )
 from ._redact import guard_library_logs
 from ._sessions import Sessions
+from ._tls import CertificateKeeper
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -364,8 +365,10 @@ class WebSocketServer:
         max_sessions: int = 32,
         outbox_size: int = 2048,
         access: AccessPolicy | None = None,
+        tls: CertificateKeeper | None = None,
     ) -> None:
         self.gateway = gateway
+        self.tls = tls  # None: plain http:// and ws://
         self.host = host
         self.port = port
         self.max_sessions = max_sessions
@@ -393,8 +396,16 @@ class WebSocketServer:
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
+            **self._tls_options(),
         )
         return self
+
+    def _tls_options(self) -> dict[str, Any]:
+        """TLS on the port: a handshake is bounded like the hello (a client that starts one
+        and stalls is dropped)."""
+        if self.tls is None:
+            return {}
+        return {"ssl": self.tls.context, "ssl_handshake_timeout": self.access.hello_timeout_s}
 
     async def __aexit__(self, *exc_info: object) -> None:
         server, self._server = self._server, None
@@ -415,6 +426,7 @@ class WebSocketServer:
             "participants": len(g.hub.connected()),
             **({"speculation": g.speculation.as_dict()} if g.speculation is not None else {}),
             **({"store": g.sessions.health()} if g.sessions is not None else {}),
+            **({"tls": self.tls.certificate.describe()} if self.tls is not None else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
