@@ -35,6 +35,7 @@ import functools
 import json
 import os
 import platform
+import ssl
 import sys
 import tempfile
 import time
@@ -73,6 +74,8 @@ DIFFERENCES = [
     "LLM context: ours is the profile's (8192 tokens, per-participant KV kept between turns); "
     "llama-cpp-python's server keeps its default n_ctx 2048 (enough for these questions) "
     "and reuses the previous prompt's common prefix, the system prompt",
+    "Our WebSocket paths run over TLS (wss://, edge serve's default); the chain's "
+    "connections and our Wyoming path are plain TCP (Wyoming has no TLS)",
     "The chain answers each question with our system prompt alone (no earlier turns); ours "
     "answers with the participant's context, which is never smaller",
 ]
@@ -159,7 +162,9 @@ class Bench:
 
     def __init__(self, services: dict[str, svc.Service], wyoming_port: int) -> None:
         self.services = services
-        self.ws_url = f"ws://{svc.HOST}:{services['edge'].port}"
+        # edge serve's default: TLS (its certificate is in its data directory, which the
+        # clients trust for a service on this machine)
+        self.ws_url = f"wss://{svc.HOST}:{services['edge'].port}"
         self.wyoming_port = wyoming_port
         self.clients: dict[str, EdgeClient] = {}
         self.advertised: dict[str, dict[str, bool]] = {}
@@ -224,8 +229,10 @@ class Bench:
 
     async def speculation(self) -> dict[str, float]:
         """edge serve's speculation counters (``GET /health``)."""
-        async with httpx.AsyncClient(timeout=10) as http:
-            response = await http.get(f"http://{svc.HOST}:{self.services['edge'].port}/health")
+        cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
+        trust = ssl.create_default_context(cafile=str(cert))
+        async with httpx.AsyncClient(timeout=10, verify=trust) as http:
+            response = await http.get(f"https://{svc.HOST}:{self.services['edge'].port}/health")
             return response.json().get("speculation", {})
 
 
