@@ -78,6 +78,7 @@ bench: setup
 	$(BIN)/python benchmarks/voice_latency.py --llm
 	$(BIN)/python benchmarks/stt_window.py
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
+	$(BIN)/python benchmarks/long_session.py
 	$(BIN)/python benchmarks/device_budgets.py
 
 # Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200
