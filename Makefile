@@ -44,6 +44,7 @@ $(STAMP): pyproject.toml models/requirements.txt models/catalogue.toml $(LLAMA_W
 	@touch $(STAMP)
 
 run: setup
+	@echo "edge is installed in $(BIN): in another terminal, '. $(BIN)/activate' (or type $(BIN)/edge) for edge client, edge token, edge sessions ..."
 	$(BIN)/edge serve $(SERVE_ARGS)
 
 ask: setup
@@ -79,6 +80,7 @@ bench: setup
 	$(BIN)/python benchmarks/stt_window.py
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/long_session.py
+	$(BIN)/python benchmarks/tls_cost.py
 	$(BIN)/python benchmarks/device_budgets.py
 
 # Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200

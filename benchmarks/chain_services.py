@@ -2,7 +2,9 @@
 
 * the chain a Home Assistant user builds: ``wyoming-faster-whisper`` (our default Whisper
   tiny.en directory), llama-cpp-python's OpenAI-compatible server (our default SmolLM2
-  GGUF) and ``wyoming-piper`` (our default joe voice), each with its own defaults;
+  GGUF) and ``wyoming-piper`` (our default joe voice), run the way Home Assistant's add-ons
+  ship them (:data:`ADDON_WHISPER`: beam size 1, int8, English) with every thread setting
+  equal to the machine's cores, as our own path uses them (:func:`chain_settings`);
 * ``edge serve`` with the default models and the detected profile.
 
 Nothing is downloaded: every service is pointed at the files our catalogue installed.
@@ -17,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -62,37 +65,68 @@ class Service:
             self.proc.wait()
 
 
+# Home Assistant's Whisper add-on (home-assistant/addons, whisper/config.yaml): its shipped
+# options. The model there is "tiny-int8": the same tiny.en weights, computed in int8.
+ADDON_WHISPER = {"beam_size": 1, "compute_type": "int8", "language": "en"}
+
+
+def cores() -> int:
+    """The cores this process may use: every thread setting of the chain is this."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def chain_settings() -> dict[str, dict[str, Any]]:
+    """The chain's effective settings, recorded in the results. Piper keeps its defaults
+    (streaming synthesis on sentence boundaries is its default)."""
+    n = cores()
+    return {
+        "whisper": {**ADDON_WHISPER, "cpu_threads": n, "model": str(default_model_path("stt"))},
+        "llama": {"n_threads": n, "n_threads_batch": n, "model": str(default_model_path("llm"))},
+        "piper": {"streaming": True, "voice": str(default_model_path("tts"))},
+    }
+
+
+def chain_argv(python: str, ports: dict[str, int], work: Path) -> dict[str, list[str]]:
+    """The command line of each chain service, from :func:`chain_settings`."""
+    cfg = chain_settings()
+    whisper, llama = cfg["whisper"], cfg["llama"]
+    voice = Path(cfg["piper"]["voice"])
+    return {
+        "whisper": [
+            python,
+            "-m",
+            "wyoming_faster_whisper",
+            "--uri",
+            f"tcp://{HOST}:{ports['whisper']}",
+        ]
+        + ["--model", whisper["model"], "--language", whisper["language"]]
+        + ["--beam-size", str(whisper["beam_size"]), "--compute-type", whisper["compute_type"]]
+        + ["--cpu-threads", str(whisper["cpu_threads"]), "--local-files-only"]
+        + ["--data-dir", str(work / "whisper")],
+        "llama": [python, "-m", "llama_cpp.server", "--model", llama["model"]]
+        + [
+            "--n_threads",
+            str(llama["n_threads"]),
+            "--n_threads_batch",
+            str(llama["n_threads_batch"]),
+        ]
+        + ["--host", HOST, "--port", str(ports["llama"])],
+        "piper": [python, "-m", "wyoming_piper", "--uri", f"tcp://{HOST}:{ports['piper']}"]
+        + ["--voice", voice.name.removesuffix(".onnx"), "--data-dir", str(voice.parent)]
+        + ["--local-files-only"],
+    }
+
+
 def chain_services(work: Path, python: str) -> dict[str, Service]:
     """The three chain services, started with the models our catalogue installed."""
-    stt = default_model_path("stt")
-    voice = default_model_path("tts")
-    gguf = default_model_path("llm")
     ports = {name: free_port() for name in ("whisper", "llama", "piper")}
-    return {
-        "whisper": Service(
-            "wyoming-faster-whisper",
-            [python, "-m", "wyoming_faster_whisper", "--uri", f"tcp://{HOST}:{ports['whisper']}"]
-            + ["--model", str(stt), "--language", "en", "--local-files-only"]
-            + ["--data-dir", str(work / "whisper")],
-            ports["whisper"],
-            work / "whisper.log",
-        ),
-        "llama": Service(
-            "llama_cpp.server",
-            [python, "-m", "llama_cpp.server", "--model", str(gguf)]
-            + ["--host", HOST, "--port", str(ports["llama"])],
-            ports["llama"],
-            work / "llama.log",
-        ),
-        "piper": Service(
-            "wyoming-piper",
-            [python, "-m", "wyoming_piper", "--uri", f"tcp://{HOST}:{ports['piper']}"]
-            + ["--voice", voice.name.removesuffix(".onnx"), "--data-dir", str(voice.parent)]
-            + ["--local-files-only"],
-            ports["piper"],
-            work / "piper.log",
-        ),
+    argv = chain_argv(python, ports, work)
+    names = {
+        "whisper": "wyoming-faster-whisper",
+        "llama": "llama_cpp.server",
+        "piper": "wyoming-piper",
     }
+    return {key: Service(names[key], argv[key], ports[key], work / f"{key}.log") for key in argv}
 
 
 def edge_service(work: Path, python: str, profile: str | None) -> tuple[Service, int]:

@@ -25,6 +25,15 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+# Files a benchmark run and `readme_table.py --write` write (results, and the figures quoted
+# from them): they may differ from HEAD when a result is recorded.
+GENERATED = (
+    ":(exclude)benchmarks/results",
+    ":(exclude)README.md",
+    ":(exclude)benchmarks/README.md",
+    ":(exclude)docs/*.md",
+)
 FRAME_S = 0.010  # voicing is decided per 10 ms frame
 VOICED_DB = -40.0  # a frame is voiced when its RMS is within 40 dB of the loudest frame
 
@@ -81,31 +90,51 @@ def machine_class(profile: str | None = None) -> str:
 
 
 def results_dir(machine: str | None = None) -> Path:
-    path = RESULTS / (machine or machine_class())
+    """Where results go: the committed folder of this machine class, or with
+    ``EDGE_BENCH_SCRATCH=1`` (measuring uncommitted code) a temporary one."""
+    root = RESULTS
+    if os.environ.get("EDGE_BENCH_SCRATCH"):
+        root = Path(tempfile.gettempdir()) / "xr-edge-bench-scratch"
+    path = root / (machine or machine_class())
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def code_version() -> str:
-    """The commit measured: ``git describe`` of this checkout, or ``$EDGE_BENCH_COMMIT``."""
+class UncommittedCode(RuntimeError):
+    """The code to be measured differs from its commit."""
+
+
+def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
         )
     except OSError:
-        out = None
-    if out is not None and out.returncode == 0:
-        return out.stdout.strip()
-    return os.environ.get("EDGE_BENCH_COMMIT", "unknown")
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_version() -> str:
+    """The commit measured, from git (never typed by hand): ``HEAD``'s short hash. Raises
+    :class:`UncommittedCode` when a tracked file other than a result file (or the README
+    table generated from them) differs from it: a committed figure must name the code that
+    produced it. ``$EDGE_BENCH_COMMIT`` names it where there is no git checkout."""
+    head = _git("rev-parse", "--short", "HEAD")
+    if head is None:
+        return os.environ.get("EDGE_BENCH_COMMIT", "unknown")
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", *GENERATED)
+    if changed:
+        raise UncommittedCode(
+            f"refusing to record figures for uncommitted code (HEAD {head}):\n{changed}\n"
+            "commit first, or set EDGE_BENCH_SCRATCH=1 to write results to a scratch folder"
+        )
+    return head
 
 
 def machine_info() -> dict[str, Any]:
+    scratch = bool(os.environ.get("EDGE_BENCH_SCRATCH"))
     return {
-        "code": code_version(),
+        "code": f"{_git('rev-parse', '--short', 'HEAD')} (scratch)" if scratch else code_version(),
         "class": machine_class(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),

@@ -6,9 +6,10 @@
 
 Starts, all at once on 127.0.0.1, the chain (``wyoming-faster-whisper`` with our Whisper
 tiny.en, llama-cpp-python's OpenAI-compatible server with our SmolLM2 GGUF,
-``wyoming-piper`` with our joe voice; each with its own defaults) and ``edge serve``
+``wyoming-piper`` with our joe voice; run as Home Assistant's add-ons ship them, every
+thread setting at the machine's cores: ``chain_services.chain_settings``) and ``edge serve``
 (default models, detected profile). Piper speaks a fixed question set (short questions,
-questions with a ≈350 ms pause mid-sentence, 6-10 s questions); each is streamed in real
+questions with a ≈350 ms pause mid-sentence, 6-7 s questions); each is streamed in real
 time and the paths take turns, question by question, in a rotating order, so machine
 noise hits them alike. Paths, each timed to the first byte of reply audio:
 
@@ -34,7 +35,7 @@ import functools
 import json
 import os
 import platform
-import subprocess
+import ssl
 import sys
 import tempfile
 import time
@@ -57,7 +58,7 @@ from chain_paths import (
     ws_turn,
     wyoming_turn,
 )
-from figures import machine_class, voiced_span
+from figures import machine_info, results_dir, voiced_span
 from rich.console import Console
 from rich.table import Table
 
@@ -65,7 +66,19 @@ from edge.catalogue import default_model_path
 from edge.server import AudioFormat, EdgeClient, ServiceSettings
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
-OUT = Path(__file__).parent / "results"
+# Where the chain's settings differ from our path's, and why (benchmarks/README.md).
+DIFFERENCES = [
+    "Whisper's encoder window: ours fits it to the utterance plus 1 s (at least 10 s), "
+    "wyoming-faster-whisper pads every utterance to Whisper's 30 s: part of our design, "
+    "measured by benchmarks/stt_window.py, not a setting a chain user can change",
+    "LLM context: ours is the profile's (8192 tokens, per-participant KV kept between turns); "
+    "llama-cpp-python's server keeps its default n_ctx 2048 (enough for these questions) "
+    "and reuses the previous prompt's common prefix, the system prompt",
+    "Our WebSocket paths run over TLS (wss://, edge serve's default); the chain's "
+    "connections and our Wyoming path are plain TCP (Wyoming has no TLS)",
+    "The chain answers each question with our system prompt alone (no earlier turns); ours "
+    "answers with the participant's context, which is never smaller",
+]
 PAUSE_S = 0.35
 LEAD_S = 0.3  # the microphone is open before the speaker starts
 SETTLE_S = 1.0  # between turns, so one path's tail does not run into the next turn
@@ -149,7 +162,9 @@ class Bench:
 
     def __init__(self, services: dict[str, svc.Service], wyoming_port: int) -> None:
         self.services = services
-        self.ws_url = f"ws://{svc.HOST}:{services['edge'].port}"
+        # edge serve's default: TLS (its certificate is in its data directory, which the
+        # clients trust for a service on this machine)
+        self.ws_url = f"wss://{svc.HOST}:{services['edge'].port}"
         self.wyoming_port = wyoming_port
         self.clients: dict[str, EdgeClient] = {}
         self.advertised: dict[str, dict[str, bool]] = {}
@@ -214,8 +229,10 @@ class Bench:
 
     async def speculation(self) -> dict[str, float]:
         """edge serve's speculation counters (``GET /health``)."""
-        async with httpx.AsyncClient(timeout=10) as http:
-            response = await http.get(f"http://{svc.HOST}:{self.services['edge'].port}/health")
+        cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
+        trust = ssl.create_default_context(cafile=str(cert))
+        async with httpx.AsyncClient(timeout=10, verify=trust) as http:
+            response = await http.get(f"https://{svc.HOST}:{self.services['edge'].port}/health")
             return response.json().get("speculation", {})
 
 
@@ -360,8 +377,6 @@ def versions() -> dict[str, str | None]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=svc.REPO)
-    out["git"] = git.stdout.strip() or None
     return out
 
 
@@ -406,6 +421,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     console = Console(width=160)
+    machine_info()  # refuses uncommitted code before the run, not after it
     utterances = speak_questions(PiperTTS())[: args.questions]
     console.print(
         "questions: "
@@ -442,16 +458,13 @@ def build_result(
     samples: list[dict[str, Any]],
     elapsed: float,
 ) -> dict[str, Any]:
-    cls = machine_class(args.profile)
+    machine = {**machine_info(), "processor": platform.processor()}
     return {
-        "machine": {
-            "class": cls,
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine,
         "load": round(os.getloadavg()[0], 2),
-        "profile": args.profile or cls,
+        "profile": args.profile or machine["class"],
+        "settings": {"chain": svc.chain_settings(), "ours": our_settings()},
+        "differences": DIFFERENCES,
         "models": {role: str(default_model_path(role)) for role in ("llm", "stt", "tts")},
         "versions": versions(),
         "advertised_streaming": bench.advertised,
@@ -473,9 +486,29 @@ def build_result(
     }
 
 
+def our_settings() -> dict[str, Any]:
+    """What ``edge serve`` runs with on this machine's profile (the same figures the
+    chain's settings are compared with in ``tests/test_versus_chain_fairness.py``)."""
+    from edge.device import load_device_config
+
+    config = load_device_config()
+    audio = config.profile.audio
+    return {
+        "whisper": {
+            "beam_size": audio.stt_beam_size,
+            "compute_type": audio.stt_compute_type,
+            "language": "en",
+            "cpu_threads": config.threads,
+            "encoder_window_s": 10.0,
+            "model": config.model_paths.get("stt"),
+        },
+        "llm": {"n_threads": config.threads, "model": config.model_paths.get("llm")},
+        "piper": {"streaming": True, "voice": config.model_paths.get("tts")},
+    }
+
+
 def write_result(result: dict[str, Any], console: Console) -> None:
-    folder = OUT / result["machine"]["class"]
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = results_dir(result["machine"]["class"])
     json_path = folder / "versus_chain.json"
     json_path.write_text(json.dumps(result, indent=2, default=str))
     plot(result, folder / "versus_chain.png")

@@ -12,6 +12,21 @@ def _data_dir_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("EDGE_DATA_DIR", str(tmp_path_factory.mktemp("edge-data")))
 
 
+@pytest.fixture(autouse=True)
+def _client_config_in_tmp(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+):
+    """Clients keep their pinned certificates in a temporary directory, never the user's."""
+    monkeypatch.setenv("EDGE_CONFIG_DIR", str(tmp_path_factory.mktemp("edge-config")))
+
+
+@pytest.fixture(autouse=True)
+def _plain_by_default(monkeypatch: pytest.MonkeyPatch):
+    """Services in tests serve plain ws:// unless a test asks for TLS (``tls=True``, or
+    ``EDGE_TLS`` removed for the default ``edge serve`` runs); the TLS tests do."""
+    monkeypatch.setenv("EDGE_TLS", "false")
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

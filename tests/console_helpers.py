@@ -56,10 +56,29 @@ async def chromium_page(extra_flags: Sequence[str] = ()) -> AsyncIterator[Any]:
             await browser.close()
 
 
-def console_address(websocket_url: str, token: str | None) -> str:
-    """The console's URL for a service on 127.0.0.1 (as ``edge serve`` prints it)."""
-    base = websocket_url.replace("ws://", "http://", 1) + "/"
+def console_address(websocket_url: str, token: str | None, host: str | None = None) -> str:
+    """The console's URL for a service on 127.0.0.1 (as ``edge serve`` prints it), over
+    ``https://`` for a ``wss://`` service; ``host`` replaces 127.0.0.1 (a LAN name, see
+    :func:`lan_name`)."""
+    base = websocket_url.replace("ws", "http", 1) + "/"
+    if host is not None:
+        base = base.replace("127.0.0.1", host, 1)
     return base + (f"?token={token}" if token else "")
+
+
+LAN_NAME = "edge-box.test"
+
+
+def lan_name(name: str = LAN_NAME) -> list[str]:
+    """Flags that make Chromium reach 127.0.0.1 by ``name``: a machine on the network, not
+    the browser's own (so not a secure origin over plain HTTP)."""
+    return [f"--host-resolver-rules=MAP {name} 127.0.0.1"]
+
+
+def trust_key(spki_base64: str) -> list[str]:
+    """Flags that make Chromium accept a certificate for this key (SHA-256 of its
+    SubjectPublicKeyInfo, base64), as a user accepting the service's certificate does."""
+    return [f"--ignore-certificate-errors-spki-list={spki_base64}"]
 
 
 async def connect(page: Any, url: str, *, participant: str | None = None) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -49,6 +50,7 @@ class Figures:
     rss_mb: list[float] = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)  # connections the server kept open
     refused: dict[str, int] = field(default_factory=dict)
+    closed_s: dict[str, list[float | None]] = field(default_factory=dict)  # TLS abuse
     exit_s: float | None = None
     exit_code: int | None = None
 
@@ -71,20 +73,35 @@ class Figures:
             "rss_mb_max": round(max(self.rss_mb), 1) if self.rss_mb else None,
             "held": self.held,
             "refused": self.refused,
+            "closed_s": {
+                name: {"n": len(v), "open": v.count(None), "max": max(x or 0 for x in v)}
+                for name, v in self.closed_s.items()
+            },
             "exit_s": self.exit_s,
             "exit_code": self.exit_code,
         }
 
 
-class ServeProcess:
-    """``edge serve`` on loopback with the default models, on free ports."""
+def probe_context() -> ssl.SSLContext:
+    """The attackers' TLS: they check no certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
-    def __init__(self, data_dir: Path, **env: str) -> None:
+
+class ServeProcess:
+    """``edge serve`` on loopback with the default models, on free ports; ``tls`` serves
+    ``wss://`` (its default) instead of ``ws://``."""
+
+    def __init__(self, data_dir: Path, *, tls: bool = False, **env: str) -> None:
         self.port, self.wyoming_port = free_port(), free_port()
         self.data_dir = data_dir
         self.env = {**os.environ, "EDGE_DATA_DIR": str(data_dir), **env}
+        self.env["EDGE_TLS"] = "true" if tls else "false"
+        self.tls = probe_context() if tls else None
         self.proc: subprocess.Popen[str] | None = None
-        self.url = f"ws://127.0.0.1:{self.port}"
+        self.url = f"{'wss' if tls else 'ws'}://127.0.0.1:{self.port}"
 
     def start(self, limit_s: float = 300) -> None:
         cmd = [sys.executable, "-m", "edge", "serve", "--host", "127.0.0.1"]
@@ -138,11 +155,13 @@ class ServeProcess:
 # -- watching -----------------------------------------------------------------------------
 
 
-async def health(port: int) -> float:
+async def health(port: int, tls: ssl.SSLContext | None = None) -> float:
     """Seconds for ``GET /health`` to answer 200 (raises past 5 s)."""
     started = time.monotonic()
     with anyio.fail_after(5):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=tls, server_hostname="localhost" if tls else None
+        )
         writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         status = await reader.readline()
         await reader.read()
@@ -153,7 +172,7 @@ async def health(port: int) -> float:
 
 async def watch(serve: ServeProcess, figures: Figures, until: float) -> None:
     while time.monotonic() < until:
-        figures.health_s.append(await health(serve.port))
+        figures.health_s.append(await health(serve.port, serve.tls))
         figures.rss_mb.append(serve.rss_mb())
         await anyio.sleep(0.5)
 
@@ -206,11 +225,11 @@ async def idle_connections(port: int, count: int, figures: Figures, name: str, u
         writer.close()
 
 
-async def websocket_without_hello(port: int, count: int, figures: Figures, until: float):
+async def websocket_without_hello(serve: ServeProcess, count: int, figures: Figures, until: float):
     held = []
     for _ in range(count):
         try:
-            held.append(await connect(f"ws://127.0.0.1:{port}", local_addr=(IDLER, 0)))
+            held.append(await connect(serve.url, local_addr=(IDLER, 0), ssl=serve.tls))
         except Exception:
             break
     await anyio.sleep(1.0)  # past the per-address cap the server closes them (1013)
@@ -223,7 +242,7 @@ async def websocket_without_hello(port: int, count: int, figures: Figures, until
         await ws.close()
 
 
-async def websocket_garbage(port: int, until: float) -> None:
+async def websocket_garbage(serve: ServeProcess, until: float) -> None:
     frames: list[str | bytes] = [
         "[" * 200_000 + "]" * 200_000,
         '{"type": "text", "text": ' + "9" * 5000 + "}",
@@ -233,10 +252,59 @@ async def websocket_garbage(port: int, until: float) -> None:
     ]
     while time.monotonic() < until:
         with contextlib.suppress(Exception):
-            async with connect(f"ws://127.0.0.1:{port}", local_addr=(ATTACKER, 0)) as ws:
+            async with connect(serve.url, local_addr=(ATTACKER, 0), ssl=serve.tls) as ws:
                 for frame in frames:
                     await ws.send(frame)
         await anyio.sleep(0.2)
+
+
+def client_hello_start() -> bytes:
+    """The first bytes of a real ClientHello (a client that then stalls sends no more)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = probe_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()[:40]
+
+
+TLS_ABUSE = {
+    "tls_stalled_handshake": client_hello_start(),
+    "tls_garbage_hello": bytes(range(256)) * 8,
+    "tls_plain_http": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+
+
+async def closed_after(port: int, data: bytes, limit_s: float) -> float | None:
+    """Send ``data`` on a fresh connection from the attacker's address; seconds until the
+    server closes it (None: still open after ``limit_s``)."""
+    started = time.monotonic()
+    reader, writer = await _open(port)
+    try:
+        writer.write(data)
+        with anyio.move_on_after(limit_s):
+            while await reader.read(65536):
+                pass
+            return time.monotonic() - started
+        return None
+    finally:
+        writer.close()
+
+
+async def tls_abuse(port: int, figures: Figures, until: float) -> None:
+    """On the TLS port: handshakes begun and stalled, garbage instead of a ClientHello,
+    plain HTTP; each must be closed (the seconds it took go to ``figures.closed_s``)."""
+    while time.monotonic() < until:
+        async with anyio.create_task_group() as tg:
+            for name, data in TLS_ABUSE.items():
+
+                async def one(name: str = name, data: bytes = data) -> None:
+                    with contextlib.suppress(OSError):
+                        seconds = await closed_after(port, data, limit_s=10.0)
+                        figures.closed_s.setdefault(name, []).append(seconds)
+
+                for _ in range(10):
+                    tg.start_soon(one)
+        await anyio.sleep(0.5)
 
 
 async def wyoming_lies(port: int, until: float) -> None:
@@ -298,9 +366,11 @@ async def run_attacks(serve: ServeProcess, figures: Figures, duration_s: float) 
             tg.start_soon(watch, serve, figures, until)
             tg.start_soon(well_behaved, good, figures, until)
             tg.start_soon(idle_connections, serve.wyoming_port, 300, figures, "wyoming_idle", until)
-            tg.start_soon(websocket_without_hello, serve.port, 60, figures, until)
+            tg.start_soon(websocket_without_hello, serve, 60, figures, until)
             tg.start_soon(idle_connections, serve.port, 300, figures, "websocket_idle_tcp", until)
-            tg.start_soon(websocket_garbage, serve.port, until)
+            tg.start_soon(websocket_garbage, serve, until)
+            if serve.tls is not None:
+                tg.start_soon(tls_abuse, serve.port, figures, until)
             tg.start_soon(wyoming_lies, serve.wyoming_port, until)
             tg.start_soon(wyoming_big_synthesis, serve.wyoming_port, until)
             for _ in range(4):

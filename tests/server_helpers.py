@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -28,6 +29,20 @@ async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
             await anyio.sleep(0.01)
 
 
+def slow_departures(monkeypatch: Any, seconds: float = 0.3) -> None:
+    """Departures that take a while (a compaction being cancelled, say): the old link's
+    departure is still running when the participant comes back."""
+    from edge.conversation import ContextManager
+
+    suspend = ContextManager.suspend
+
+    async def slow(self: ContextManager, participant_id: str) -> None:
+        await anyio.sleep(seconds)
+        await suspend(self, participant_id)
+
+    monkeypatch.setattr(ContextManager, "suspend", slow)
+
+
 class Departures(Agent):
     """Records every ParticipantLeft: (participant, reason)."""
 
@@ -40,11 +55,13 @@ class Departures(Agent):
         self.left.append((ctx.metadata.participant_id, message.reason))
 
 
-def tone_service(llm: ScriptedLLM, config: VoiceConfig, **kw: object) -> EdgeService:
+def tone_service(
+    llm: ScriptedLLM, config: VoiceConfig, *, tls: bool = False, **kw: object
+) -> EdgeService:
     """A voice service on scripted models: the tone "recogniser", an energy VAD and tone
-    speech, routing every turn to the conversation."""
+    speech, routing every turn to the conversation (over ``wss://`` with ``tls``)."""
     return EdgeService(
-        settings(voice=True),
+        settings(voice=True, tls=tls),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
         stt=ToneSTT(),

@@ -15,13 +15,22 @@ from edge.llm import ScriptedLLM
 from edge.server import EdgeClient, EdgeService
 from edge.voice import VoiceConfig, write_wav
 from tests.console_helpers import (
+    LAN_NAME,
     chromium_page,
     connect,
     console_address,
     fake_microphone,
+    lan_name,
     page_state,
+    trust_key,
 )
-from tests.server_helpers import answer_for, make_service, tone_service
+from tests.server_helpers import (
+    answer_for,
+    make_service,
+    settings,
+    slow_departures,
+    tone_service,
+)
 from tests.voice_helpers import tone
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +78,8 @@ def test_every_file_the_page_loads_ships_in_the_package() -> None:
     text = "\n".join((root / name).read_text() for name in names)
     for imported in ("./audio.js", "./session.js", "./view.js", "/console/mic-worklet.js"):
         assert imported in text
-    assert "https://" not in text and "http://" not in text.replace("http://localhost", "")
+    own = text.replace("https://${location.host}", "")  # the page's own host, over HTTPS
+    assert "https://" not in own and "http://" not in own.replace("http://localhost", "")
 
 
 async def test_typed_turn_streams_text_shows_the_models_view_and_keeps_the_token_private(
@@ -123,6 +133,80 @@ async def test_a_reload_resumes_the_same_participant_on_connect() -> None:
     assert f"joined as {assigned} (resumed)" in (log or "")
 
 
+async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connect right after a reload and type within 100 ms while the old tab's departure
+    is still running: the turn is answered, and the earlier turns and the scene the
+    service holds come back into the page."""
+    slow_departures(monkeypatch)
+    async with make_service(voice=False) as service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="reloader")
+            await page.fill("#scene-text", "A lab bench with a centrifuge.")
+            await page.click("#scene-send")
+            await page.fill("#turn-text", "remember the red door")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="That is all.").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'",
+                polling=10,
+            )
+            await page.fill("#turn-text", "which door was it")
+            await page.keyboard.press("Enter")
+            reply = page.locator("#turns .turn .text").filter(has_text="which door was it")
+            await reply.wait_for(timeout=5_000)
+            earlier = page.locator("#turns .turn").filter(has_text="remember the red door")
+            await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
+            scene = await page.input_value("#scene-text")
+            heard = await page.locator("#turns .turn .heard").all_text_contents()
+            await page.click("#disconnect")  # a reconnect in the same page adds no copies
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "and the blue one")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="the blue one").wait_for()
+            again = await page.locator("#turns .turn .heard").all_text_contents()
+    assert scene == "A lab bench with a centrifuge."
+    assert heard == ["remember the red door", "which door was it"]
+    assert again == [*heard, "and the blue one"]
+
+
+async def test_a_note_dictated_before_the_tab_closed_is_finished_after_it_reopens() -> None:
+    from edge.decisions import ScriptedDecisions
+
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    service = EdgeService(
+        settings(voice=False, notes=True),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(choose),
+    )
+    async with service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="dictator")
+            await page.fill("#turn-text", "Take a note: the rotor is worn")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="taking a note").wait_for()
+            await page.reload()
+            await page.click("#connect")
+            await page.wait_for_function(
+                "() => document.getElementById('st-connection').dataset.state === 'open'"
+            )
+            await page.fill("#turn-text", "done")
+            await page.keyboard.press("Enter")
+            await page.locator("#turns .turn .text").filter(has_text="Note saved.").wait_for()
+            await page.locator("#history li").filter(has_text="Note: the rotor is worn").wait_for()
+    assert not service.llm.requests  # type: ignore[attr-defined]  # "done" went to the notes
+
+
 async def test_a_wrong_token_is_refused_with_a_clear_message() -> None:
     async with make_service() as service:
         url = console_address(service.websocket_url, "not-the-token")
@@ -157,6 +241,58 @@ async def test_the_page_says_how_to_allow_the_microphone() -> None:
     assert "Typed turns work" in messages["insecure"]
     assert "Allow it for this page" in messages["refused"]
     assert "No microphone was found" in messages["missing"]
+
+
+async def test_from_a_lan_name_plain_http_has_no_microphone_and_names_the_https_url(
+    tmp_path: Path,
+) -> None:
+    """Reached by a name that is not localhost over plain HTTP (``--no-tls``), the page is
+    not a secure origin: it says the microphone is unavailable and which https:// URL to
+    open; typed turns still work."""
+    wav = write_wav(tmp_path / "tone.wav", tone(1.0, 440.0, level=0.3), 16_000)
+    service = tone_service(ScriptedLLM(answer_for), VoiceConfig(partial_interval_s=0))
+    async with service, chromium_page([*fake_microphone(wav), *lan_name()]) as page:
+        url = console_address(service.websocket_url, service.token, LAN_NAME)
+        port = service.websocket.bound_port
+        assert url.startswith(f"http://{LAN_NAME}:")
+        await connect(page, url)
+        notice = await page.text_content("#notice")
+        secure = await page.evaluate("window.isSecureContext")
+        mic_disabled = await page.is_disabled("#mic-toggle")
+        await page.fill("#turn-text", "typed instead")
+        await page.keyboard.press("Enter")
+        await page.wait_for_function("() => window.edgeConsole.state().turns.some((t) => t.done)")
+    assert not secure and mic_disabled
+    assert "secure origin" in (notice or "") and f"https://{LAN_NAME}:{port}/" in (notice or "")
+
+
+async def test_from_a_lan_name_over_https_the_microphone_gives_a_spoken_turn(
+    tmp_path: Path,
+) -> None:
+    """The same name over HTTPS, the certificate accepted by its key (as a user accepts
+    it): a secure origin, so the fake microphone speaks a turn that is answered aloud."""
+    wav = write_wav(tmp_path / "tone.wav", tone(6.0, 440.0, level=0.3), 16_000)
+    service = tone_service(
+        ScriptedLLM(answer_for), VoiceConfig(playback_speed=0, partial_interval_s=0), tls=True
+    )
+    assert service.tls is not None
+    flags = [*fake_microphone(wav), *lan_name(), *trust_key(service.tls.certificate.spki_base64)]
+    async with service, chromium_page(flags) as page:
+        url = console_address(service.websocket_url, service.token, LAN_NAME)
+        assert url.startswith(f"https://{LAN_NAME}:")
+        await connect(page, url)
+        secure = await page.evaluate("window.isSecureContext")
+        await page.focus("#ptt")
+        await page.keyboard.down("Space")
+        await page.wait_for_timeout(1500)
+        await page.keyboard.up("Space")
+        await page.wait_for_function(
+            "() => window.edgeConsole.state().turns.some((t) => t.done && t.audioBytes > 0)",
+            timeout=15_000,
+        )
+        turn = (await page_state(page))["turns"][0]
+    assert secure and turn["origin"] == "voice" and turn["text"] == "tone 440"
+    assert turn["reply"]["conversation"] == "You said: tone 440. That is all."
 
 
 async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_utterance(

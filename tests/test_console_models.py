@@ -20,11 +20,14 @@ import pytest
 from edge.server import EdgeService
 from edge.voice import PiperTTS, WhisperSTT, write_wav
 from tests.console_helpers import (
+    LAN_NAME,
     chromium_page,
     connect,
     console_address,
     fake_microphone,
+    lan_name,
     page_state,
+    trust_key,
 )
 from tests.server_helpers import settings, wait_for
 from tests.voice_helpers import words
@@ -48,11 +51,11 @@ def spoken_wav(tts: PiperTTS, text: str, directory: Path) -> Path:
     return write_wav(directory / "spoken.wav", audio, rate)
 
 
-def real_service(models: tuple[WhisperSTT, PiperTTS]) -> EdgeService:
+def real_service(models: tuple[WhisperSTT, PiperTTS], *, tls: bool = False) -> EdgeService:
     """As ``edge serve`` runs it: the detected profile sizes SmolLM2 and the decision
     service; voice (the module's loaded Whisper and Piper) and notes on."""
     stt, tts = models
-    return EdgeService(settings(voice=True, notes=True), stt=stt, tts=tts)
+    return EdgeService(settings(voice=True, notes=True, tls=tls), stt=stt, tts=tts)
 
 
 async def turn_done(page, index: int, source: str, limit_ms: int = 90_000) -> dict:  # type: ignore[no-untyped-def,type-arg]
@@ -115,6 +118,37 @@ async def test_spoken_question_shows_transcript_reply_audio_and_timeline(  # typ
     target = os.environ.get("EDGE_CONSOLE_SCREENSHOT")
     if target:
         shutil.copyfile(shot, target)
+
+
+async def test_spoken_turn_over_https_from_a_lan_name(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As from a headset on the network: the console opened as https://<name>:PORT/ (not
+    localhost), its certificate accepted by its key; the fake microphone speaks a Piper
+    recording, and the turn comes back with its transcript, a reply and reply audio."""
+    wav = spoken_wav(models[1], QUESTION, tmp_path)
+    async with real_service(models, tls=True) as service:
+        assert service.tls is not None
+        flags = [
+            *fake_microphone(wav),
+            *lan_name(),
+            *trust_key(service.tls.certificate.spki_base64),
+        ]
+        async with chromium_page(flags) as page:
+            url = console_address(service.websocket_url, service.token, LAN_NAME)
+            assert url.startswith(f"https://{LAN_NAME}:")
+            await connect(page, url)
+            secure = await page.evaluate("window.isSecureContext")
+            pid = await page.text_content("#st-participant")
+            await wait_for(lambda: pid in service.warmer.warmed, limit=60)
+            await page.click("#mic-toggle")
+            await turn_done(page, 0, "conversation")
+            await page.wait_for_function(
+                "() => window.edgeConsole.state().turns[0].audioBytes > 22050", timeout=60_000
+            )
+            turn = (await page_state(page))["turns"][0]
+            await page.click("#mic-toggle")
+    assert secure and turn["origin"] == "voice"
+    assert words(turn["text"]) == words(QUESTION)
+    assert turn["reply"]["conversation"].strip()
 
 
 async def test_typed_turn_streams_text(models, tmp_path) -> None:  # type: ignore[no-untyped-def]

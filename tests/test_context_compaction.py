@@ -4,6 +4,7 @@ re-warming, hooks, clear and close during compaction."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -96,21 +97,92 @@ async def test_still_too_long_or_cut_off_shortening_clips(second) -> None:
         assert summary.startswith("START") and summary.endswith("end")
 
 
-@pytest.mark.parametrize(
-    "bad", ["", ScriptedReply("cut off", "length"), ScriptedReply("a b c", fail_after=1)]
-)
-async def test_failed_model_summary_is_replaced_by_an_extractive_one(bad) -> None:
-    llm = ScriptedLLM(responder(lambda m: bad))
+FAILURES = {
+    "empty": "",
+    "length": ScriptedReply("cut off", "length"),
+    "error": ScriptedReply("a b c", fail_after=1),
+}
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+async def test_failed_summary_request_keeps_the_entries_until_the_next_one(kind) -> None:
+    """The issue's reproduction: a failed request (empty, cut off, an error) deletes
+    nothing; it is retried after the section's next entry."""
+    llm = ScriptedLLM(lambda m: FAILURES[kind])
+    sizes = {"dialogue_budget_bytes": 800, "compaction_input_budget_bytes": 1000}
+    async with manager(llm, **sizes) as ctx:
+        for i in range(3):
+            await ctx.record_exchange("p", f"X{i:02d} " + "lorem ipsum " * 12, f"a{i}")
+        await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
+        report = ctx.last_compaction("p")
+        assert not report.ok and report.method == "llm"
+        assert report.reason == f"summary request: {kind}" and report.entries_compacted == 2
+        assert ctx.summary("p") == ""
+        blocks = ctx.blocks("p")
+        assert [b.kind for b in blocks] == ["exchange"] * 3
+        assert all(f"X{i:02d} lorem" in blocks[i].text for i in range(3))
+        await anyio.wait_all_tasks_blocked()  # the worker has looked and gone back to waiting
+        assert len(compactions(llm)) == 1  # not retried until the next entry
+        await ctx.record_exchange("p", "X03 " + "lorem ipsum " * 12, "a3")
+        await eventually(lambda: idle(ctx) and len(compactions(llm)) == 2)
+        assert len(ctx.blocks("p")) == 4 and ctx.summary("p") == ""
+
+
+async def test_the_limit_th_failed_request_in_a_row_gives_an_extractive_summary() -> None:
+    replies = iter(FAILURES.values())  # empty, then cut off, then an error
+    llm = ScriptedLLM(responder(lambda m: next(replies, "Chat.")))
+    seen: list[CompactionReport] = []
     async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("post_compact", seen.append)
         await ctx.record_exchange("p", "My locker code is 4711.", "Okay. " + "x" * 200)
+        await fill(ctx, n=5, size=80)
+        for n in (1, 2):
+            await eventually(lambda n=n: idle(ctx) and len(seen) == n)
+            assert not seen[-1].ok and ctx.summary("p") == ""
+            await fill(ctx, n=1, start=4 + n, size=80)  # the next entry: retried
+        await eventually(lambda: idle(ctx) and len(seen) >= 3)
+        summary = ctx.summary("p")
+    report = seen[2]
+    assert report.ok and report.method == "extractive"
+    assert report.reason == "3 failed summary requests in a row: empty, length, error"
+    assert '"My locker code is 4711."' in summary and "xxxx" not in summary
+    assert len(summary.encode()) <= SMALL["dialogue_budget_bytes"] // 4
+
+
+async def test_a_summary_between_failures_starts_the_count_again() -> None:
+    replies = iter(["", "", "Chat.", "", ""])
+    llm = ScriptedLLM(responder(lambda m: next(replies)))
+    seen: list[CompactionReport] = []
+    async with manager(llm, **SMALL) as ctx:
+        ctx.add_hook("post_compact", seen.append)
+        for i in range(40):  # one entry at a time until five compactions have run
+            await fill(ctx, n=1, start=i, size=80)
+            await eventually(lambda: idle(ctx))
+            if len(seen) == 5:
+                break
+        assert ctx.summary("p") == "Chat."
+    assert [(r.ok, r.method) for r in seen] == [(False, "llm")] * 2 + [(True, "llm")] + [
+        (False, "llm")
+    ] * 2
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+async def test_a_failure_limit_of_one_falls_back_at_once(kind) -> None:
+    llm = ScriptedLLM(responder(lambda m: FAILURES[kind]))
+    async with manager(llm, compaction_failure_limit=1, **SMALL) as ctx:
+        await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
         await fill(ctx, n=5, size=80)
         await eventually(lambda: idle(ctx) and ctx.last_compaction("p"))
         report = ctx.last_compaction("p")
         assert report.ok and report.method == "extractive"
-        assert report.reason.startswith("summary request:")
-        summary = ctx.summary("p")
-    assert '"My locker code is 4711."' in summary and "xxxx" not in summary
-    assert len(summary.encode()) <= SMALL["dialogue_budget_bytes"] // 4
+        assert report.reason == f"1 failed summary request in a row: {kind}"
+        assert '"My locker code is 4711."' in ctx.summary("p")
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_failure_limit_must_be_a_positive_int(limit) -> None:
+    with pytest.raises(ValueError, match="compaction_failure_limit"):
+        manager(ScriptedLLM(), compaction_failure_limit=limit)
 
 
 async def test_skipped_compaction_keeps_entries_and_retries_after_next_entry() -> None:
@@ -352,6 +424,81 @@ async def test_close_during_compaction_cancels_and_drops() -> None:
         await ctx.close()
         assert compactions(llm)[0].cancelled and ctx.participants() == []
         assert not await ctx.record_exchange("p", "u", "a")
+
+
+async def _in_a_task_group(call) -> None:
+    async with anyio.create_task_group():
+        await call()
+
+
+async def _from_another_task(call) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+
+
+async def _under_move_on_after(call) -> None:
+    with anyio.move_on_after(5):
+        await call()
+
+
+async def _in_a_cancelled_scope(call) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await call()
+
+
+WHERE = [_in_a_task_group, _from_another_task, _under_move_on_after, _in_a_cancelled_scope]
+
+
+async def test_close_in_a_task_group_inside_async_with() -> None:
+    """The issue's reproduction: no "exit a cancel scope that isn't the current one"."""
+    async with manager(ScriptedLLM()) as ctx:
+        async with anyio.create_task_group():
+            await ctx.close()
+    assert ctx.closed
+
+
+@pytest.mark.parametrize("where", WHERE, ids=lambda f: f.__name__.strip("_"))
+async def test_close_works_from_any_task_and_cancel_scope(where) -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    async with manager(llm, **SMALL) as ctx:
+        await fill(ctx)
+        await eventually(lambda: compactions(llm))
+        await where(ctx.close)
+        assert compactions(llm)[0].cancelled and ctx.participants() == []
+        assert not await ctx.record_exchange("p", "u", "a")  # the body goes on, uncancelled
+        await anyio.lowlevel.checkpoint()
+        await ctx.close()  # idempotent
+    await ctx.close()  # and after the manager's own exit, which was a no-op
+    assert ctx.closed and len(compactions(llm)) == 1
+
+
+@pytest.mark.parametrize("where", WHERE, ids=lambda f: f.__name__.strip("_"))
+async def test_clear_works_from_any_task_and_cancel_scope(where, tmp_path) -> None:
+    from edge.store import SessionStore
+
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.1)))
+    store = SessionStore(tmp_path / "s.sqlite3")  # on disk: its writes run in a thread
+    async with manager(llm, store=store, **SMALL) as ctx:
+        await fill(ctx)
+        await fill(ctx, "other", n=1)
+        await eventually(lambda: compactions(llm))
+        await where(partial(ctx.clear, "p"))
+        assert compactions(llm)[0].cancelled and ctx.participants() == ["other"]
+        assert not ctx.store.exists("p") and ctx.blocks("p") == []
+        await where(partial(ctx.clear, "p"))  # idempotent
+        await fill(ctx)  # compaction goes on for the new context
+        await eventually(lambda: idle(ctx) and ctx.summary("p") == "slow summary words")
+
+
+async def test_close_without_async_with_from_another_task() -> None:
+    llm = ScriptedLLM(responder(ScriptedReply("slow summary words", delay_s=0.2)))
+    ctx = manager(llm, **SMALL)
+    await fill(ctx)
+    await eventually(lambda: compactions(llm))
+    await _from_another_task(ctx.close)
+    assert compactions(llm)[0].cancelled and ctx.participants() == []
+    await _in_a_task_group(ctx.close)
 
 
 async def test_hooks_can_supply_or_skip_and_see_results() -> None:

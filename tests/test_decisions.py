@@ -156,6 +156,15 @@ async def test_context_is_bounded_newest_first() -> None:
     assert "newest" in prompt and "newer" in prompt and "old line" not in prompt
 
 
+async def test_the_context_budget_counts_utf8_bytes_not_characters() -> None:
+    """The older line is 13 characters but 19 bytes with its newline: beside the newest
+    (14 bytes) it fits 30 characters, not 30 bytes."""
+    service = LocalDecisionService(FakeScorer([0.0, 0.0]), max_context_bytes=30)
+    lines = ("User: éééééé", "Assistant: ok")
+    prompt = service.prompt(ChoiceQuestion("q", TWO, context=lines))
+    assert "Assistant: ok" in prompt and "é" not in prompt
+
+
 async def test_lexical_evidence_combines_with_model() -> None:
     llm = FakeScorer([math.log(0.7), math.log(0.3)])  # mild, uncalibrated preference for A
     service = LocalDecisionService(llm, calibrate=False, model_cap=None)  # always asked

@@ -122,6 +122,34 @@ async def test_release_mid_note_saves_what_was_dictated() -> None:
     assert notes.notes("p1") == ()
 
 
+async def test_a_kept_draft_survives_departure_and_resumes_with_focus() -> None:
+    from edge.notes import StoredDrafts
+    from edge.store import SessionStore
+
+    store = SessionStore()
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime, drafts=StoredDrafts(store))
+    async with runtime:
+        assert not await notes.resume("p1")  # nothing being dictated
+        await notes.answer(t("take a note: buy gloves", 1), started=started)
+        assert store.session_value("p1", "notes.draft") == '["buy gloves"]'
+        await notes.participant_left("p1")
+        again = NotesAgent(runtime, drafts=StoredDrafts(store))  # e.g. after a restart
+        assert not again.dictating("p1") and await again.resume("p1")
+        assert again.dictating("p1")
+        assert (await again.admit(t("and masks", 2), focused=True)).disposition == "accept"
+        await again.answer(t("and masks", 2), started=started)
+        result = await again.answer(t("done", 3), started=started)
+        assert result.disposition == "release"
+        assert store.session_value("p1", "notes.draft") is None
+        await again.answer(t("take a note: call Bob", 4), started=started)
+        await again.release("p1")  # another destination took focus: saved, not kept
+        assert store.session_value("p1", "notes.draft") is None
+    assert [n[0] for n in sink.notes] == ["Note: buy gloves and masks", "Note: call Bob"]
+
+
 async def test_empty_note_is_not_published() -> None:
     runtime = AgentRuntime()
     sink = Collector()
@@ -187,3 +215,17 @@ async def test_scripted_misroute_is_caught_by_admission() -> None:
         result = await router.handle(t("What's the capital of France?", 1))
     assert result.text == "an answer"
     assert conversation.queries == ["What's the capital of France?"]
+
+
+async def test_the_note_limit_counts_utf8_bytes_not_characters() -> None:
+    """20 characters of "é" are 40 bytes: a limit of 21 bytes keeps 10 of them (a limit that
+    counted characters would keep all 20), never half a character."""
+    runtime = AgentRuntime()
+    sink = Collector()
+    runtime.register("sink", sink)
+    notes = NotesAgent(runtime, max_note_bytes=21)
+    async with runtime:
+        await notes.answer(t("take a note: " + "é" * 20, 1), started=started)
+        await notes.answer(t("done", 2), started=started)
+    (saved,) = notes.notes("p1")
+    assert saved == "é" * 10 and len(saved.encode("utf-8")) <= 21

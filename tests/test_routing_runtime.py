@@ -208,6 +208,42 @@ async def test_left_closes_admission_until_joined() -> None:
     assert [e[2] for e in rec.of("answer")] == ["hi", "again"]
 
 
+async def test_a_join_reopens_admission_after_a_departure_that_is_running_or_failed() -> None:
+    rec = Recorder()
+    dests = agents(rec)
+    router = AgentRouter(
+        dests, ScriptedDecisions(default="conversation"), output=rec.output, **TOPICS
+    )
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    left = (PARTICIPANT_LEFT_TOPIC, ParticipantLeft())
+    joined = (PARTICIPANT_JOINED_TOPIC, ParticipantJoined())
+    async with runtime, router:
+        await router.handle(turn("hi"))
+        dests["conversation"].fail_release = 2  # the departure fails, and its retry too
+        await runtime.publish(*left, participant_id="p1")  # logged by the subscriber
+        with pytest.raises(RuntimeError, match="departure"):
+            await router.handle(turn("locked out"))
+        await runtime.publish(*joined, participant_id="p1")
+        await router.handle(turn("back"))  # admitted although the release failed again
+
+        release = dests["conversation"].release
+
+        async def slow_release(pid: str) -> None:
+            await anyio.sleep(0.2)
+            await release(pid)
+
+        dests["conversation"].release = slow_release  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: runtime.publish(*left, participant_id="p1"))
+            await anyio.sleep(0.05)  # the departure is running when the join comes
+            await runtime.publish(*joined, participant_id="p1")
+            await router.handle(turn("again"))  # the departure never lands after the join
+        await router.handle(turn("still here"))
+    answered = [e[2] for e in rec.of("answer")]
+    assert answered == ["hi", "back", "again", "still here"]
+
+
 async def test_interrupted_topic_cancels_participant_or_everyone() -> None:
     rec = Recorder()
     dests = agents(rec)

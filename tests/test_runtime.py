@@ -5,7 +5,15 @@ import pytest
 from pydantic import BaseModel
 
 from edge.interaction import ResponseOutput, UserQuery
-from edge.runtime import Agent, AgentRuntime, HandlerContext, PayloadError, Topic, subscribe
+from edge.runtime import (
+    Agent,
+    AgentRuntime,
+    BackgroundTasks,
+    HandlerContext,
+    PayloadError,
+    Topic,
+    subscribe,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +180,92 @@ async def test_publications_without_a_time_take_the_runtime_clock() -> None:
         said = await runtime.publish(QUERIES, UserQuery(text="hi"), timestamp_us=7)
     assert (meta.timestamp_us, said.timestamp_us) == (1_234, 7)
     assert sink.got[0][1].timestamp_us == 1_234
+
+
+# ----------------------------------------------------------------- BackgroundTasks
+
+
+class Owner:
+    """A component with background tasks, entered with ``async with``."""
+
+    def __init__(self) -> None:
+        self.tasks = BackgroundTasks("the owner")
+        self.ended: list[str] = []
+
+    async def __aenter__(self) -> Owner:
+        await self.tasks.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.tasks.close()
+
+    async def forever(self, label: str) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.ended.append(label)
+
+
+async def _stop_in_a_task_group(tasks: BackgroundTasks) -> None:
+    async with anyio.create_task_group():
+        await tasks.stop()
+
+
+async def _stop_from_another_task(tasks: BackgroundTasks) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tasks.stop)
+
+
+async def _stop_in_a_cancelled_scope(tasks: BackgroundTasks) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await tasks.stop()
+
+
+@pytest.mark.parametrize(
+    "where", [_stop_in_a_task_group, _stop_from_another_task, _stop_in_a_cancelled_scope]
+)
+async def test_background_tasks_stop_from_any_task_and_cancel_scope(where) -> None:
+    async with Owner() as owner:
+        owner.tasks.start_soon(owner.forever, "a")
+        await anyio.wait_all_tasks_blocked()
+        owner.tasks.start_soon(owner.forever, "b")  # not started yet: stopped all the same
+        await where(owner.tasks)
+        assert sorted(owner.ended) == ["a", "b"] and not owner.tasks.running
+        await anyio.sleep(0.01)  # the owner's body is not cancelled
+        with pytest.raises(RuntimeError, match="the owner is not running"):
+            owner.tasks.start_soon(owner.forever, "c")
+        await owner.tasks.stop()  # idempotent
+    await owner.tasks.close()  # after the owner's exit too
+    assert sorted(owner.ended) == ["a", "b"]
+
+
+async def test_background_tasks_stop_from_one_of_its_tasks_does_not_wait_for_itself() -> None:
+    async with Owner() as owner:
+
+        async def stopper() -> None:
+            await owner.tasks.stop()
+            await anyio.sleep_forever()  # cancelled with the others
+
+        owner.tasks.start_soon(owner.forever, "a")
+        owner.tasks.start_soon(stopper)
+        with anyio.fail_after(2):
+            while owner.tasks.running or not owner.ended:  # noqa: ASYNC110 (polling state)
+                await anyio.sleep(0.005)
+        assert owner.ended == ["a"]
+
+
+async def test_background_tasks_close_without_cancel_waits_and_start_reports() -> None:
+    done: list[int] = []
+
+    async def work(n: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started(n * 10)
+        await anyio.sleep(0.02)
+        done.append(n)
+
+    tasks = BackgroundTasks("the owner")
+    await tasks.open()
+    assert await tasks.start(work, 1) == 10
+    tasks.start_soon(work, 2)
+    await tasks.close(cancel=False)
+    assert sorted(done) == [1, 2] and not tasks.running

@@ -81,6 +81,23 @@ async def test_a_session_needs_the_device_token() -> None:
             assert (await anyone.ask("hi", limit_s=10)).text
 
 
+async def test_only_the_whole_token_opens_a_session() -> None:
+    """An empty token, a prefix of the real one and the real one plus a character are all
+    wrong (a comparison of prefixes or of lengths would let some through)."""
+    async with make_service() as service:
+        token = service.token
+        assert token
+        for presented in ("", token[:-1], token[:8], token + "x", token.upper(), " " + token):
+            async with connect(service.websocket_url) as ws:
+                hello = {"type": "hello", "participant_id": "mallory", "token": presented}
+                await ws.send(json.dumps(hello))
+                error = json.loads(await ws.recv())
+                assert error["type"] == "error" and error["in_reply_to"] == "hello", presented
+                with pytest.raises(ConnectionClosed):
+                    await ws.recv()
+        assert "mallory" not in service.hub.connected()
+
+
 async def test_bearer_header_and_origins() -> None:
     async with make_service(allowed_origins=("https://console.example",)) as service:
         url = service.websocket_url

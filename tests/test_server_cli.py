@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from edge.cli._main import build_parser
+from edge.server import local_fingerprint
 
 EDGE = [sys.executable, "-m", "edge"]
 
@@ -34,6 +37,9 @@ def test_serve_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     s = settings_from_args(args)
     # The service's own default host (all interfaces) is kept; nothing here binds to it.
     assert (s.port, s.wyoming_port, s.host) == (0, None, ServiceSettings().host)
+    monkeypatch.delenv("EDGE_TLS")  # the tests' default; `edge serve`'s is TLS
+    assert settings_from_args(build_parser().parse_args(["serve"])).tls is True
+    assert settings_from_args(build_parser().parse_args(["serve", "--no-tls"])).tls is False
 
 
 def test_every_setting_is_a_flag() -> None:
@@ -70,9 +76,10 @@ def test_every_setting_is_a_flag() -> None:
         assert (f"EDGE_{name.upper()}" in help_text) is not secret, name
 
 
-def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
+def test_serve_answers_a_client_and_stops_on_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
     # An unreachable remote model: the service still starts, and the router answers with
-    # its failure message, which is enough to see the whole path work.
+    # its failure message, which is enough to see the whole path work. TLS as by default.
+    monkeypatch.delenv("EDGE_TLS")
     serve = subprocess.Popen(
         [
             *EDGE,
@@ -103,13 +110,20 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c() -> None:
                 break
             if line.startswith("serving on "):
                 url = line.split()[-1]
-        assert url.startswith("ws://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
+        assert url.startswith("wss://127.0.0.1:"), serve.stderr.read() if serve.stderr else ""
         console = serve.stdout.readline().split()  # the browser console, with the token
         assert console[0] == "console:" and console[1].startswith(
-            url.replace("ws://", "http://") + "/?token="
+            url.replace("wss://", "https://") + "/?token="
         )
-        page = httpx.get(console[1], timeout=10)
+        fingerprint = local_fingerprint(Path(os.environ["EDGE_DATA_DIR"]))
+        assert serve.stdout.readline() == f"certificate key SHA-256: {fingerprint}\n"
+        page = httpx.get(console[1], timeout=10, verify=False)  # the key is checked below
         assert page.status_code == 200 and "xr-edge console" in page.text
+        health = httpx.get(url.replace("wss://", "https://") + "/health", verify=False)
+        assert fingerprint and health.json()["tls"]["fingerprint"] == fingerprint
+        token = subprocess.run([*EDGE, "token"], capture_output=True, text=True, timeout=60)
+        assert token.stdout.strip() in console[1]  # stdout: the token alone
+        assert "console: https://" in token.stderr and fingerprint in token.stderr
         client = subprocess.run(  # turns from standard input, one per line
             [*EDGE, "client", "--url", url, "--participant", "cli"],
             input="hello there\n\nand again\n",

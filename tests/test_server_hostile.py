@@ -3,9 +3,11 @@
 Every class of attack from issue 10 runs at once for ``DURATION_S`` (see
 ``tests/hostile_helpers.py``): idle Wyoming and WebSocket connections, garbage and
 oversized WebSocket frames, Wyoming headers that lie about lengths, 100 KB and abandoned
-synthesize requests, 192 kHz stereo audio floods. Meanwhile the process must stay up,
-``/health`` answer within 1 s, a participant connected before the attack get answers,
-resident memory stay under ``RSS_BOUND_MB``; afterwards SIGTERM must end it within 10 s.
+synthesize requests, 192 kHz stereo audio floods; over TLS also handshakes begun and
+stalled, garbage instead of a ClientHello, and plain HTTP sent to the TLS port, each to
+be closed within the hello timeout. Meanwhile the process must stay up, ``/health``
+answer within 1 s, a participant connected before the attack get answers, resident
+memory stay under ``RSS_BOUND_MB``; afterwards SIGTERM must end it within 10 s.
 The figures go to ``docs/reliability.md`` (``make soak`` runs the same for longer).
 """
 
@@ -26,9 +28,11 @@ DURATION_S = float(os.environ.get("EDGE_HOSTILE_S", "20"))
 RSS_BOUND_MB = 1500  # baseline 650-760 MB with the default models (docs/server.md)
 
 
-def test_hostile_load_never_stalls_the_real_service(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_hostile_load_never_stalls_the_real_service(tmp_path: Path, tls: bool) -> None:
     serve = ServeProcess(
         tmp_path,
+        tls=tls,
         EDGE_HELLO_TIMEOUT_S="3",
         EDGE_WYOMING_READ_TIMEOUT_S="3",
     )
@@ -49,6 +53,8 @@ def test_hostile_load_never_stalls_the_real_service(tmp_path: Path) -> None:
     summary["rss_after_mb"] = round(after, 1)
     print(json.dumps(summary, indent=1))
     out = os.environ.get("EDGE_RELIABILITY_OUT")
+    if out and tls:
+        out = out.replace(".json", "_tls.json")
     if out:
         Path(out).write_text(json.dumps(summary, indent=1) + "\n")
     assert figures.health_s and max(figures.health_s) < 1.0, figures.health_s
@@ -56,4 +62,8 @@ def test_hostile_load_never_stalls_the_real_service(tmp_path: Path) -> None:
     assert high_water < RSS_BOUND_MB, summary
     assert figures.held["wyoming_idle"] <= 16, summary  # the cap, not 300
     assert figures.held["websocket_no_hello"] <= 8, summary  # the per-address cap, not 60
+    for name, closed in figures.closed_s.items():  # TLS abuse: each closed, in bounded time
+        seconds = [s for s in closed if s is not None]
+        assert closed and len(seconds) == len(closed) and max(seconds) < 5, (name, summary)
+    assert bool(figures.closed_s) == tls, summary
     assert figures.exit_s is not None and figures.exit_s < 10 and figures.exit_code is not None

@@ -1,4 +1,5 @@
-"""Load: 60 participants at once on the scripted model (loopback, bounded in time).
+"""Load: 60 participants at once on the scripted model (loopback, bounded in time), over
+plain ``ws://`` and over ``wss://``.
 
 Every turn must come back complete (no lost turn), and each reply must carry its own
 participant's words only (no cross-talk between participants).
@@ -22,9 +23,10 @@ PARTICIPANTS = int(os.environ.get("EDGE_LOAD_PARTICIPANTS", "60"))  # make soak:
 TURNS = int(os.environ.get("EDGE_LOAD_TURNS", "3"))
 
 
-async def test_sixty_participants_lose_no_turn_and_hear_only_their_own_answers() -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["ws", "wss"])
+async def test_sixty_participants_lose_no_turn_and_hear_only_their_own_answers(tls: bool) -> None:
     service = EdgeService(
-        settings(max_sessions=PARTICIPANTS + 4, max_sessions_per_address=PARTICIPANTS + 4),
+        settings(max_sessions=PARTICIPANTS + 4, max_sessions_per_address=PARTICIPANTS + 4, tls=tls),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
-from server_helpers import answer_for, settings
+from server_helpers import answer_for, settings, slow_departures
 from websockets.asyncio.client import connect
 
 from edge.decisions import ScriptedDecisions
@@ -54,7 +55,7 @@ async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() ->
         url = svc.websocket_url
         async with EdgeClient(url, participant_id="alice") as owner:
             await owner.ask("secret plan")
-        cases = ((None, "resume it with the session_token"), ("x", "not it"))
+        cases = ((None, "come back with the session token it was given"), ("x", "not it"))
         for n, (resume, words) in enumerate(cases):
             async with connect(url) as ws:
                 hello = {"type": "hello", "participant_id": "alice", "token": local_token(url)}
@@ -64,7 +65,8 @@ async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() ->
                 error = json.loads(await ws.recv())
                 assert error["type"] == "error" and error["in_reply_to"] == "hello"
                 assert (
-                    "participant 'alice' exists" in error["message"] and words in error["message"]
+                    "participant 'alice' already has a session" in error["message"]
+                    and words in error["message"]
                 )
                 hello["participant_id"] = f"mallory-{n}"  # the connection may say hello again
                 hello.pop("resume", None)
@@ -175,3 +177,134 @@ async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_i
             with pytest.raises(ClientRequestError, match="edge sessions export alice"):
                 await client.export()
             await client.ask("still here")  # the connection carries on
+
+
+# -- reconnects: a resumed participant is served whatever the old link's state ----------
+
+
+async def test_a_turn_right_after_a_quick_reconnect_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    slow_departures(monkeypatch)
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            await first.ask("my locker is number 42")
+        for n in range(3):  # each comes back while the previous link's departure runs
+            async with EdgeClient(url, participant_id="alice", resume=token) as again:
+                turn = await again.ask(f"fact {n}", limit_s=5)
+                assert turn.text == f"You said: fact {n}. That is all.", turn.errors
+        async with EdgeClient(url, participant_id="alice", resume=token) as last:
+            assert users(await last.history()) == [
+                "my locker is number 42",
+                "fact 0",
+                "fact 1",
+                "fact 2",
+            ]
+
+
+async def test_a_departure_longer_than_the_hello_deadline_still_lets_the_hello_in(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    """The hello deadline bounds saying hello, not the wait for the old link's departure
+    (an answer being cancelled mid prompt evaluation can take seconds on a device)."""
+    slow_departures(monkeypatch, 0.8)
+    async with service(hello_timeout_s=0.3) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            await first.ask("my locker is number 42")
+        async with EdgeClient(url, participant_id="alice", resume=token) as again:
+            turn = await again.ask("which locker is mine?", limit_s=5)
+            assert turn.text == "You said: which locker is mine?. That is all."
+
+
+async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
+    async with service() as svc:
+        url = svc.websocket_url
+        stalled = EdgeClient(url, participant_id="alice")
+        await stalled.__aenter__()
+        try:
+            token = stalled.session_token
+            await stalled.ask("my locker is number 42")
+            assert stalled.ws is not None
+            stalled.ws.transport.pause_reading()  # the Wi-Fi stalls: nothing comes back
+            with pytest.raises(ConnectionError, match="that token is not it"):
+                async with EdgeClient(url, participant_id="alice", resume="wrong"):
+                    pass
+            with anyio.fail_after(3):  # served at once, not after keepalive gives up
+                async with EdgeClient(url, participant_id="alice", resume=token) as again:
+                    assert again.welcome is not None and again.welcome.resumed
+                    turn = await again.ask("which locker is mine?", limit_s=3)
+                    assert turn.text == "You said: which locker is mine?. That is all."
+                    assert users(await again.history()) == [
+                        "my locker is number 42",
+                        "which locker is mine?",
+                    ]
+                    assert svc.hub.connected() == ["alice"]
+        finally:
+            assert stalled.ws is not None
+            stalled.ws.transport.resume_reading()
+            await stalled.__aexit__(None, None, None)
+        assert stalled.ws.close_code == 1000
+        assert "another connection resumed" in (stalled.ws.close_reason or "")
+
+
+def notes_service(**kw: object) -> EdgeService:
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    return EdgeService(
+        settings(notes=True, **kw),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(choose),
+    )
+
+
+async def test_a_note_being_dictated_carries_across_a_dropped_link_and_a_restart(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    async with notes_service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as first:
+            token = first.session_token
+            started = await first.ask("Take a note: the rotor is worn", limit_s=5)
+            assert "taking a note" in started.text
+        async with EdgeClient(url, participant_id="alice", resume=token, token=svc.token) as again:
+            more = await again.ask("and the belt is loose", limit_s=5)
+            assert (more.text, {r.source for r in more.replies}) == ("Got it.", {"notes"})
+        # the tab closes mid-dictation and the service restarts: nothing is lost
+    async with notes_service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", resume=token, token=svc.token) as back:
+            saved = await back.ask("done", limit_s=5)
+            assert saved.text == "Note saved."
+            entries = (await back.history()).entries
+        assert not svc.llm.requests  # type: ignore[attr-defined]  # nothing went to the conversation
+    notes = [e["text"] for e in entries if e["section"] == "notes"]
+    assert notes == ["Note: the rotor is worn and the belt is loose"]
+
+
+async def test_edge_client_resumes_50_times_in_a_row_and_no_turn_is_lost(
+    monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The real `edge client --resume`, run back to back (each in its own event loop, as
+    a process would), against a service whose departures take a moment."""
+    from edge.cli import main
+
+    slow_departures(monkeypatch, 0.05)
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as first:
+            token = first.session_token
+        assert token
+        capsys.readouterr()
+        for n in range(50):
+            argv = ["client", "--url", url, "--participant", "alice", "--resume", token]
+            argv += ["--token", svc.token or "", "--text", f"fact number {n}", "--timeout", "5"]
+            status = await anyio.to_thread.run_sync(main, argv)
+            printed = capsys.readouterr()
+            assert status == 0, (n, printed.out, printed.err)
+            assert f"You said: fact number {n}. That is all." in printed.out
+        async with EdgeClient(url, participant_id="alice", resume=token) as last:
+            page = await last.history(limit=100)
+    assert users(page) == [f"fact number {n}" for n in range(50)]

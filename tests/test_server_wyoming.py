@@ -19,7 +19,14 @@ from edge import __version__
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import WEBSOCKET_SERVICE, WYOMING_SERVICE, EdgeService, ServiceSettings, discover
-from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
+from tests.server_helpers import (
+    Departures,
+    answer_for,
+    read_answer,
+    settings,
+    slow_departures,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +80,9 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
     # A name of its own: another service advertising on loopback (a parallel test run) must
     # neither rename this one through mDNS conflict resolution nor appear in its results.
     name = f"edge test {secrets.token_hex(3)}"
-    s = settings(wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"], service_name=name)
+    s = settings(
+        wyoming_port=0, mdns=True, mdns_interfaces=["127.0.0.1"], service_name=name, tls=True
+    )
     service = EdgeService(
         s, llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions(default="conversation")
     )
@@ -105,6 +114,8 @@ async def test_mdns_advertises_both_services_on_loopback() -> None:
         assert b"model" in ws.properties and b"profile" in ws.properties
         assert ws.properties[b"auth"] == b"token" and ws.properties[b"protocol"] == b"2"
         assert wy.properties[b"auth"] == b"none"  # loopback only: no allow-list configured
+        assert ws.properties[b"tls"].decode() == service.tls_fingerprint  # the key to expect
+        assert wy.properties[b"tls"] == b"none"  # Wyoming stays plain TCP
         found = await discover(WYOMING_SERVICE, interfaces=["127.0.0.1"])
         ours = [(i.name, i.port) for i in found if i.name == wy_name]
         assert ours == [(wy_name, service.wyoming.bound_port)]
@@ -213,3 +224,32 @@ async def test_a_wyoming_conversation_survives_a_restart(tmp_path) -> None:
                 _, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
     assert "the spare key is under the mat" in llm.requests[-1].messages[1].content
+
+
+async def test_a_request_while_its_conversation_is_leaving_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    slow_departures(monkeypatch)
+    service = EdgeService(
+        settings(wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    async with service:
+        assert service.wyoming is not None
+        port = service.wyoming.bound_port
+        backend = service.wyoming.backend
+        backend.handle_timeout_s = 5
+        context = {"conversation_id": "01HACONV"}
+
+        async def ask(question: str) -> str:
+            async with AsyncTcpClient("127.0.0.1", port, read_timeout=10) as client:
+                await client.write_event(Transcript(text=question, context=context).event())
+                _, event = await read_answer(client)
+                assert event is not None and Handled.is_type(event.type), event
+                return Handled.from_event(event).text
+
+        assert await ask("where is the lab") == "You said: where is the lab. That is all."
+        backend.conversations.idle_s = 0
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(backend.conversations.expire)  # its departure takes 0.3 s
+            await anyio.sleep(0.05)
+            assert await ask("and the cafeteria") == "You said: and the cafeteria. That is all."

@@ -136,7 +136,7 @@ def test_session_tokens_are_checked_and_only_their_hash_is_stored() -> None:
     store = SessionStore()
     token, resumed = store.claim("alice", None)
     assert not resumed and len(token) >= 24
-    with pytest.raises(SessionRefused, match="resume it with the session_token"):
+    with pytest.raises(SessionRefused, match="come back with the session token it was given"):
         store.claim("alice", None)
     with pytest.raises(SessionRefused, match="not it"):
         store.claim("alice", "wrong")
@@ -150,8 +150,11 @@ def test_forget_erases_everything() -> None:
     filled(store)
     store.apply_compaction("alice", "dialogue", StoredSection("S.", (0, 1)), [1], {"ok": True})
     filled(store, "bob", 1)
+    store.set_session_value("alice", "notes.draft", '["a draft"]')
+    assert store.session_value("alice", "notes.draft") == '["a draft"]'
     assert store.forget("alice") and not store.forget("alice")
-    for table in ("records", "sections", "identities", "compactions", "participants"):
+    tables = ("records", "sections", "identities", "compactions", "session_state")
+    for table in (*tables, "participants"):
         column = "id" if table == "participants" else "participant"
         query = f"SELECT COUNT(*) FROM {table} WHERE {column} = 'alice'"
         rows = store.connection.execute(query).fetchone()[0]

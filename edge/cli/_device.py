@@ -112,6 +112,8 @@ def _print(console: Console, config: Any) -> None:
 def _profile_table(config: Any) -> Table:
     prof = config.profile
     t = Table(title=f"Profile {prof.name}", show_header=False)
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")  # a long path folds whole, never cut off
     t.add_row("chosen by", f"{config.choice.how}: {config.choice.reason}")
     t.add_row("description", prof.description)
     d = prof.device
@@ -120,9 +122,10 @@ def _profile_table(config: Any) -> Table:
     t.add_row(
         "cores / threads", f"{d.cpu_cores} / {config.threads} (gpu layers {config.gpu_layers})"
     )
-    for role, entry in config.models.items():
-        where = config.model_paths[role] or "[red]not installed[/]"
-        t.add_row(f"{role} model", f"{entry.id} — {escape(where)}")
+    for role, entry in config.models.items():  # the id on a row of its own: never wrapped
+        path = config.model_paths[role]
+        t.add_row(f"{role} model", entry.id)
+        t.add_row(f"{role} file", escape(path) if path else "[red]not installed[/]")
     t.add_row(
         "latency targets",
         f"cold {prof.latency.cold_ttft_s:g} s, warm {prof.latency.warm_ttft_s:g} s",

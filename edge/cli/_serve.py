@@ -7,16 +7,17 @@ import os
 import signal
 import sys
 import threading
-from functools import partial
 from typing import Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._flags import add_model_flags, model_from_flags
+from ._target import TargetError, client_url, participant_id, unreachable
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
+DEFAULT_URL = "wss://127.0.0.1:8765"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Send text turns to `edge serve` and print the streamed replies. "
         "Without --text, reads one turn per line from standard input.",
     )
-    c.add_argument("--url", help=f"service address (default {DEFAULT_URL})")
+    c.add_argument(
+        "--url",
+        help=f"service address (default {DEFAULT_URL}); the console's http:// address works too",
+    )
     c.add_argument(
         "--discover", action="store_true", help="find the service over mDNS instead of --url"
     )
@@ -48,7 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="browse only on this interface (repeatable)",
     )
     c.add_argument("--text", action="append", help="a turn to send (repeatable)")
-    c.add_argument("--participant", help="participant id (default: assigned by the server)")
+    c.add_argument(
+        "--participant",
+        type=participant_id,
+        help="participant id (default: assigned by the server)",
+    )
     c.add_argument(
         "--resume",
         metavar="SESSION_TOKEN",
@@ -56,8 +64,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--token",
-        help="device access token (default: EDGE_TOKEN, or read from the data directory "
-        "for a service on this machine)",
+        help="device access token (default: the ?token= of a console --url, else EDGE_TOKEN, "
+        "or read from the data directory for a service on this machine)",
+    )
+    c.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="verify a wss:// service's certificate against this CA (PEM) instead of pinning "
+        "its key on first use",
+    )
+    c.add_argument(
+        "--fingerprint",
+        metavar="SHA256",
+        help="the key fingerprint the service must show (as `edge serve` and `edge token` "
+        "print it); checked besides the pin",
     )
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
@@ -149,6 +169,10 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
         print(f"console: {service.console_url}", flush=True)
+        if service.local_console_url:  # a secure origin: the microphone works there
+            print(f"console on this device: {service.local_console_url}", flush=True)
+        if service.tls_fingerprint:  # what a browser or `edge client` should be shown
+            print(f"certificate key SHA-256: {service.tls_fingerprint}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 
@@ -172,9 +196,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from edge.catalogue import ModelMissingError
     from edge.device import ProfileError
     from edge.llm import LLMError
+    from edge.server import TLSError
     from edge.voice import SpeechToTextError, TextToSpeechError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_serve, args, console)
     except (
@@ -182,11 +207,12 @@ def run_serve(args: argparse.Namespace) -> int:
         ModelMissingError,
         ValidationError,
         OSError,
+        TLSError,
         LLMError,
         SpeechToTextError,
         TextToSpeechError,
     ) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
 
 
@@ -202,7 +228,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             sys.stdout.write(message.text + ("\n" if message.source == "router" else ""))
             sys.stdout.flush()
         elif isinstance(message, ErrorMessage):
-            console.print(f"[red]server error:[/] {message.message}")
+            console.print(f"[red]server error:[/] {escape(message.message)}")
 
     if args.discover:
         from edge.server import discover
@@ -212,9 +238,13 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             console.print("[red]error:[/] no edge service answered over mDNS")
             return 2
         info = found[0]
-        args.url = f"ws://{info.parsed_addresses()[0]}:{info.port}"
+        tls = (info.properties or {}).get(b"tls", b"none").decode()
+        scheme = "ws" if tls == "none" else "wss"
+        if tls != "none" and not args.fingerprint:  # advertised: checked besides the pin
+            args.fingerprint = tls
+        args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
         console.print(f"[dim]found {info.name} at {args.url}[/]")
-    args.url = args.url or DEFAULT_URL
+    args.url, url_token = client_url(args.url or DEFAULT_URL)
     recording = None
     if args.audio:
         from edge.voice import AudioFormatError, float_to_pcm16, read_wav
@@ -222,19 +252,22 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         try:
             recording = read_wav(args.audio)
         except AudioFormatError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}")
             return 2
     fmt = AudioFormat(sample_rate=recording.sample_rate) if recording is not None else None
     async with EdgeClient(
         args.url,
         participant_id=args.participant,
         display_name=args.name,
-        token=args.token,
+        token=url_token if args.token is None else args.token,
         resume=args.resume,
         audio=fmt,
         want_audio=bool(args.save_audio),
+        trust=_trust(args),
     ) as client:
         console.print(f"[dim]connected as {client.participant_id} to {args.url}[/]")
+        if client.tls_fingerprint:
+            console.print(f"[dim]certificate key SHA-256 {client.tls_fingerprint}[/]")
         if client.welcome is not None and client.welcome.session_token:
             state = "resumed" if client.welcome.resumed else "new"
             console.print(
@@ -271,20 +304,42 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
+def _trust(args: argparse.Namespace) -> Any:
+    """How a wss:// service's certificate is checked (None: pinning on first use)."""
+    from pathlib import Path
+
+    from edge.server import ServerTrust
+
+    if not args.tls_ca and not args.fingerprint:
+        return None
+    return ServerTrust(
+        ca_file=Path(args.tls_ca) if args.tls_ca else None, fingerprint=args.fingerprint
+    )
+
+
 async def _spoken_turn(
     args: argparse.Namespace, console: Console, client: Any, pcm: bytes, show: Any
 ) -> int:
     from edge.voice import pcm16_to_float, write_wav
 
+    async def say() -> None:  # then end the utterance: the service tells when none was heard
+        await client.speak(pcm, realtime=not args.fast)
+        await client.end_of_utterance()
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(client.speak, pcm, realtime=not args.fast))
+        tg.start_soon(say)
         try:
             turn = await client.collect_turn(limit_s=args.timeout, on_message=show)
         except TimeoutError:
             console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
             tg.cancel_scope.cancel()
             return 1
+        if not turn.request_id:  # refused, or no speech heard: the error is shown already
+            tg.cancel_scope.cancel()
     sys.stdout.write("\n")
+    if not turn.request_id:
+        await client.send({"type": "bye"})
+        return 1
     console.print(f"[dim]heard: {turn.query}[/]")
     if args.save_audio:
         rate = client.welcome.audio_out_rate if client.welcome else None
@@ -300,9 +355,19 @@ async def _spoken_turn(
 
 
 def run_client(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    from websockets.exceptions import WebSocketException
+
+    from edge.server import HelloRefused
+
+    console = Console(stderr=True, emoji=False)  # fingerprints hold ":AB:" (an emoji code)
     try:
         return anyio.run(_client, args, console)
-    except (OSError, ConnectionError) as exc:
-        console.print(f"[red]error:[/] cannot talk to {args.url}: {exc}")
+    except HelloRefused as exc:  # reached, and it said no: not "unreachable"
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 3
+    except TargetError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    except (OSError, ConnectionError, WebSocketException) as exc:
+        console.print(f"[red]error:[/] {escape(unreachable(args.url, exc))}")
         return 2

@@ -1,4 +1,4 @@
-"""``edge sessions``: list, show, export, import and forget stored participants.
+"""``edge sessions``: list, show, export, import, re-token and forget stored participants.
 
 Works on the sessions store in the service's data directory (``<data dir>/sessions.sqlite3``)
 directly; SQLite's WAL lets it run beside ``edge serve``. Import under an id nobody is
@@ -18,7 +18,7 @@ from typing import Any
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "sessions",
-        help="list, show, export, import or forget stored participants' sessions",
+        help="list, show, export, import, re-token or forget stored participants' sessions",
         description="Participants' durable sessions in <data dir>/sessions.sqlite3.",
     )
     p.add_argument("--data-dir", help="the service's data directory (default: EDGE_DATA_DIR)")
@@ -33,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp = sub.add_parser("import", help="store an exported participant (prints its token)")
     imp.add_argument("file", help="an export (edge sessions export, or the protocol's)")
     imp.add_argument("--as", dest="as_id", help="participant id to import under")
+    token = sub.add_parser(
+        "token",
+        help="issue a new session token for a participant who lost theirs (history kept)",
+    )
+    token.add_argument("participant")
     forget = sub.add_parser("forget", help="erase a participant everywhere")
     forget.add_argument("participant")
     p.set_defaults(func=run_sessions)
@@ -118,6 +123,15 @@ def _import(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _token(store: Any, args: argparse.Namespace) -> int:
+    token = store.reissue(args.participant)
+    print(
+        f"new session token for {args.participant} (the old one no longer works): {token}\n"
+        f"resume with: edge client --participant {args.participant} --resume {token}"
+    )
+    return 0
+
+
 def _forget(store: Any, args: argparse.Namespace) -> int:
     if not store.forget(args.participant):
         raise KeyError(f"no stored participant {args.participant!r}")
@@ -125,4 +139,11 @@ def _forget(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"list": _list, "show": _show, "export": _export, "import": _import, "forget": _forget}
+ACTIONS = {
+    "list": _list,
+    "show": _show,
+    "export": _export,
+    "import": _import,
+    "token": _token,
+    "forget": _forget,
+}

@@ -5,6 +5,8 @@ The worker lives in the manager's :class:`edge.runtime.BackgroundTasks`. ``async
 ContextManager(...)`` opens them; used without ``async with`` (the spec's composition:
 ``ContextManager(llm)`` ... ``await context.close()``), the manager starts the worker on
 its first write inside a running event loop, in a task of its own that ``close()`` stops.
+The manager's ``close()`` stops the loop from any task (:meth:`Worker.stop`); only its
+``__aexit__`` leaves the task group it entered (:meth:`Worker.close`).
 """
 
 from __future__ import annotations
@@ -153,8 +155,14 @@ class Worker(Generic[J]):
         await self._tasks.open()
         await self._tasks.start(self._serve, name="context-compaction")
 
+    async def stop(self) -> None:
+        """Stop the loop (cancelling the job it runs) and wait for it: from any task and
+        cancel scope (the manager's ``close()``). Idempotent."""
+        await self._stop_detached()
+        await self._tasks.stop()
+
     async def close(self) -> None:
-        """Stop the loop (cancelling the job it runs) and wait for it."""
+        """:meth:`stop`, and leave the owner's lifecycle (its ``__aexit__``)."""
         await self._stop_detached()
         await self._tasks.close()
 

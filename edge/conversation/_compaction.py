@@ -78,16 +78,28 @@ class Summarized:
     reason: str = ""
     attempts: tuple[CompactionAttempt, ...] = ()
 
+    @property
+    def request_failed(self) -> str | None:
+        """How the model's summary request failed (``"empty"``, ``"length"``, ``"error"``)
+        when that is why there is no summary; else None."""
+        if self.text is not None or self.method != "llm" or not self.attempts:
+            return None
+        outcome = self.attempts[0].outcome
+        return outcome if outcome in ("empty", "length", "error") else None
+
 
 @dataclass(frozen=True)
 class CompactionReport:
     """How the most recent compaction of a participant went.
 
     ``method`` is ``"llm"`` (the model wrote it), ``"clip"`` (the model's summary was over
-    the limit twice and was clipped), ``"extractive"`` (the model's summary failed or lost
-    the participant's numbers or names, named in ``reason``: the participant's statements
-    were kept verbatim instead), ``"hook"`` (a ``pre_compact`` hook supplied it) or
-    ``"custom"`` (``compact(summary=...)``). ``ok`` False means the entries were kept.
+    the limit twice and was clipped), ``"extractive"`` (the model's summary lost or invented
+    the participant's numbers or names, or its summary requests failed
+    ``compaction_failure_limit`` times in a row, named in ``reason``: the participant's
+    statements were kept verbatim instead), ``"hook"`` (a ``pre_compact`` hook supplied it)
+    or ``"custom"`` (``compact(summary=...)``). ``ok`` False means the entries were kept: a
+    failed summary request (``reason`` ``"summary request: empty"``, ``"length"`` or
+    ``"error"``) is retried after the section's next entry.
     """
 
     participant_id: str
@@ -174,9 +186,10 @@ def max_tokens_for(limit: int) -> int:
 class Compactor:
     """Runs compaction requests against one model with one set of prompts."""
 
-    def __init__(self, llm: LLMService, prompts: CompactionPrompts) -> None:
+    def __init__(self, llm: LLMService, prompts: CompactionPrompts, failure_limit: int) -> None:
         self.llm = llm
         self.prompts = prompts
+        self.failure_limit = failure_limit
 
     def messages(
         self, section: Section, previous: str, entries: list[str], limit: int
@@ -224,19 +237,23 @@ class Compactor:
         entries: list[str],
         taken: list[Entry] | None = None,
     ) -> Summarized:
-        """A summary within ``section.summary_limit``. The model's, when it keeps every
+        """A summary within ``section.summary_limit``: the model's, when it keeps every
         number and name of the participant's statements in ``taken`` and the previous
         summary; else an extractive one made of those statements (``method="extractive"``).
-        No text only when there is nothing to summarize (entries are then kept)."""
+        A failed request (empty, cut off, an error) gives no text (the entries are kept),
+        unless it is the section's ``failure_limit``-th in a row: then the extractive one."""
         model = await self._model_summary(section, previous, entries)
-        reason = model.reason
-        if model.text is not None:
+        if model.text is None:
+            failures = [*section.failures, model.attempts[0].outcome]
+            if taken is None or len(failures) < self.failure_limit:
+                return model
+            n = len(failures)
+            reason = f"{n} failed summary request{'s' * (n > 1)} in a row: {', '.join(failures)}"
+        else:
             gaps = summary_gaps(model.text, section.summary, taken or [])
-            if not gaps:
+            if not gaps or taken is None:
                 return model
             reason = "model summary lacked or invented: " + ", ".join(gaps[:8])
-        if taken is None:
-            return model
         fallback = extractive_summary(
             section.summary, taken, section.summary_limit, dialogue=section.name == DIALOGUE
         )

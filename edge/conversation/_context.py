@@ -8,7 +8,9 @@ since it was written. The state machine is small:
 * uncompacted entries exceed half the budget -> the section is *draining*: compaction
   takes its oldest entries (all but the newest dialogue exchange) in one or more requests;
 * a compaction succeeds -> the summary is replaced and the entries it covered dropped;
-* a compaction fails -> the entries stay and the section *stalls* until its next entry.
+* a compaction fails -> the entries stay and the section *stalls* until its next entry;
+  the manager's ``compaction_failure_limit``-th failed request in a row gives an
+  extractive summary instead (``Section.failures``).
 
 Nothing is ever dropped: every entry is in the store (``edge.store``) until a compaction
 covers it. Memory stays bounded: beyond ``BACKLOG_FACTOR`` budgets of uncompacted entries
@@ -90,6 +92,8 @@ class Section:
     stalled: bool = False
     draining: bool = False
     evicted: int = 0
+    failures: list[str] = field(default_factory=list)
+    """How the section's summary requests failed since its last summary, in a row."""
 
     @property
     def summary_limit(self) -> int:

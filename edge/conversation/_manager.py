@@ -76,7 +76,10 @@ class ContextManager:
 
     Edge options: compaction starts only after the device (the model's activity tracker
     and this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at
-    background priority and drains the whole backlog oldest first. With ``rewarm`` (and a
+    background priority and drains the whole backlog oldest first. A failed summary request
+    (empty, cut off, an error) keeps the entries until the section's next entry; the
+    ``compaction_failure_limit``-th in a row for a section gives the extractive summary
+    of the participant's own statements instead. With ``rewarm`` (and a
     model that can ``warm``) the prompt prefix of each participant who completed an exchange
     is re-warmed first, once the device has been quiet for ``rewarm_quiet_s`` (at most
     ``compaction_quiet_s``), so their next answer evaluates only its request, and a
@@ -119,6 +122,7 @@ class ContextManager:
         compaction_input_budget_bytes: int = 12_000,
         compaction_prompts: CompactionPrompts | None = None,
         compaction_quiet_s: float = 1.5,
+        compaction_failure_limit: int = 3,
         rewarm: bool = True,
         rewarm_quiet_s: float = 0.25,
         keep_transcript: bool = False,
@@ -152,7 +156,11 @@ class ContextManager:
             )
         self.compaction_input_budget_bytes = compaction_input_budget_bytes
         self._prompts = compaction_prompts or CompactionPrompts()
-        self._compactor = Compactor(llm, self._prompts)
+        if not positive_int(compaction_failure_limit):
+            raise ValueError(
+                f"compaction_failure_limit must be a positive int, got {compaction_failure_limit!r}"
+            )
+        self._compactor = Compactor(llm, self._prompts, compaction_failure_limit)
         self._quiet = Quiet(llm, compaction_quiet_s)
         self._rewarm = rewarm
         if not rewarm_quiet_s >= 0:
@@ -226,7 +234,10 @@ class ContextManager:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        await self.close()
+        try:
+            await self.close()
+        finally:  # leave the worker's task group where __aenter__ entered it
+            await self._worker.close()
         return None
 
     def _start_worker(self) -> None:
@@ -251,13 +262,15 @@ class ContextManager:
     async def clear(self, participant_id: str) -> None:
         """Cancel the participant's compaction, wait for it, and forget their context
         everywhere, the store, the recall index and the model's saved prompt state
-        included. Idempotent; other participants are unaffected."""
-        await self.suspend(participant_id)
-        self._recall.index.forget(participant_id)
-        if isinstance(self._llm, ForgetsCache):
-            await self._llm.forget_cache(participant_id)
-        if not (self._closed and self._owns_store):  # the own store closes with the manager
-            await self.store.run(self.store.forget, participant_id)
+        included. Idempotent; other participants are unaffected. Works from any task and
+        cancel scope: a cancelled caller still forgets everything before it returns."""
+        with anyio.CancelScope(shield=True):
+            await self.suspend(participant_id)
+            self._recall.index.forget(participant_id)
+            if isinstance(self._llm, ForgetsCache):
+                await self._llm.forget_cache(participant_id)
+            if not (self._closed and self._owns_store):  # the own store closes with it
+                await self.store.run(self.store.forget, participant_id)
 
     async def resume(self, participant_id: str) -> bool:
         """Load a returning participant's context now and re-warm their prompt prefix in
@@ -275,10 +288,13 @@ class ContextManager:
 
     async def close(self) -> None:
         """Stop compaction and drop every participant from memory and later writes; what
-        is stored stays stored (the manager's own in-memory store is closed)."""
+        is stored stays stored (the manager's own in-memory store is closed). Works from
+        any task and cancel scope, inside or outside ``async with``; idempotent. It only
+        cancels work and waits for it to end, so it completes in a cancelled scope too."""
         self._closed = True
-        await self._worker.close()
-        await self._jobs.cancel_all()
+        with anyio.CancelScope(shield=True):
+            await self._worker.stop()
+            await self._jobs.cancel_all()
         for participant_id in self._participants:
             self._recall.index.forget(participant_id)
         self._participants.clear()
@@ -671,6 +687,10 @@ class ContextManager:
             covered,
             _persist.report_data(report),
         )
+        if made.request_failed:
+            section.failures.append(made.request_failed)
+        elif result is not None:
+            section.failures.clear()
         if result is None:
             section.fail()
         else:

@@ -10,6 +10,7 @@ from edge.interaction import VOICE_OUTPUT_TOPIC, ConversationContextUpdate, Resp
 from edge.routing import Admission, AgentTurn, DestinationResult, RoutingAid
 from edge.runtime import Topic
 
+from ._drafts import DraftKeeper
 from ._phrases import ROUTE_EXAMPLES, note_start, split_done
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,14 @@ class NotesAgent:
     request id and ``route_name`` as source.
 
     When the router releases the agent mid-note (another destination took focus), the
-    words dictated so far are saved as a note rather than lost. ``participant_left``
-    discards the participant's draft and saved notes.
+    words dictated so far are saved as a note rather than lost.
+
+    With ``drafts`` (the service keeps them in the sessions store), each dictated line is
+    kept before it is acknowledged, and a departure keeps the draft: the participant's
+    next connection (a reconnect, a reload, a restart of the service) goes on dictating
+    the same note (:meth:`resume` gives the agent their focus back). Without it a
+    departure discards the draft. ``participant_left`` forgets the saved notes held in
+    memory (they are in the conversation's context).
     """
 
     def __init__(
@@ -47,6 +54,7 @@ class NotesAgent:
         notes_topic: Topic[ConversationContextUpdate] = NOTES_TOPIC,
         output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
         max_note_bytes: int = 4000,
+        drafts: DraftKeeper | None = None,
     ) -> None:
         if notes_topic.payload is not ConversationContextUpdate:
             raise TypeError("notes_topic must carry ConversationContextUpdate")
@@ -59,6 +67,7 @@ class NotesAgent:
         self.notes_topic = notes_topic
         self.output_topic = output_topic
         self.max_note_bytes = max_note_bytes
+        self.drafts = drafts
         self._drafts: dict[str, list[str]] = {}
         self._saved: dict[str, list[str]] = {}
 
@@ -99,6 +108,7 @@ class NotesAgent:
             draft.append(content)
         if not finished:
             self._drafts[pid] = draft
+            await self._keep(pid, draft)  # durable before it is acknowledged
             await started()
             await self._say(turn, STARTED_TEXT if starting else CONTINUED_TEXT)
             return DestinationResult("focus", f"(dictating a note) {content}".strip())
@@ -106,9 +116,11 @@ class NotesAgent:
         note = self._join(draft)
         await started()
         if not note:
+            await self._keep(pid, None)
             await self._say(turn, EMPTY_TEXT)
             return DestinationResult("release", "(no note saved)")
         await self._publish_note(pid, note, turn.timestamp_us)
+        await self._keep(pid, None)
         await self._say(turn, SAVED_TEXT)
         return DestinationResult("release", f"Saved a note: {note}")
 
@@ -117,10 +129,24 @@ class NotesAgent:
         note = self._join(draft or [])
         if note:
             await self._publish_note(participant_id, note, None)
+        if draft is not None:
+            await self._keep(participant_id, None)
 
     async def participant_left(self, participant_id: str) -> None:
+        """The draft stays kept (``drafts``) for the participant's next connection."""
         self._drafts.pop(participant_id, None)
         self._saved.pop(participant_id, None)
+
+    async def resume(self, participant_id: str) -> bool:
+        """A returning participant: True (focus back to notes) when a note of theirs was
+        being dictated; its lines so far are restored."""
+        if participant_id in self._drafts:
+            return True
+        draft = await self.drafts.load(participant_id) if self.drafts is not None else None
+        if draft is None:
+            return False
+        self._drafts[participant_id] = draft
+        return True
 
     # --------------------------------------------------------------- helpers
 
@@ -130,6 +156,10 @@ class NotesAgent:
 
     def dictating(self, participant_id: str) -> bool:
         return participant_id in self._drafts
+
+    async def _keep(self, participant_id: str, draft: list[str] | None) -> None:
+        if self.drafts is not None:
+            await self.drafts.save(participant_id, draft)
 
     def _join(self, parts: list[str]) -> str:
         note = " ".join(p.strip() for p in parts if p.strip())

@@ -31,6 +31,7 @@ from ._types import (
     Admission,
     AgentTurn,
     DestinationResult,
+    Resumable,
     RoutableAgent,
     RoutingAid,
     RoutingTurnContext,
@@ -378,8 +379,10 @@ class AgentRouter:
     async def _route(self, state: Participant, run: Run, out: ControlOutput) -> DestinationResult:
         turn = run.turn
         pid = turn.participant_id
-        if self._initialize is not None and not state.initialized:
-            await self._initialize(pid)
+        if not state.initialized:
+            await self._resume(state)
+            if self._initialize is not None:
+                await self._initialize(pid)
             state.initialized = True
         if not state.history and not state.completed and turn.history:
             state.history = [Exchange(self._new_id(), e.user, e.assistant) for e in turn.history]
@@ -469,6 +472,19 @@ class AgentRouter:
         if default in self._destinations and default not in declined and aids[default].eligible:
             return default, await self._answer(state, run, default, turn, out, None)
         return None, await self._clarify(out, None, clarification(aids, declined))
+
+    async def _resume(self, state: Participant) -> None:
+        """A participant's first turn since they (re)joined: a :class:`Resumable`
+        destination that kept what they were doing takes their focus back."""
+        if state.focus is not None:
+            return
+        for name, destination in self._destinations.items():
+            if isinstance(destination, Resumable) and await destination.resume(
+                state.participant_id
+            ):
+                state.focus = name
+                state.used.add(name)
+                return
 
     def _aids(self, participant_id: str) -> dict[str, RoutingAid]:
         aids: dict[str, RoutingAid] = {}
@@ -654,7 +670,20 @@ class AgentRouter:
         except Exception:
             log.exception("set_status(%r, %r) failed", status, participant_id)
 
-    def _joined(self, participant_id: str) -> None:
+    async def _joined(self, participant_id: str) -> None:
+        """A participant (re)joined: a departure of theirs still running is waited for and
+        a failed one retried, so it never lands after this arrival; admission reopens
+        whatever its outcome (a release that keeps failing is logged, and never locks the
+        participant out)."""
+        if participant_id in self._departures:
+            try:
+                await self.participant_left(participant_id)
+            except Exception:
+                log.exception(
+                    "departure of participant %s failed again; admitting them anyway",
+                    participant_id,
+                )
+                self._departures.pop(participant_id, None)
         self._closed.discard(participant_id)
 
     async def _interrupted(self, participant_id: str | None, request_id: str | None) -> None:

@@ -44,7 +44,7 @@ class RouterSubscriber(Agent):
 
     async def on_joined(self, message: ParticipantJoined, ctx: HandlerContext) -> None:
         if ctx.metadata.participant_id is not None:
-            self.router._joined(ctx.metadata.participant_id)
+            await self.router._joined(ctx.metadata.participant_id)
 
     async def on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
         pid = ctx.metadata.participant_id

@@ -96,6 +96,16 @@ class LeaveAware(Protocol):
     async def participant_left(self, participant_id: str) -> None: ...
 
 
+@runtime_checkable
+class Resumable(Protocol):
+    """A destination that keeps what a participant was doing across connections (a note
+    being dictated): asked once per arrival, before the participant's first turn."""
+
+    async def resume(self, participant_id: str) -> bool:
+        """Restore the participant's state; True when this destination should hold their
+        focus again."""
+
+
 @dataclass(frozen=True)
 class RoutingTurnContext:
     """Read-only metadata of the active routed turn (a stable snapshot).

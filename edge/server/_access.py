@@ -4,7 +4,8 @@ The **device access token** lives in ``<data_dir>/token`` (mode 0600), generated
 start; ``EDGE_TOKEN`` / ``ServiceSettings.token`` sets it instead. A WebSocket client
 presents it in ``hello.token`` or as ``Authorization: Bearer <token>`` on the upgrade
 request; it is compared in constant time (:func:`token_matches`). ``edge token`` shows it
-(``--rotate`` makes a new one), and ``edge client`` / :class:`EdgeClient` read it from the
+(``--rotate`` makes a new one, which a running service takes at its next ``hello``:
+:class:`TokenFile`), and ``edge client`` / :class:`EdgeClient` read it from the
 same file on the same machine.
 """
 
@@ -61,6 +62,31 @@ def rotate_token(data_dir: Path) -> str:
     token = secrets.token_urlsafe(TOKEN_BYTES)
     _write_token(token_path(data_dir), token)
     return token
+
+
+class TokenFile:
+    """The token in ``<data_dir>/token`` as a running service takes it: re-read whenever
+    the file changes (``edge token --rotate`` takes effect at once, no restart); a file
+    that went missing or empty keeps the token last read. Created (0600) if missing."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self._token = load_or_create_token(self.data_dir)
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(token_path(self.data_dir))
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def current(self) -> str:
+        stamp = self._stat()
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._token = read_token(self.data_dir) or self._token
+        return self._token
 
 
 def token_matches(expected: str | None, presented: str | None) -> bool:

@@ -14,6 +14,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.uri import parse_uri
 
 from ._access import is_loopback, read_token
+from ._pins import ServerTrust, peer_certificate
 from ._protocol import (
     AudioFormat,
     AudioMessage,
@@ -31,11 +32,18 @@ from ._protocol import (
     Welcome,
     parse_server_message,
 )
+from ._redact import guard_library_logs
 from ._settings import default_data_dir
+from ._tls import local_fingerprint
 
 
 class ClientRequestError(RuntimeError):
     """The service answered a request with an error (the text is the server's)."""
+
+
+class HelloRefused(ConnectionError):
+    """The service answered ``hello`` with an error (token, session): it was reached, and
+    said no; the text is the server's."""
 
 
 ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routing)
@@ -56,6 +64,20 @@ def local_token(url: str) -> str | None:
         return env
     data_dir = os.environ.get("EDGE_DATA_DIR")
     return read_token(data_dir if data_dir else default_data_dir())
+
+
+def _local_data_dir() -> Any:
+    return os.environ.get("EDGE_DATA_DIR") or default_data_dir()
+
+
+def default_trust(url: str) -> ServerTrust:
+    """Pin on first use (the user's pin store); a service on this machine is also known
+    by the certificate in its data directory."""
+    try:
+        loopback = is_loopback(parse_uri(url).host)
+    except ValueError:
+        loopback = False
+    return ServerTrust(local=local_fingerprint(_local_data_dir()) if loopback else None)
 
 
 def reply_text(replies: list[Reply]) -> str:
@@ -94,11 +116,23 @@ class TurnResult:
         return b"".join(data for _, data in self.audio)
 
 
+_SPOKEN = ("audio", "end_of_utterance")
+
+
+def _refuses(message: ServerMessage, text: str | None) -> bool:
+    """Whether ``message`` is the error that ends a turn before it began (see
+    :meth:`EdgeClient.collect_turn`)."""
+    if not isinstance(message, ErrorMessage):
+        return False
+    return message.in_reply_to == "text" if text is not None else message.in_reply_to in _SPOKEN
+
+
 class EdgeClient:
     """``async with EdgeClient(url) as client:`` connects and says hello.
 
     ``token`` is the device access token; None finds it on this machine for a loopback
-    URL (:func:`local_token`), ``""`` sends none.
+    URL (:func:`local_token`), ``""`` sends none. ``trust`` says which certificate a
+    ``wss://`` service may show (default: :func:`default_trust`).
 
     ``receive()`` returns the next server message (with the binary frame following an
     ``audio`` header); ``ask(text)`` sends a text turn and collects its reply.
@@ -115,8 +149,11 @@ class EdgeClient:
         open_timeout: float = 10.0,
         token: str | None = None,
         resume: str | None = None,
+        trust: ServerTrust | None = None,
     ) -> None:
         self.url = url
+        self.trust = trust  # for wss:// (None: default_trust(url), pinning on first use)
+        self.tls_fingerprint: str | None = None  # the key the service showed (wss://)
         if token is None:
             token = local_token(url)
         self.hello = Hello(
@@ -202,9 +239,18 @@ class EdgeClient:
         await self.request({"type": "forget"}, "bye")
 
     async def __aenter__(self) -> EdgeClient:
+        guard_library_logs()  # the hello carries tokens: never into a -vv log
+        secure = parse_uri(self.url).secure
+        trust = (self.trust or default_trust(self.url)) if secure else None
         self.ws = await connect(
-            self.url, open_timeout=self.open_timeout, compression=None, max_size=1 << 22
+            self.url,
+            open_timeout=self.open_timeout,
+            compression=None,
+            max_size=1 << 22,
+            **({"ssl": trust.context()} if trust is not None else {}),
         )
+        if trust is not None:  # before the hello (and its token) goes out
+            await self._check_certificate(trust)
         await self.send(self.hello.model_dump(exclude_none=True))
         with anyio.fail_after(self.open_timeout):
             while self.welcome is None:
@@ -212,10 +258,21 @@ class EdgeClient:
                 if isinstance(message, Welcome):
                     self.welcome = message
                 elif isinstance(message, ErrorMessage):
-                    raise ConnectionError(f"the server refused hello: {message.message}")
+                    raise HelloRefused(f"the server refused hello: {message.message}")
                 else:
                     self.backlog.append((message, payload))
         return self
+
+    async def _check_certificate(self, trust: ServerTrust) -> None:
+        assert self.ws is not None
+        uri = parse_uri(self.url)
+        try:
+            self.tls_fingerprint = trust.check(
+                f"{uri.host}:{uri.port}", peer_certificate(self.ws.transport)
+            )
+        except BaseException:
+            await self.ws.close()
+            raise
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self.ws is not None:
@@ -292,7 +349,12 @@ class EdgeClient:
     ) -> TurnResult:
         """Receive until a turn of this participant completes: its ``query`` echo, then
         ``status: idle``, then (when audio was asked for) the final audio chunk of every
-        source that replied. ``text`` None takes the next turn, spoken or typed."""
+        source that replied. ``text`` None takes the next turn, spoken or typed.
+
+        A turn the service refused ends at its ``error``, before any echo: for ``text``,
+        the error in reply to a ``text`` message; for a spoken turn, one in reply to
+        ``audio`` or ``end_of_utterance`` (``no_speech`` when nothing was heard). The
+        result then has no ``request_id`` and the error in ``errors``."""
         result: TurnResult | None = None
         transcripts: list[TranscriptMessage] = []
         idle = False
@@ -311,6 +373,9 @@ class EdgeClient:
                 message, payload = await self.receive()
                 if on_message is not None:
                     on_message(message)
+                if result is None and _refuses(message, text):
+                    assert isinstance(message, ErrorMessage)
+                    return TurnResult("", "", transcripts=transcripts, errors=[message])
                 if isinstance(message, TranscriptMessage):
                     (result.transcripts if result is not None else transcripts).append(message)
                 elif isinstance(message, QueryEcho):

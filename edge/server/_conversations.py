@@ -5,7 +5,9 @@ Home Assistant opens a connection per request and names the dialogue with a
 one participant (``wyoming:<id>``: the colon is outside the WebSocket participant id rule,
 so no WebSocket client can name one), joined at its first request and kept, with its
 context and history, until it has been idle for ``idle_s``; then (or at shutdown) it
-leaves like any participant. Only one request of a conversation runs at a time.
+leaves like any participant. Only one request of a conversation runs at a time, and a
+request that comes while its conversation is leaving waits for the departure, then joins
+it again (so the departure never lands after the new join).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class HaConversationParticipants:
         self._clock = clock
         self._last_used: dict[str, float] = {}  # participant → last request end
         self._busy: set[str] = set()
+        self._leaving: dict[str, anyio.Event] = {}  # departures being published
 
     @staticmethod
     def participant(conversation_id: str) -> str:
@@ -58,6 +61,8 @@ class HaConversationParticipants:
         self._busy.add(pid)
         if pid not in self._last_used:
             try:
+                while (leaving := self._leaving.get(pid)) is not None:
+                    await leaving.wait()
                 await self.gateway.join(pid, "Home Assistant conversation", SOURCE)
             except BaseException:
                 self._busy.discard(pid)
@@ -80,8 +85,16 @@ class HaConversationParticipants:
         ]
         for pid in gone:
             del self._last_used[pid]
-            await self.gateway.leave(pid, "conversation idle", SOURCE)
+            await self._leave(pid, "conversation idle")
         return gone
+
+    async def _leave(self, participant_id: str, reason: str) -> None:
+        self._leaving[participant_id] = done = anyio.Event()
+        try:
+            await self.gateway.leave(participant_id, reason, SOURCE)  # bounded, never raises
+        finally:
+            del self._leaving[participant_id]
+            done.set()
 
     async def run(self) -> None:
         """Expire idle conversations until cancelled."""
@@ -93,4 +106,4 @@ class HaConversationParticipants:
         """Every remaining conversation leaves (shutdown)."""
         for pid in list(self._last_used):
             del self._last_used[pid]
-            await self.gateway.leave(pid, "server stopping", SOURCE)
+            await self._leave(pid, "server stopping")

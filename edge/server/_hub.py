@@ -10,7 +10,12 @@ client never costs a synthesis.
 from __future__ import annotations
 
 import logging
-from typing import Literal, Protocol
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import anyio
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -25,7 +30,9 @@ from edge.runtime import Agent, HandlerContext
 from edge.voice import AUDIO_OUTPUT_TOPIC, TRANSCRIPT_TOPIC, AudioOutput, Transcript
 
 from ._protocol import (
+    NO_SPEECH,
     AudioMessage,
+    ErrorMessage,
     InterruptedMessage,
     QueryEcho,
     Reply,
@@ -35,6 +42,12 @@ from ._protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+NO_SPEECH_ERROR = ErrorMessage(
+    message="no speech was heard: nothing was said, or nothing the recogniser understood",
+    in_reply_to="audio",
+    code=NO_SPEECH,
+)
 
 
 class Sink(Protocol):
@@ -46,8 +59,30 @@ class Sink(Protocol):
     def deliver(self, message: ServerMessage, payload: bytes | None = None) -> None: ...
 
 
+@runtime_checkable
+class Replaceable(Protocol):
+    """A connection another one may take over (a resume carrying the session token)."""
+
+    def replace(self, reason: str) -> None:
+        """End the connection soon; it departs as usual (never blocks)."""
+
+
 class ParticipantTaken(ValueError):
     """The participant id is already connected."""
+
+
+ARRIVAL_WAIT_S = 30.0
+"""The longest an arrival waits for the participant's previous connection to depart
+(the departure's own bound, ``LEAVE_TIMEOUT_S`` in the gateway, is the same)."""
+
+
+@dataclass(eq=False)
+class _Presence:
+    """One participant's connection from its arrival until its departure has finished."""
+
+    sink: Sink
+    departing: bool = False
+    gone: anyio.Event = field(default_factory=anyio.Event)
 
 
 class OutputHub(Agent):
@@ -55,7 +90,8 @@ class OutputHub(Agent):
 
     def __init__(self) -> None:
         super().__init__()
-        self._sinks: dict[str, Sink] = {}
+        self._sinks: dict[str, Sink] = {}  # where output goes
+        self._present: dict[str, _Presence] = {}  # attached, or departing: arrivals wait
         self.add_handler(VOICE_OUTPUT_TOPIC, self._on_voice_reply)
         self.add_handler(TEXT_OUTPUT_TOPIC, self._on_text_reply)
         self.add_handler(USER_QUERY_TOPIC, self._on_query)
@@ -66,13 +102,58 @@ class OutputHub(Agent):
     # -- connections --------------------------------------------------------------------
 
     def attach(self, participant_id: str, sink: Sink) -> None:
-        if participant_id in self._sinks:
-            raise ParticipantTaken(f"participant {participant_id!r} is already connected")
+        """Attach at once; taken while another connection is attached or departing."""
+        presence = self._present.get(participant_id)
+        if presence is not None:
+            state = "leaving; try again" if presence.departing else "already connected"
+            raise ParticipantTaken(f"participant {participant_id!r} is {state}")
+        self._present[participant_id] = _Presence(sink)
         self._sinks[participant_id] = sink
 
+    async def arrive(self, participant_id: str, sink: Sink, *, take_over: bool = False) -> None:
+        """Attach once the participant's previous connection has departed (its departure
+        published, so it never lands after this arrival's join). ``take_over``: an
+        attached previous connection is replaced (closed) first, else this is taken."""
+        with anyio.move_on_after(ARRIVAL_WAIT_S):
+            while (previous := self._present.get(participant_id)) is not None:
+                if not previous.departing:
+                    if not take_over or not isinstance(previous.sink, Replaceable):
+                        raise ParticipantTaken(
+                            f"participant {participant_id!r} is already connected"
+                        )
+                    log.info("participant %s resumed on a new connection", participant_id)
+                    previous.sink.replace("another connection resumed this participant")
+                await previous.gone.wait()
+            self.attach(participant_id, sink)
+            return
+        raise ParticipantTaken(f"participant {participant_id!r} is still leaving; try again")
+
     def detach(self, participant_id: str, sink: Sink) -> None:
+        """Stop delivering to ``sink``; outside :meth:`departure` it is gone at once."""
         if self._sinks.get(participant_id) is sink:
             del self._sinks[participant_id]
+        presence = self._present.get(participant_id)
+        if presence is not None and presence.sink is sink and not presence.departing:
+            self._gone(participant_id, presence)
+
+    @asynccontextmanager
+    async def departure(self, participant_id: str, sink: Sink) -> AsyncIterator[None]:
+        """Detach ``sink`` now; the participant's next arrival waits until the block (the
+        departure's publication) has ended."""
+        presence = self._present.get(participant_id)
+        if presence is not None and presence.sink is sink:
+            presence.departing = True
+        try:
+            self.detach(participant_id, sink)
+            yield
+        finally:
+            if presence is not None and presence.sink is sink:
+                self._gone(participant_id, presence)
+
+    def _gone(self, participant_id: str, presence: _Presence) -> None:
+        presence.gone.set()
+        if self._present.get(participant_id) is presence:
+            del self._present[participant_id]
 
     def connected(self) -> list[str]:
         return list(self._sinks)
@@ -115,8 +196,9 @@ class OutputHub(Agent):
             )
 
     async def _on_transcript(self, message: Transcript, ctx: HandlerContext) -> None:
+        participant_id = ctx.metadata.participant_id
         self._send(
-            ctx.metadata.participant_id,
+            participant_id,
             TranscriptMessage(
                 text=message.text,
                 utterance=message.utterance,
@@ -124,6 +206,8 @@ class OutputHub(Agent):
                 truncated=message.truncated,
             ),
         )
+        if message.final and not message.text.strip():  # the utterance ends with no turn
+            self._send(participant_id, NO_SPEECH_ERROR)
 
     async def _on_audio(self, chunk: AudioOutput, ctx: HandlerContext) -> None:
         header = AudioMessage(

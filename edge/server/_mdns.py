@@ -27,6 +27,11 @@ def _instance(name: str) -> str:
     return clean[:60]
 
 
+def mdns_host_name(name: str) -> str:
+    """The host name the records for instance ``name`` point at (``edge-on-box.local``)."""
+    return f"{_instance(name).replace(' ', '-').lower()}.local"
+
+
 def advertised_addresses(host: str, interfaces: Sequence[str] | None) -> list[str]:
     """IPv4 addresses to put in the records: the bound host when it is specific, else the
     given interfaces' addresses, else this machine's non-loopback addresses."""
@@ -80,7 +85,7 @@ class MdnsAdvertiser:
             port=port,
             addresses=[socket.inet_aton(a) for a in addresses],
             properties=dict(properties),
-            server=f"{self.name.replace(' ', '-').lower()}.local.",
+            server=f"{mdns_host_name(self.name)}.",
         )
         self.infos.append(info)
         return info

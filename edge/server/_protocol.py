@@ -225,7 +225,12 @@ _CLIENT = TypeAdapter(ClientMessage)
 
 
 class ProtocolError(ValueError):
-    """A client message that cannot be used; the text names the problem."""
+    """A client message that cannot be used; the text names the problem, ``message_type``
+    the message's ``type`` when it had a known one (what the ``error`` is in reply to)."""
+
+    def __init__(self, message: str, message_type: str | None = None) -> None:
+        super().__init__(message)
+        self.message_type = message_type
 
 
 def parse_client_message(
@@ -253,13 +258,13 @@ def parse_client_message(
     try:
         return _CLIENT.validate_python(data)
     except RecursionError:
-        raise ProtocolError(f"invalid {kind!r} message: nested too deeply") from None
+        raise ProtocolError(f"invalid {kind!r} message: nested too deeply", kind) from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'][1:]) or kind}: {err['msg']}"
             for err in exc.errors()[:5]
         )
-        raise ProtocolError(f"invalid {kind!r} message: {problems}") from None
+        raise ProtocolError(f"invalid {kind!r} message: {problems}", kind) from None
 
 
 # -- server → client ----------------------------------------------------------------------
@@ -386,12 +391,26 @@ class Status(_Message):
     state: Literal["processing", "idle"]
 
 
+NO_SPEECH = "no_speech"
+"""The ``code`` of the ``error`` that ends an utterance in which no speech was heard."""
+
+
 class ErrorMessage(_Message):
-    """A message could not be used; the session goes on."""
+    """A message could not be used; the session goes on. ``in_reply_to`` is the ``type``
+    of the client message it answers; ``code`` names a condition a client acts on
+    (:data:`NO_SPEECH`)."""
 
     type: Literal["error"] = "error"
     message: str
     in_reply_to: str | None = None
+    code: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _no_code(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("code") is None:
+            data.pop("code", None)
+        return data
 
 
 class Goodbye(_Message):

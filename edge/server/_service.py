@@ -31,26 +31,36 @@ from edge.interaction import (
     VOICE_OUTPUT_TOPIC,
 )
 from edge.llm import LLMService, Loadable, SpeculativeLLM
-from edge.notes import NOTES_TOPIC, NotesAgent
+from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
 from edge.store import STORE_FILE, Retention, SessionStore
 from edge.voice import TRANSCRIPT_TOPIC
 
-from ._access import is_loopback, load_or_create_token
+from ._access import TokenFile, is_loopback
 from ._gateway import Gateway
 from ._hub import OutputHub
-from ._mdns import WEBSOCKET_SERVICE, WYOMING_SERVICE, MdnsAdvertiser, advertised_addresses
+from ._mdns import (
+    WEBSOCKET_SERVICE,
+    WYOMING_SERVICE,
+    MdnsAdvertiser,
+    advertised_addresses,
+    mdns_host_name,
+)
+from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
+from ._tls import CertificateKeeper, local_names
 from ._warmup import SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
 
 log = logging.getLogger(__name__)
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every interface: shown as the host name
 
 
 def _days(days: float | None) -> float | None:
@@ -104,7 +114,9 @@ class EdgeService:
             seed_key=SYSTEM_PROMPT_KEY,
         )
         self.notes = (
-            NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC)
+            NotesAgent(
+                self.runtime, output_topic=VOICE_OUTPUT_TOPIC, drafts=StoredDrafts(self.store)
+            )
             if self.settings.notes
             else None
         )
@@ -127,7 +139,8 @@ class EdgeService:
         )
         self._register_agents()
         self.gateway = self._make_gateway()
-        self.token = self._access_token()
+        self._token = self._access_token()
+        self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
         self.mdns: MdnsAdvertiser | None = None
@@ -139,14 +152,40 @@ class EdgeService:
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
 
-    def _access_token(self) -> str | None:
-        """The device access token WebSocket clients must present (None: ``insecure``)."""
+    def _access_token(self) -> str | TokenFile | None:
+        """The device access token WebSocket clients must present (None: ``insecure``);
+        the data directory's file is followed as it changes (``edge token --rotate``)."""
         s = self.settings
         if s.insecure:
             return None
         if s.token is not None and s.token.get_secret_value():
             return s.token.get_secret_value()
-        return load_or_create_token(s.data_dir)
+        return TokenFile(s.data_dir)
+
+    @property
+    def token(self) -> str | None:
+        """The device access token clients must present now (None: none needed)."""
+        return self._token.current() if isinstance(self._token, TokenFile) else self._token
+
+    @property
+    def instance_name(self) -> str:
+        """The mDNS instance name."""
+        return self.settings.service_name or f"edge on {socket.gethostname()}"
+
+    def _make_tls(self) -> CertificateKeeper | None:
+        """The certificate served on the WebSocket port (None: ``--no-tls``)."""
+        s = self.settings
+        if not s.tls:
+            return None
+        names = local_names(
+            mdns_host_name(self.instance_name), advertised_addresses(s.host, s.mdns_interfaces)
+        )
+        return CertificateKeeper(s.data_dir, names, cert_file=s.tls_cert, key_file=s.tls_key)
+
+    @property
+    def tls_fingerprint(self) -> str | None:
+        """SHA-256 of the served certificate's public key (None without TLS)."""
+        return self.tls.certificate.fingerprint if self.tls is not None else None
 
     @property
     def wyoming_host(self) -> str:
@@ -260,11 +299,12 @@ class EdgeService:
             max_sessions=s.max_sessions,
             outbox_size=s.outbox_size,
             access=AccessPolicy(
-                token=self.token,
+                token=self._token,
                 allowed_origins=s.allowed_origins,
                 hello_timeout_s=s.hello_timeout_s,
                 max_per_address=s.max_sessions_per_address,
             ),
+            tls=self.tls,
         )
 
     def _make_wyoming(self) -> WyomingServer | None:
@@ -337,7 +377,12 @@ class EdgeService:
                 if "float16" in compute and hardware is not None and not hardware.cuda:
                     log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
                     compute = "int8"
-                extra = {"compute_type": compute, "beam_size": audio.stt_beam_size}
+                # Whisper gets the cores the LLM gets (CTranslate2's own default is 4).
+                extra = {
+                    "compute_type": compute,
+                    "beam_size": audio.stt_beam_size,
+                    "cpu_threads": self.device.threads,
+                }
             stt = WhisperSTT(paths.get("stt"), **extra)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
@@ -374,6 +419,10 @@ class EdgeService:
         (``listen=False``: no servers and no mDNS, for in-process use such as ``edge talk``)."""
         if self._stack is not None:
             raise RuntimeError("the service is already running")
+        if listen:  # before any model loads: a second `edge serve` fails at once
+            check_port_free(self.settings.host, self.settings.port, "WebSocket")
+            if self.wyoming is not None:
+                check_port_free(self.wyoming_host, self.settings.wyoming_port, "Wyoming")
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         self._stack = stack
@@ -406,6 +455,8 @@ class EdgeService:
                 await self.warmer.warm_shared()  # the conversation's system prompt, once
             if not listen:
                 return
+            if self.tls is not None:
+                await stack.enter_async_context(self.tls.renewing())
             await stack.enter_async_context(self.websocket)
             if self.wyoming is not None:
                 await stack.enter_async_context(self.wyoming)
@@ -427,19 +478,31 @@ class EdgeService:
 
     def _display_host(self, host: str | None = None) -> str:
         host = host or self.settings.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in WILDCARD_HOSTS:
             return socket.gethostname()
         return host
 
     @property
     def websocket_url(self) -> str:
-        return f"ws://{self._display_host()}:{self.websocket.bound_port}"
+        scheme = "wss" if self.tls is not None else "ws"
+        return f"{scheme}://{self._display_host()}:{self.websocket.bound_port}"
 
     @property
     def console_url(self) -> str:
         """The browser console (``GET /`` on the WebSocket port), with the device token in
         it when one is needed, as notebook servers print theirs."""
-        base = f"http://{self._display_host()}:{self.websocket.bound_port}/"
+        return self._console_at(self._display_host())
+
+    @property
+    def local_console_url(self) -> str | None:
+        """The console opened on the device itself, when the service listens on every
+        interface: ``http://localhost`` is a secure origin, so the page may use the
+        microphone there (the host name's address is not). None otherwise."""
+        return self._console_at("localhost") if self.settings.host in WILDCARD_HOSTS else None
+
+    def _console_at(self, host: str) -> str:
+        scheme = "https" if self.tls is not None else "http"
+        base = f"{scheme}://{host}:{self.websocket.bound_port}/"
         return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     @property
@@ -450,9 +513,7 @@ class EdgeService:
 
     def _advertiser(self) -> MdnsAdvertiser:
         s = self.settings
-        mdns = MdnsAdvertiser(
-            s.service_name or f"edge on {socket.gethostname()}", interfaces=s.mdns_interfaces
-        )
+        mdns = MdnsAdvertiser(self.instance_name, interfaces=s.mdns_interfaces)
         addresses = advertised_addresses(s.host, s.mdns_interfaces)
         txt = {
             "version": __version__,
@@ -461,10 +522,11 @@ class EdgeService:
             "protocol": str(PROTOCOL_VERSION),
             "path": "/",
             "auth": "token" if self.token is not None else "none",
+            "tls": self.tls_fingerprint or "none",  # SHA-256 of the certificate's key
         }
         mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
         if self.wyoming is not None and self.wyoming_host == s.host:  # reachable as advertised
-            wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none"}
+            wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none", "tls": "none"}
             mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, wyoming_txt)
         return mdns
 
@@ -483,7 +545,13 @@ class EdgeService:
             )
         else:
             wyoming = "loopback only (--wyoming-allow ADDRESS lets Home Assistant in)"
-        return {"token": token_note, "wyoming access": wyoming}
+        if self.tls is None:
+            tls = "off (--no-tls): plain http:// and ws://"
+        else:
+            c = self.tls.certificate
+            origin = "self-signed" if c.self_made else str(c.cert_path)
+            tls = f"{origin}, until {c.not_after:%Y-%m-%d} (key SHA-256 below)"
+        return {"token": token_note, "tls": tls, "wyoming access": wyoming}
 
     def describe(self) -> dict[str, Any]:
         """What runs, for ``edge serve`` to print."""

@@ -81,6 +81,13 @@ class Sessions:
             await self.context.resume(participant_id)
         return token, resumed
 
+    async def check(self, participant_id: str, resume: str | None) -> None:
+        """Raise :class:`ClientError` unless ``resume`` is the participant's session token."""
+        try:
+            await self.store.run(self.store.claim, participant_id, resume)
+        except SessionRefused as exc:
+            raise ClientError(str(exc)) from None
+
     async def forget(self, participant_id: str) -> None:
         await self.context.clear(participant_id)
         for hook in self.on_forget:

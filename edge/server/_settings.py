@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_INSTRUCTIONS = (
@@ -128,6 +128,22 @@ class ServiceSettings(BaseSettings):
         "loopback only)",
         json_schema_extra={"metavar": "ADDRESS"},
     )
+    # -- TLS (docs/server.md "TLS") -------------------------------------------------------
+    tls: bool = Field(
+        default=True,
+        description="serve https:// and wss:// with a certificate made in <data_dir>/tls "
+        "(--no-tls: plain HTTP, for a reverse proxy in front)",
+    )
+    tls_cert: Path | None = Field(
+        default=None,
+        description="your own certificate (PEM, chain) instead of the one made here",
+        json_schema_extra={"metavar": "FILE"},
+    )
+    tls_key: Path | None = Field(
+        default=None,
+        description="the key of --tls-cert (PEM)",
+        json_schema_extra={"metavar": "FILE"},
+    )
     # -- bounds (docs/reliability.md) --------------------------------------------------------
     max_sessions_per_address: int = Field(default=8, ge=1, description="sessions per address")
     hello_timeout_s: float = Field(default=10.0, gt=0, description="time to say hello")
@@ -138,6 +154,14 @@ class ServiceSettings(BaseSettings):
     max_synthesize_chars: int = Field(
         default=2000, ge=1, description="longest Wyoming synthesize text"
     )
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ServiceSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together (give both or neither)")
+        if self.tls_cert is not None and not self.tls:
+            raise ValueError("--tls-cert/--tls-key contradict --no-tls")
+        return self
 
     @field_validator("host")
     @classmethod

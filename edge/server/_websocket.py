@@ -27,7 +27,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from ._access import bearer_token, origin_allowed, token_matches
+from ._access import TokenFile, bearer_token, origin_allowed, token_matches
 from ._console import ConsolePages
 from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
@@ -49,13 +49,16 @@ from ._protocol import (
     new_participant_id,
     parse_client_message,
 )
+from ._redact import guard_library_logs
 from ._sessions import Sessions
+from ._tls import CertificateKeeper
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
 
 SOURCE = "websocket"
 MAX_FRAME_BYTES = 1 << 20
+NORMAL_CLOSURE = 1000
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
 
@@ -64,16 +67,25 @@ TRY_AGAIN_LATER = 1013
 class AccessPolicy:
     """Who may open a session. ``token`` None: no token needed (``--insecure``)."""
 
-    token: str | None = None
+    token: str | TokenFile | None = None  # a TokenFile follows `edge token --rotate`
     allowed_origins: tuple[str, ...] = ()
     hello_timeout_s: float = 10.0
     max_per_address: int = 8
     audio_burst_s: float = 30.0  # microphone audio taken at once; after that ...
     audio_rate: float = 2.0  # ... at most this many seconds of audio per second
 
+    def current_token(self) -> str | None:
+        """The token a new connection must present now (None: none needed)."""
+        return self.token.current() if isinstance(self.token, TokenFile) else self.token
+
 
 class _Refused(Exception):
-    """The hello was refused in a way that ends the connection (close code 1008)."""
+    """The hello was refused in a way that ends the connection (close code 1008 with
+    ``reason``): a wrong or missing token, a malformed hello."""
+
+    def __init__(self, message: str, reason: str = "device access token required") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class WebSocketSession:
@@ -94,8 +106,9 @@ class WebSocketSession:
         self.access = access or AccessPolicy()
         request = ws.request
         header = request.headers.get("Authorization") if request is not None else None
-        self._authorized = self.access.token is None or (
-            header is not None and token_matches(self.access.token, bearer_token(header))
+        expected = self.access.current_token()
+        self._authorized = expected is None or (
+            header is not None and token_matches(expected, bearer_token(header))
         )
         self.participant_id: str | None = None
         self.hello: Hello | None = None
@@ -126,6 +139,14 @@ class WebSocketSession:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
+    def replace(self, reason: str) -> None:
+        """Another connection resumed this participant: end this one (it departs as
+        usual, before its close handshake, so a dead link holds nobody up)."""
+        self._leave_reason = "replaced by a newer connection"
+        self._close = (NORMAL_CLOSURE, reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._scope:
@@ -133,13 +154,18 @@ class WebSocketSession:
                     tg.start_soon(self._writer, self._receive)
                     await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
-            if self._close is not None:
-                await self.ws.close(*self._close)
         finally:
             self._send.close()
             if self.participant_id is not None and self.hello is not None and not self._departed:
-                self.gateway.hub.detach(self.participant_id, self)
-                await self.gateway.leave(self.participant_id, self._leave_reason, SOURCE)
+                await self._depart(self.participant_id, self._leave_reason)
+        if self._close is not None:
+            await self.ws.close(*self._close)
+
+    async def _depart(self, participant_id: str, reason: str) -> None:
+        """Publish the departure; the participant's next connection waits for it."""
+        self._departed = True
+        async with self.gateway.hub.departure(participant_id, self):
+            await self.gateway.leave(participant_id, reason, SOURCE)
 
     async def _writer(self, receive: Any) -> None:
         async with receive:
@@ -153,16 +179,20 @@ class WebSocketSession:
 
     async def _reader(self) -> None:
         try:
-            with anyio.move_on_after(self.access.hello_timeout_s):
-                while self.hello is None:  # only hello (or errors) until joined, on a deadline
-                    if not await self._handle(await self.ws.recv()):
-                        return
-            if self.hello is None:
-                self._close = (
-                    POLICY_VIOLATION,
-                    f"no hello within {self.access.hello_timeout_s:g} s",
-                )
-                return
+            # only hello (or errors) until joined; the deadline bounds receiving it, not
+            # the wait for the participant's previous connection to depart (bounded apart)
+            deadline = anyio.current_time() + self.access.hello_timeout_s
+            while self.hello is None:
+                with anyio.move_on_after(deadline - anyio.current_time()) as waiting:
+                    raw = await self.ws.recv()
+                if waiting.cancelled_caught:
+                    self._close = (
+                        POLICY_VIOLATION,
+                        f"no hello within {self.access.hello_timeout_s:g} s",
+                    )
+                    return
+                if not await self._handle(raw):
+                    return
             async for raw in self.ws:
                 if not await self._handle(raw):
                     return
@@ -170,7 +200,7 @@ class WebSocketSession:
             pass
         except _Refused as exc:  # the error goes out first, then the close (in run)
             self.deliver(ErrorMessage(message=str(exc), in_reply_to="hello"))
-            self._close = (POLICY_VIOLATION, "device access token required")
+            self._close = (POLICY_VIOLATION, exc.reason)
 
     def _error(self, message: str, in_reply_to: str | None) -> None:
         self.deliver(ErrorMessage(message=message, in_reply_to=in_reply_to))
@@ -183,7 +213,9 @@ class WebSocketSession:
         try:
             message = parse_client_message(raw)
         except ProtocolError as exc:
-            self._error(str(exc), None)
+            if self.hello is None and exc.message_type == "hello":
+                raise _Refused(str(exc), "malformed hello") from None  # like a wrong token
+            self._error(str(exc), exc.message_type)
             return True
         try:
             if isinstance(message, Hello):
@@ -227,7 +259,7 @@ class WebSocketSession:
         if self.hello is not None:
             raise ClientError(f"already joined as {self.participant_id!r}")
         if not self._authorized:
-            if not token_matches(self.access.token, hello.token):
+            if not token_matches(self.access.current_token(), hello.token):
                 raise _Refused(
                     "this service needs its device access token: send it in hello.token "
                     "(`edge token` on the service's machine shows it)"
@@ -237,10 +269,7 @@ class WebSocketSession:
                 )
             self._authorized = True
         pid = hello.participant_id or new_participant_id()
-        try:
-            self.gateway.hub.attach(pid, self)
-        except ParticipantTaken as exc:
-            raise ClientError(str(exc)) from None
+        await self._arrive(pid, hello.resume)
         token, resumed = None, None
         if self.gateway.sessions is not None:
             try:
@@ -272,6 +301,19 @@ class WebSocketSession:
             self.participant_id, self.hello = None, None
             raise
 
+    async def _arrive(self, pid: str, resume: str | None) -> None:
+        """Attach once the participant's previous connection has departed; a resume with
+        the session token takes over a connection still attached (a link gone silent)."""
+        hub, sessions = self.gateway.hub, self.gateway.sessions
+        take_over = resume is not None and sessions is not None and pid in hub.connected()
+        if take_over:
+            assert sessions is not None
+            await sessions.check(pid, resume)
+        try:
+            await hub.arrive(pid, self, take_over=take_over)
+        except ParticipantTaken as exc:
+            raise ClientError(str(exc)) from None
+
     def _sessions(self) -> Sessions:
         if self.gateway.sessions is None:
             raise ClientError("this server keeps no sessions")
@@ -282,10 +324,10 @@ class WebSocketSession:
         pid = self.participant_id
         assert pid is not None
         sessions = self._sessions()
-        self.gateway.hub.detach(pid, self)
         self._departed = True
-        await self.gateway.leave(pid, "forget", SOURCE)
-        await sessions.forget(pid)
+        async with self.gateway.hub.departure(pid, self):  # a reconnect waits for the erase
+            await self.gateway.leave(pid, "forget", SOURCE)
+            await sessions.forget(pid)
         self.deliver(Goodbye(reason="forgotten"))
 
     async def _audio(self, pcm: bytes) -> None:
@@ -323,8 +365,10 @@ class WebSocketServer:
         max_sessions: int = 32,
         outbox_size: int = 2048,
         access: AccessPolicy | None = None,
+        tls: CertificateKeeper | None = None,
     ) -> None:
         self.gateway = gateway
+        self.tls = tls  # None: plain http:// and ws://
         self.host = host
         self.port = port
         self.max_sessions = max_sessions
@@ -343,6 +387,7 @@ class WebSocketServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def __aenter__(self) -> WebSocketServer:
+        guard_library_logs()
         self._server = await serve(
             self._connection,
             self.host,
@@ -351,8 +396,16 @@ class WebSocketServer:
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
+            **self._tls_options(),
         )
         return self
+
+    def _tls_options(self) -> dict[str, Any]:
+        """TLS on the port: a handshake is bounded like the hello (a client that starts one
+        and stalls is dropped)."""
+        if self.tls is None:
+            return {}
+        return {"ssl": self.tls.context, "ssl_handshake_timeout": self.access.hello_timeout_s}
 
     async def __aexit__(self, *exc_info: object) -> None:
         server, self._server = self._server, None
@@ -373,6 +426,7 @@ class WebSocketServer:
             "participants": len(g.hub.connected()),
             **({"speculation": g.speculation.as_dict()} if g.speculation is not None else {}),
             **({"store": g.sessions.health()} if g.sessions is not None else {}),
+            **({"tls": self.tls.certificate.describe()} if self.tls is not None else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -398,7 +452,7 @@ class WebSocketServer:
             )
         authorization = headers.get("Authorization")
         if authorization is not None and not token_matches(
-            self.access.token, bearer_token(authorization)
+            self.access.current_token(), bearer_token(authorization)
         ):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong device access token\n")
         return None

@@ -116,7 +116,18 @@ V5 = """
         FROM records WHERE kind IN ('exchange', 'update');
 """
 
-MIGRATIONS: list[str] = [V1, V2, V3, V4, V5]
+V6 = """
+-- what a participant was doing, kept with their session so a reconnect carries it on
+-- (a note being dictated): small JSON values by key, erased with the participant
+        CREATE TABLE session_state (
+            participant TEXT NOT NULL REFERENCES participants(id) ON DELETE CASCADE,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (participant, key)
+        ) WITHOUT ROWID;
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3, V4, V5, V6]
 """SQL scripts; ``MIGRATIONS[n]`` moves a database from version ``n`` to ``n + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

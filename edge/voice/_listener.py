@@ -139,6 +139,7 @@ class Listener:
         self._fed = 0
         self._anchor = (0, 0)  # (stream sample, wall time us) of the latest chunk start
         self._utterance = 0
+        self._released_at = 0  # self._utterance at the latest push-to-talk release
         self._speech_start_us = 0
         self._passes: list[_Pass] = []
         self._last_partial_covers = 0
@@ -183,6 +184,21 @@ class Listener:
         if self._endpointer.speaking:
             self._guess_from_partial(self._endpointer.position)
         self._handle(self._endpointer.finish())
+        if self._utterance == self._released_at:  # no utterance since the last release
+            self._nothing_heard()
+        self._released_at = self._utterance
+
+    def _nothing_heard(self) -> None:
+        """A release with no speech before it ends an empty utterance: its final transcript
+        (empty text, no query) tells the participant that nothing was heard."""
+        utterance = self._utterance
+        self._utterance += 1
+        empty = Transcript(text="", utterance=utterance, final=True)
+
+        async def send() -> None:
+            await self._hooks.transcript(self.participant_id, empty)
+
+        self._enqueue(send)
 
     def _handle(self, events: list[Event]) -> None:
         for event in events:

@@ -22,6 +22,7 @@ const sceneSent = { text: "" };
 const HISTORY_PAGE = 200;
 let lastView = null; // the latest context_view, when the service offers it
 let historyTotal = 0;
+let restoring = false; // a resumed session in a fresh page: the next whole history page refills it
 let busy = false;
 let healthVoice = null; // what /health said about voice, when known
 let pttReleasedAt = null;
@@ -138,6 +139,7 @@ function onWelcome(welcome) {
   enableMicrophone(asked ? welcome.audio_out_rate !== null : healthVoice !== false);
   $("view-section").hidden = !welcome.session_token;
   $("history-section").hidden = !welcome.session_token;
+  restoring = Boolean(welcome.resumed) && turns.order.length === 0; // a reload, not a reconnect
   if (welcome.session_token) requestViews();
   updateQueue();
   pollHealth();
@@ -275,6 +277,21 @@ function onHistory(message) {
     session.send({ type: "history", offset: Math.max(0, message.total - HISTORY_PAGE), limit: HISTORY_PAGE });
   }
   renderHistory($("history"), message);
+  if (restoring && !behind) restore(message.entries || []);
+}
+
+/** A resumed session (a reload, a dropped link): the earlier turns and the scene the
+ * service holds come back into the page. */
+function restore(entries) {
+  restoring = false;
+  turns.restore(entries);
+  const scene = entries.filter((e) => e.section === "scene" && e.kind !== "exchange").pop();
+  if (scene && !sceneSent.text) {
+    sceneSent.text = scene.text;
+    $("scene-text").value = scene.text;
+    showContext();
+  }
+  updateQueue();
 }
 
 function showContext() {

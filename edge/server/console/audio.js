@@ -10,9 +10,9 @@ export function microphoneProblem() {
     const here = `${location.protocol}//${location.host}`;
     return (
       `The browser only allows the microphone on a secure origin, and ${here} is not one. ` +
-      "Open the console as http://localhost:PORT on the device itself, put the service " +
-      "behind an HTTPS reverse proxy, or (Chrome, on a trusted lab network) add " +
-      `${here} under chrome://flags/#unsafely-treat-insecure-origin-as-secure and relaunch. ` +
+      `Open https://${location.host}/ instead: the service serves HTTPS on this port ` +
+      "unless it was started with --no-tls (accept its certificate once, after comparing " +
+      "its fingerprint with the one `edge token` prints). " +
       "Typed turns work either way."
     );
   }

@@ -12,6 +12,8 @@ const TIMELINE = [
   "playing",
 ];
 
+const ORIGINS = { voice: "spoken", earlier: "earlier" };
+
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
@@ -53,11 +55,28 @@ export class Turns {
     return turn;
   }
 
+  /** After a reload: the conversation's earlier exchanges (from `history`) as finished
+   * cards, before any turn of this page. */
+  restore(entries) {
+    const first = this.list.firstChild;
+    for (const entry of entries) {
+      if (entry.kind !== "exchange" || this.byId.has(`earlier-${entry.id}`)) continue;
+      const turn = this.open({ request_id: `earlier-${entry.id}`, text: entry.user, origin: "earlier" }, []);
+      this.list.insertBefore(turn.node, first);
+      this.order.splice(this.order.indexOf(turn.id), 1);
+      this.order.splice(this.order.filter((id) => id.startsWith("earlier-")).length, 0, turn.id);
+      turn.done = true;
+      this.reply({ request_id: turn.id, source: "device", text: entry.assistant, final: true }, 0);
+      turn.stages.clear();
+      this.renderTimeline(turn);
+    }
+  }
+
   card(turn) {
     const item = el("li", { class: "turn", "data-request-id": turn.id });
     const head = el("div", { class: "turn-head" });
     head.append(
-      el("span", { class: `origin origin-${turn.origin}` }, turn.origin === "voice" ? "spoken" : "typed"),
+      el("span", { class: `origin origin-${turn.origin}` }, ORIGINS[turn.origin] || "typed"),
       el("q", { class: "heard" }, turn.text),
       el("code", { class: "rid", title: "request id" }, turn.id.slice(0, 8)),
     );

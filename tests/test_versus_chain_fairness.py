@@ -1,0 +1,66 @@
+"""The chain in ``benchmarks/versus_chain.py`` runs as Home Assistant users run it, and with
+what our own path uses: a handicap given to the chain cannot come back unnoticed.
+
+Home Assistant's Whisper add-on ships beam size 1, int8 and English; our path decodes with the
+profile's beam and compute type; every thread setting on both sides is the machine's cores.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from edge.decisions import ScriptedDecisions
+from edge.device import load_device_config
+from edge.llm import ScriptedLLM
+from edge.server import EdgeService
+from tests.server_helpers import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import chain_services  # noqa: E402
+
+
+def flag(argv: list[str], name: str) -> str:
+    assert name in argv, f"the chain's command line has no {name}: {argv}"
+    return argv[argv.index(name) + 1]
+
+
+def our_path() -> EdgeService:
+    """``edge serve``'s voice path on this machine's profile (models not loaded)."""
+    return EdgeService(
+        settings(voice=True),
+        llm=ScriptedLLM(),
+        decisions=ScriptedDecisions(default="x"),
+        device=load_device_config(),
+    )
+
+
+def test_the_chains_whisper_decodes_as_the_addon_and_as_our_path(tmp_path: Path) -> None:
+    argv = chain_services.chain_argv("python", {"whisper": 1, "llama": 2, "piper": 3}, tmp_path)
+    whisper = argv["whisper"]
+    stt = our_path().voice.stt
+    addon = chain_services.ADDON_WHISPER
+    assert int(flag(whisper, "--beam-size")) == addon["beam_size"] == stt.beam_size
+    assert flag(whisper, "--compute-type") == addon["compute_type"] == stt.compute_type
+    assert flag(whisper, "--language") == addon["language"] == stt.language
+
+
+def test_every_thread_setting_is_the_cores(tmp_path: Path) -> None:
+    argv = chain_services.chain_argv("python", {"whisper": 1, "llama": 2, "piper": 3}, tmp_path)
+    cores = chain_services.cores()
+    assert int(flag(argv["whisper"], "--cpu-threads")) == cores
+    assert int(flag(argv["llama"], "--n_threads")) == cores
+    assert int(flag(argv["llama"], "--n_threads_batch")) == cores
+    service = our_path()
+    assert service.voice.stt.cpu_threads == cores
+    assert service.device is not None and service.device.threads == cores
+
+
+def test_the_chains_settings_are_what_its_command_lines_say(tmp_path: Path) -> None:
+    cfg = chain_services.chain_settings()
+    argv = chain_services.chain_argv("python", {"whisper": 1, "llama": 2, "piper": 3}, tmp_path)
+    assert flag(argv["whisper"], "--model") == cfg["whisper"]["model"]
+    assert flag(argv["llama"], "--model") == cfg["llama"]["model"]
+    assert "--no-streaming" not in argv["piper"] and cfg["piper"]["streaming"]
