@@ -160,6 +160,24 @@ def server_memory(m: str) -> str:
     return f"{rss['idle_mb']:.0f} / {rss['after_turns_mb']:.0f} MB"
 
 
+def long_session(m: str) -> str:
+    r = load_results("long_session", m)
+    rows, ws = r["rows"], r["windows"]
+
+    def firsts(lo: int, hi: int) -> list[float]:
+        return [t["first_reply_s"] for t in rows if lo <= t["turn"] <= hi]
+
+    late = sorted(firsts(121, 160))
+    p95 = statistics.quantiles(late, n=100, method="inclusive")[94]
+    memory = [w["memory_mb"] for w in ws]
+    unanswered = sum(not t["answered"] for t in rows)
+    return (
+        f"{s(med(firsts(21, 40)))} / {s(med(late))}, p95 {s(p95)}; "
+        f"{memory[2]:.0f} MB at turn 60, at most {max(memory[3:]):.0f} MB after; "
+        f"{unanswered} unanswered"
+    )
+
+
 def versus_chain(m: str) -> str:
     paths = load_results("versus_chain", m)["summary"]
     chain = f"chain {s(paths['d']['p50'])}"
@@ -259,6 +277,13 @@ ROWS: list[Row] = [
         server_memory,
         "same",
         SERVER,
+    ),
+    (
+        "through `edge serve`: 4 participants taking 160 typed turns round robin, first reply "
+        "text p50 of turns 21–40 / 121–160, p95 of 121–160; resident memory",
+        long_session,
+        "`benchmarks/long_session.py`",
+        ("long_session",),
     ),
     (
         "spoken turn against the Home Assistant chain (wyoming-faster-whisper + llama.cpp "

@@ -639,3 +639,27 @@ async def test_a_resumed_participant_is_reloaded_from_the_store_and_rewarmed(tmp
         assert again.render("p", now_us=0) == before
         await again.suspend("p")  # leaves memory, stays stored
         assert "p" not in again.participants() and "my badge is 7" in again.render("p")
+
+
+async def test_a_busy_device_compacts_without_the_model_instead_of_shifting_the_view() -> None:
+    """Turns back to back leave compaction no quiet period: when the dialogue overflows
+    its budget, its older exchanges are compacted at once without the model (the
+    participant's statements verbatim), instead of being left out of a view whose start
+    then shifts, and is evaluated anew, on every turn."""
+    llm = ScriptedLLM(responder("S."))
+    async with manager(llm, compaction_quiet_s=30, **SMALL) as ctx:
+        starts: list[str] = []
+        for i in range(16):
+            with ctx.answering():
+                pass  # an answer just ended: the device is not quiet
+            await ctx.record_exchange("p", f"{label(i)} is on shelf {i}. " + "w" * 80, "ok")
+            view = ctx.render("p")
+            assert len(view.encode()) <= 1000 + 200  # the budget, plus the time line
+            assert all(not b.clipped for b in ctx.blocks("p"))
+            starts.append(view[:60])
+        assert compactions(llm) == []  # the model was never asked
+        report = ctx.last_compaction("p")
+        assert report.ok and report.method == "extractive"
+        assert "shelf 15" in ctx.render("p") and ctx.summary("p").startswith("The user said:")
+        # the view's start changed only when a compaction rewrote it, not on every turn
+        assert len(set(starts)) <= 6, starts

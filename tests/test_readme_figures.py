@@ -100,7 +100,13 @@ def test_the_figure_markers(tmp_path, monkeypatch) -> None:
 
 def test_every_benchmark_of_make_bench_has_committed_results() -> None:
     out = ROOT / "benchmarks" / "results" / readme_table.MACHINE
-    for bench in ("llm_latency", "conversation_ttft", "voice_latency", "server_latency"):
+    for bench in (
+        "llm_latency",
+        "conversation_ttft",
+        "voice_latency",
+        "server_latency",
+        "long_session",
+    ):
         assert (out / f"{bench}.json").is_file() and (out / f"{bench}.png").is_file(), bench
     assert (out / "routing_decisions.json").is_file()
     assert (out / "routing_decisions_routing_eval_holdout.json").is_file()

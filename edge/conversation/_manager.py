@@ -49,6 +49,7 @@ from ._context import (
     content_identities,
     identity,
 )
+from ._extractive import extractive_summary
 from ._recall import MemoryRecallIndex, Recall, RecallIndex, Statement, in_view
 from ._recall_store import StoreRecallIndex
 from ._render import DIALOGUE, ContextBlock, Renderer
@@ -84,7 +85,11 @@ class ContextManager:
     ``compaction_quiet_s``), so their next answer evaluates only its request, and a
     compaction warms the prefix its summary will give the participant under a key of its
     own before it commits (the model's ``move_cache`` then hands it over): a turn during
-    or right after their own compaction finds a warm prefix either way. ``timezone`` is
+    or right after their own compaction finds a warm prefix either way. Under steady use
+    (answers less than ``compaction_quiet_s`` apart, so no quiet period comes) a section
+    that overflows its budget is compacted at once without the model (the participant's
+    statements verbatim, as when a model summary fails), so the prompt's start changes
+    once per budget instead of on every turn. ``timezone`` is
     the zone times are shown in (local by default); ``clock`` returns Unix microseconds.
 
     Recall: every participant statement (what they said, each incremental topic update)
@@ -183,6 +188,7 @@ class ContextManager:
         )
         self._closed = False
         self._warned_not_running = False
+        self._answered_at: float | None = None  # when the latest answer ended
 
     # ----------------------------------------------------------------- configuration
 
@@ -302,8 +308,11 @@ class ContextManager:
     def answering(self) -> Iterator[None]:
         """Mark an answer in flight: background compaction waits until it is over and
         the device has been quiet for ``compaction_quiet_s``."""
-        with self._quiet.own.interactive():
-            yield
+        try:
+            with self._quiet.own.interactive():
+                yield
+        finally:
+            self._answered_at = time.monotonic()
 
     def touch(self) -> None:
         """Record participant activity now (restarts the quiet period)."""
@@ -369,9 +378,48 @@ class ContextManager:
             )
         if record.kind == "exchange" and part.system is not None and self._rewarm:
             part.warm_pending = True  # the next answer then evaluates only its request
+        if section.needs_compaction() and self._pressed(section):
+            await self._compact_without_model(part, section)
         if section.needs_compaction() or part.warm_pending:
             self._worker.wake()
         return True
+
+    def _pressed(self, section: Section) -> bool:
+        """Whether ``section`` overflows its budget while answers come too close together
+        (less than ``compaction_quiet_s`` apart) to give its compaction a quiet period:
+        the view would then leave its oldest entries out, shifting the prompt's start
+        (and re-evaluating it) on turn after turn."""
+        answered = self._answered_at
+        if answered is None or time.monotonic() - answered >= self._quiet.quiet_s:
+            return False
+        used = nbytes(previous_text(section, self._renderer)) + section.pending_bytes
+        return used > section.budget
+
+    async def _compact_without_model(self, part: ParticipantContext, section: Section) -> None:
+        """Compact ``section`` now without the model: the participant's statements verbatim
+        (the extractive summary), all but the newest dialogue exchange, so the prompt's
+        start changes once per budget instead of on every turn. Skipped while background
+        work holds the participant: a model compaction or re-warm that found no quiet
+        model is cancelled (it would start again when the device is idle)."""
+        lock = self._lock(part.participant_id)
+        if lock.locked():
+            await self._jobs.cancel(part.participant_id)
+        async with lock:
+            if self._participants.get(part.participant_id) is not part:
+                return
+            started = time.perf_counter()
+            taken = self._candidates(part, section, 1 if section.kind == DIALOGUE else 0)
+            if not taken:
+                return
+            text = extractive_summary(
+                section.summary, taken, section.summary_limit, dialogue=section.kind == DIALOGUE
+            )
+            made = Summarized(
+                text or None, "extractive", "no quiet period: compacted without the model"
+            )
+            previous = previous_text(section, self._renderer)
+            texts = [e.rendered for e in taken]
+            await self._commit(part, section, made, taken, previous, texts, started)
 
     async def reconcile(
         self,
@@ -618,8 +666,8 @@ class ContextManager:
             made.reason or ("" if result is not None else "no summary"),
             list(made.attempts),
         )
-        if made.reason == "participant cleared":
-            return report
+        if made.reason in ("participant cleared", "cancelled"):
+            return report  # cleared, or superseded (see _compact_without_model): no failure
         if result is None:
             log.warning(
                 "compaction of %r for %r failed (%s); entries kept until the next one",

@@ -290,7 +290,9 @@ class LlamaCppLLM(StreamingLLM):
                 abort_check = slot.should_yield
         first_reuse: int | None = None
         while True:
+            switched_at = time.perf_counter()
             await self._step(self._engine.switch_to, key, seed)
+            slot.metrics.restore_s += time.perf_counter() - switched_at
             reuse, pending = self._engine.plan(target, need_logits)
             first_reuse = reuse if first_reuse is None else first_reuse
             await self._step(self._engine.truncate, reuse)

@@ -86,7 +86,9 @@ class RequestMetrics:
 
     ``queue_wait_s`` is submission to first scheduling; ``ttft_s`` submission to the
     first text delta; ``reused_tokens`` prompt tokens served from the KV cache instead of
-    evaluated; ``preemptions`` how often background work yielded to interactive work.
+    evaluated; ``restore_s`` time spent switching the model to the request's saved KV
+    state (saving the previous owner's, loading this one's); ``preemptions`` how often
+    background work yielded to interactive work.
     """
 
     priority: Priority = Priority.INTERACTIVE
@@ -100,6 +102,7 @@ class RequestMetrics:
     generation_s: float | None = None
     total_s: float | None = None
     preemptions: int = 0
+    restore_s: float = 0.0
 
     @property
     def evaluated_tokens(self) -> int:
