@@ -82,9 +82,10 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                     await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
                 if i % 30 == 0:
                     await ctx.update("p", "window", f"Panel {i} open.")
-                if i % 100 == 99:
-                    await eventually(lambda: idle(ctx), 240)
                 if i % 25 == 24:
+                    # a quiet moment: the backlog compacts (a failed summary request stalls
+                    # its section until the next entry, so each pause retries it)
+                    await eventually(lambda: idle(ctx), 240)
                     for section, budget in ctx.budgets.items():
                         used = sum(
                             len(b.text.encode()) for b in ctx.blocks("p") if b.section == section
@@ -104,11 +105,16 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
     finally:
         tracemalloc.stop()
     # the budgets above held because compaction worked, not because entries were dropped:
-    # every section compacted successfully, and most attempts succeeded
+    # every section compacted successfully, and a failed summary request (kept, retried)
+    # never came more than `compaction_failure_limit` - 1 times in a row
     ok = [r for r in reports if r.ok]
     # (a summary topic such as "window" never compacts: each update replaces its state)
     assert {r.section for r in ok} >= {"dialogue", "notes"}, [r.reason for r in reports]
-    assert len(ok) * 2 > len(reports), [r.reason for r in reports if not r.ok]
+    for section in ("dialogue", "notes"):
+        failed_in_a_row = 0
+        for report in (r for r in reports if r.section == section):
+            failed_in_a_row = 0 if report.ok else failed_in_a_row + 1
+            assert failed_in_a_row < 3, [(r.section, r.reason) for r in reports]
     # flat: what the manager holds stops growing once sections reach steady state
     assert max(samples[3:]) - samples[3] < 64 * 1024, samples
 
