@@ -68,7 +68,7 @@ lint: setup
 # benchmarks/results/<machine class>/ (committed; the README table is checked against them).
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python benchmarks/versus_chain.py
+	$(BIN)/python benchmarks/versus_chain.py --repeat 3
 	$(BIN)/python benchmarks/llm_latency.py
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined --set benchmarks/routing_eval_holdout.jsonl

@@ -290,7 +290,7 @@ ROWS: list[Row] = [
         "server + wyoming-piper), p50 to first reply audio and ratio to the chain's p50: "
         "(a) hands-free / (b) push-to-talk / (c) our Wyoming / the chain",
         versus_chain,
-        "`benchmarks/versus_chain.py --repeat 2`",
+        "`benchmarks/versus_chain.py --repeat 3`",
         ("versus_chain",),
     ),
     (
