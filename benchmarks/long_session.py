@@ -37,9 +37,9 @@ import anyio
 from figures import code_version, private_data_dir, write_results
 from rich.console import Console
 from rich.table import Table
-from server_latency import base_settings, rss_mb
+from server_latency import ask_timed, base_settings, rss_mb
 
-from edge.server import EdgeClient, EdgeService, Reply
+from edge.server import EdgeClient, EdgeService
 
 WINDOW = 20
 SUBJECTS = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana"]
@@ -170,17 +170,9 @@ async def one_turn(
 ) -> dict[str, Any]:
     trace.stages = {}
     before = trace.log()
-    t0 = time.perf_counter()
-    first: list[float] = []
-
-    def seen(message: Any) -> None:
-        if isinstance(message, Reply) and message.text and not first:
-            first.append(time.perf_counter() - t0)
-
-    turn = await client.ask(text, limit_s=300, on_message=seen)
+    turn, times = await ask_timed(client, text)
     row: dict[str, Any] = {
-        "first_reply_s": first[0] if first else float("nan"),
-        "done_s": time.perf_counter() - t0,
+        **times,
         "answered": bool(turn.text.strip()),
         "reply": turn.text,
         **{k: round(v, 4) for k, v in trace.stages.items()},

@@ -71,9 +71,9 @@ def base_settings(**kw: Any) -> ServiceSettings:
     return ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, **kw)
 
 
-async def timed_turn(
-    client: EdgeClient, text: str, service: EdgeService | None = None
-) -> dict[str, Any]:
+async def ask_timed(client: EdgeClient, text: str) -> tuple[Any, dict[str, float]]:
+    """One typed turn: the client's turn, and its first reply text and whole reply times
+    (seconds from sending it)."""
     t0 = time.perf_counter()
     first: list[float] = []
 
@@ -82,11 +82,15 @@ async def timed_turn(
             first.append(time.perf_counter() - t0)
 
     turn = await client.ask(text, limit_s=300, on_message=seen)
-    row: dict[str, Any] = {
-        "first_reply_s": first[0] if first else float("nan"),
-        "done_s": time.perf_counter() - t0,
-        "chars": len(turn.text),
-    }
+    done = time.perf_counter() - t0
+    return turn, {"first_reply_s": first[0] if first else float("nan"), "done_s": done}
+
+
+async def timed_turn(
+    client: EdgeClient, text: str, service: EdgeService | None = None
+) -> dict[str, Any]:
+    turn, times = await ask_timed(client, text)
+    row: dict[str, Any] = {**times, "chars": len(turn.text)}
     metrics = service.conversation.last_metrics(client.participant_id) if service else None
     if metrics is not None:  # the answer request alone (routing came before it)
         row.update(
