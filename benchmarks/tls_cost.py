@@ -35,6 +35,7 @@ import anyio
 from figures import pcm16_samples, private_data_dir, speech_end_at, write_results
 from rich.console import Console
 from rich.table import Table
+from server_latency import base_settings
 
 from edge.server import (
     AudioFormat,
@@ -42,7 +43,6 @@ from edge.server import (
     EdgeClient,
     EdgeService,
     ServerTrust,
-    ServiceSettings,
 )
 from edge.voice import PiperTTS, WhisperSTT, float_to_pcm16
 
@@ -53,15 +53,7 @@ VARIANTS = ("tls", "plain")
 def make_service(
     tls: bool, data_dir: Path, stt: WhisperSTT, tts: PiperTTS, profile: str | None
 ) -> EdgeService:
-    settings = ServiceSettings(
-        host="127.0.0.1",
-        port=0,
-        wyoming_port=None,
-        mdns=False,
-        tls=tls,
-        data_dir=data_dir,
-        profile=profile,
-    )
+    settings = base_settings(tls=tls, data_dir=data_dir, profile=profile)
     return EdgeService(settings, stt=stt, tts=tts)
 
 

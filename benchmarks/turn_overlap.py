@@ -27,21 +27,15 @@ from chain_paths import RATE, ws_turn
 from figures import private_data_dir, write_results
 from rich.console import Console
 from rich.table import Table
+from server_latency import base_settings
 from versus_chain import QUESTIONS, speak_questions
 
-from edge.server import AudioFormat, EdgeClient, EdgeService, ServiceSettings
+from edge.server import AudioFormat, EdgeClient, EdgeService
 from edge.voice import PiperTTS, VadConfig, VoiceConfig
 
 
 def service(profile: str | None, overlapped: bool, after_ms: int | None = None) -> EdgeService:
-    settings = ServiceSettings(
-        host="127.0.0.1",
-        port=0,
-        wyoming_port=None,
-        mdns=False,
-        profile=profile,
-        speculative_answers=overlapped,
-    )
+    settings = base_settings(profile=profile, speculative_answers=overlapped)
     made = EdgeService(settings)
     assert made.voice is not None
     if overlapped and after_ms is not None:

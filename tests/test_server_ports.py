@@ -12,6 +12,7 @@ import pytest
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeService
+from edge.server._service import WILDCARD_HOSTS
 from tests.server_helpers import answer_for, settings
 
 EDGE = [sys.executable, "-m", "edge"]
@@ -67,8 +68,11 @@ async def test_the_console_on_the_device_itself_is_a_localhost_url() -> None:
         settings(), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions()
     ) as service:
         assert service.local_console_url is None  # 127.0.0.1 is a secure origin already
-        # listening on every interface, the host name's URL is not: localhost is printed too
-        service.settings = service.settings.model_copy(update={"host": "0.0.0.0"})
         port = service.websocket.bound_port
-        assert service.local_console_url == f"http://localhost:{port}/?token={service.token}"
-        assert service.console_url.startswith(f"http://{socket.gethostname()}:{port}/")
+        assert service.console_url.startswith(f"http://127.0.0.1:{port}/")
+        # listening on every interface (never bound in tests: the settings' host names it)
+        # the host name's URL is printed, and localhost's for the device itself
+        for everywhere in WILDCARD_HOSTS:
+            service.settings = service.settings.model_copy(update={"host": everywhere})
+            assert service.local_console_url == f"http://localhost:{port}/?token={service.token}"
+            assert service.console_url.startswith(f"http://{socket.gethostname()}:{port}/")
