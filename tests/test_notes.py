@@ -229,3 +229,30 @@ async def test_the_note_limit_counts_utf8_bytes_not_characters() -> None:
         await notes.answer(t("done", 2), started=started)
     (saved,) = notes.notes("p1")
     assert saved == "é" * 10 and len(saved.encode("utf-8")) <= 21
+
+
+async def test_a_draft_kept_while_dictating_stays_within_the_note_limit() -> None:
+    """A participant who dictates on and on (each line within the text limit) never grows
+    the kept draft past what the note keeps: the store holds at most ``max_note_bytes``."""
+
+    class Kept:
+        def __init__(self) -> None:
+            self.saved: list[list[str] | None] = []
+
+        async def load(self, participant_id: str) -> list[str] | None:
+            return None
+
+        async def save(self, participant_id: str, parts: list[str] | None) -> None:
+            self.saved.append(None if parts is None else list(parts))
+
+    kept = Kept()
+    runtime = AgentRuntime()
+    notes = NotesAgent(runtime, max_note_bytes=100, drafts=kept)
+    async with runtime:
+        await notes.answer(t("take a note: " + "a" * 60, 1), started=started)
+        for n in range(2, 40):
+            await notes.answer(t("b" * 60, n), started=started)
+        await notes.answer(t("done", 40), started=started)
+    assert all(sum(len(p.encode()) for p in s) <= 101 for s in kept.saved if s), kept.saved[-2]
+    (saved,) = notes.notes("p1")
+    assert saved == ("a" * 60 + " " + "b" * 60)[:100]

@@ -106,6 +106,8 @@ class NotesAgent:
         content, finished = split_done(content)
         if content:
             draft.append(content)
+            if sum(len(part.encode()) for part in draft) > self.max_note_bytes:
+                draft[:] = [self._join(draft)]  # what the note keeps: the draft stays bounded
         if not finished:
             self._drafts[pid] = draft
             await self._keep(pid, draft)  # durable before it is acknowledged
