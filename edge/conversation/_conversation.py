@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import aclosing
 from importlib import resources
 from typing import Literal
 
@@ -322,7 +323,6 @@ class Conversation:
         self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below
         while len(self._metrics) > MAX_METRICS:
             self._metrics.pop(next(iter(self._metrics)))
-        reply = ReplyFilter(self.max_sentences)
         sequence = 0
         parts: list[str] = []
 
@@ -337,11 +337,9 @@ class Conversation:
             parts.append(text)
 
         try:
-            async for delta in stream:
-                await emit(reply.feed(delta))
-                if reply.done:
-                    break  # the length is reached: the model stops here
-            await emit(reply.flush())
+            async with aclosing(self.reply_text(stream)) as texts:
+                async for text in texts:  # ends where the length is reached
+                    await emit(text)
         except BaseException:
             # A model failure, cancellation or failed publication: drain the model (shielded),
             # close an open stream with an empty final frame (best effort), propagate.
