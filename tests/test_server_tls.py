@@ -273,7 +273,8 @@ async def health_s(port: int) -> float:
 
 
 async def test_stalled_handshakes_garbage_and_plain_http_are_bounded_and_closed() -> None:
-    async with make_service(tls=True, hello_timeout_s=1.0) as service:
+    hello_timeout_s = 2.0  # a /health that waited behind a stalled handshake takes this long
+    async with make_service(tls=True, hello_timeout_s=hello_timeout_s) as service:
         port = service.websocket.bound_port
         async with anyio.create_task_group() as tg:
             results: dict[str, tuple[float, bytes]] = {}
@@ -290,9 +291,9 @@ async def test_stalled_handshakes_garbage_and_plain_http_are_bounded_and_closed(
         async with EdgeClient(service.websocket_url, token=service.token) as client:
             turn = await client.ask("still here")
     for name, (seconds, said) in results.items():
-        assert seconds < 3.0, (name, seconds)
+        assert seconds < hello_timeout_s + 2.0, (name, seconds)
         assert b"token" not in said and b"200" not in said, (name, said)
-    assert max(during) < 1.0, during
+    assert max(during) < hello_timeout_s, during
     assert turn.text.startswith("You said: still here")
 
 
