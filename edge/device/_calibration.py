@@ -17,6 +17,7 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,7 @@ async def measure_llm(
     is kept alongside.
     """
     try:
-        from edge.llm import LlamaCppLLM, Priority
+        from edge.llm import LlamaCppLLM
     except ImportError as exc:  # pragma: no cover - llama-cpp-python missing
         raise CalibrationError(f"calibration needs llama-cpp-python: {exc}") from None
     if repeats < 1:
@@ -213,36 +214,17 @@ async def measure_llm(
     load_before = _load_average()
     started = time.perf_counter()
     llm = LlamaCppLLM(path, n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers, temperature=0.0)
-    prompt_speeds: list[float] = []
-    gen_speeds: list[float] = []
     async with llm:
         load_s = time.perf_counter() - started
         tokens = llm.count_tokens(text)
         cpu_start, wall_start = time.process_time(), time.perf_counter()
-        for run in range(repeats):
-            messages = [{"role": "user", "content": f"Transcript {run + 1}:\n{text}"}]
-            prompt = await llm.warm(
-                messages, cache_key=f"calibrate-prompt-{run}", priority=Priority.INTERACTIVE
-            )
-            if not prompt.prompt_eval_s or prompt.evaluated_tokens < 32:
-                raise CalibrationError("prompt evaluation was not measured (prompt reused?)")
-            prompt_speeds.append(prompt.evaluated_tokens / prompt.prompt_eval_s)
-            reply = await llm.chat(
-                [{"role": "user", "content": GENERATION_PROMPT}],
-                max_tokens=generate_tokens,
-                temperature=0.0,
-                cache_key=f"calibrate-generate-{run}",
-            )
-            if reply.metrics.tokens_per_s is None:
-                raise CalibrationError(
-                    f"generation produced only {reply.metrics.generated_tokens} tokens; "
-                    "cannot measure its speed"
-                )
-            gen_speeds.append(reply.metrics.tokens_per_s)
+        runs = [await _measure_run(llm, text, run, generate_tokens) for run in range(repeats)]
         cpu_share = (time.process_time() - cpu_start) / (
             max(1e-9, time.perf_counter() - wall_start) * threads
         )
         kv_per_token, overhead = await measure_state_sizes(llm)
+    prompt_speeds = [run.prompt_tokens_per_s for run in runs]
+    gen_speeds = [run.generation_tokens_per_s for run in runs]
     return Measurement(
         prompt_tokens_per_s=max(prompt_speeds),
         generation_tokens_per_s=max(gen_speeds),
@@ -253,11 +235,48 @@ async def measure_llm(
         kv_bytes_per_token=kv_per_token,
         state_overhead_bytes=overhead,
         load_s=load_s,
-        prompt_tokens=prompt.evaluated_tokens,
-        generated_tokens=reply.metrics.generated_tokens,
+        prompt_tokens=runs[-1].prompt_tokens,
+        generated_tokens=runs[-1].generated_tokens,
         backend=f"edge.llm.LlamaCppLLM (llama-cpp-python {llama_cpp_version()})",
         load_average=load_before,
         cpu_share=round(cpu_share, 3),
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+    prompt_tokens: int
+    generated_tokens: int
+
+
+async def _measure_run(llm: Any, text: str, run: int, generate_tokens: int) -> _Run:
+    """One prompt evaluation of the calibration text (a fresh cache key) and one generation."""
+    from edge.llm import Priority
+
+    messages = [{"role": "user", "content": f"Transcript {run + 1}:\n{text}"}]
+    prompt = await llm.warm(
+        messages, cache_key=f"calibrate-prompt-{run}", priority=Priority.INTERACTIVE
+    )
+    if not prompt.prompt_eval_s or prompt.evaluated_tokens < 32:
+        raise CalibrationError("prompt evaluation was not measured (prompt reused?)")
+    reply = await llm.chat(
+        [{"role": "user", "content": GENERATION_PROMPT}],
+        max_tokens=generate_tokens,
+        temperature=0.0,
+        cache_key=f"calibrate-generate-{run}",
+    )
+    if reply.metrics.tokens_per_s is None:
+        raise CalibrationError(
+            f"generation produced only {reply.metrics.generated_tokens} tokens; "
+            "cannot measure its speed"
+        )
+    return _Run(
+        prompt.evaluated_tokens / prompt.prompt_eval_s,
+        reply.metrics.tokens_per_s,
+        prompt.evaluated_tokens,
+        reply.metrics.generated_tokens,
     )
 
 

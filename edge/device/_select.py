@@ -67,34 +67,54 @@ def choose_profile(
             how="environment",
             reason=f"{ENV_PROFILE}={named}",
         )
-    if hardware.board:
-        for profile in profiles.values():
-            match = profile.device.board_match
-            if match and match.lower() in hardware.board.lower():
-                return ProfileChoice(
-                    profile=profile,
-                    how="board",
-                    reason=f"board {hardware.board!r} matches {match!r}",
-                )
+    return (
+        _by_board(profiles, hardware)
+        or _by_fit(profiles, hardware)
+        or _fallback(profiles, hardware)
+    )
+
+
+def _by_board(
+    profiles: Mapping[str, DeviceProfile], hardware: HardwareInfo
+) -> ProfileChoice | None:
+    """The profile whose ``board_match`` appears in the board's device-tree model."""
+    if not hardware.board:
+        return None
+    for profile in profiles.values():
+        match = profile.device.board_match
+        if match and match.lower() in hardware.board.lower():
+            return ProfileChoice(
+                profile=profile, how="board", reason=f"board {hardware.board!r} matches {match!r}"
+            )
+    return None
+
+
+def _by_fit(profiles: Mapping[str, DeviceProfile], hardware: HardwareInfo) -> ProfileChoice | None:
+    """The fitting profile with the most memory and cores, CUDA profiles first."""
     fitting = [p for p in profiles.values() if not _fits(p, hardware)]
-    if fitting:
-        best = max(
-            fitting,
-            key=lambda p: (
-                p.device.accelerator == "cuda",
-                p.device.service_memory_gib,
-                p.device.cpu_cores,
-            ),
-        )
-        return ProfileChoice(
-            profile=best,
-            how="hardware",
-            reason=(
-                f"largest profile that fits {hardware.arch}, {hardware.cpus} cores, "
-                f"{hardware.memory_bytes / GIB:.1f} GiB usable, "
-                f"{'CUDA' if hardware.cuda else 'no CUDA'}"
-            ),
-        )
+    if not fitting:
+        return None
+    best = max(
+        fitting,
+        key=lambda p: (
+            p.device.accelerator == "cuda",
+            p.device.service_memory_gib,
+            p.device.cpu_cores,
+        ),
+    )
+    return ProfileChoice(
+        profile=best,
+        how="hardware",
+        reason=(
+            f"largest profile that fits {hardware.arch}, {hardware.cpus} cores, "
+            f"{hardware.memory_bytes / GIB:.1f} GiB usable, "
+            f"{'CUDA' if hardware.cuda else 'no CUDA'}"
+        ),
+    )
+
+
+def _fallback(profiles: Mapping[str, DeviceProfile], hardware: HardwareInfo) -> ProfileChoice:
+    """Nothing fits: the smallest profile of this architecture (or overall), saying why."""
     same_arch = [p for p in profiles.values() if p.device.arch == hardware.arch]
     pool = same_arch or list(profiles.values())
     smallest = min(pool, key=lambda p: (p.device.service_memory_gib, p.device.cpu_cores))
