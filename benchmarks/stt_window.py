@@ -22,8 +22,7 @@ import numpy as np
 from figures import write_results
 from versus_chain import QUESTIONS
 
-from edge.voice import PiperTTS, WhisperSTT
-from edge.voice._audio import resample
+from edge.voice import PiperTTS, WhisperSTT, resample
 
 EVALS = Path(__file__).resolve().parent.parent / "edge" / "conversation" / "evals"
 WINDOWS = {

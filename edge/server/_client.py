@@ -138,6 +138,9 @@ class EdgeClient:
     ``audio`` header); ``ask(text)`` sends a text turn and collects its reply.
     """
 
+    open_timeout: float = 10.0
+    """Seconds for the connection and the service's ``welcome`` (set on an instance to change)."""
+
     def __init__(
         self,
         url: str,
@@ -146,7 +149,6 @@ class EdgeClient:
         display_name: str = "",
         audio: AudioFormat | None = None,
         want_audio: bool = False,
-        open_timeout: float = 10.0,
         token: str | None = None,
         resume: str | None = None,
         trust: ServerTrust | None = None,
@@ -165,7 +167,6 @@ class EdgeClient:
             token=token or None,
             resume=resume,
         )
-        self.open_timeout = open_timeout
         self.welcome: Welcome | None = None
         self.ws: ClientConnection | None = None
         self.backlog: list[tuple[ServerMessage, bytes | None]] = []
