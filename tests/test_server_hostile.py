@@ -8,9 +8,9 @@ stalled, garbage instead of a ClientHello, and plain HTTP sent to the TLS port, 
 be closed within the hello timeout. Meanwhile the process must stay up, ``/health``
 answer every poll in less than the 3 s hello deadline (a poll that waited behind a stalled
 handshake or a blocked event loop would take longer; its latency is a figure for
-``docs/reliability.md``, not a speed target asserted here), a participant connected before the attack get answers, resident
-memory stay under ``RSS_BOUND_MB``; afterwards SIGTERM must end it within 10 s.
-The figures go to ``docs/reliability.md`` (``make soak`` runs the same for longer).
+``docs/reliability.md``, not a speed target asserted here), a participant connected
+before the attack get answers, resident memory stay under ``RSS_BOUND_MB``; afterwards
+SIGTERM must end it within 10 s. The figures go to ``docs/reliability.md`` (``make soak`` runs the same for longer).
 """
 
 from __future__ import annotations
