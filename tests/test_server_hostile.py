@@ -10,7 +10,8 @@ answer every poll in less than the 3 s hello deadline (a poll that waited behind
 handshake or a blocked event loop would take longer; its latency is a figure for
 ``docs/reliability.md``, not a speed target asserted here), a participant connected
 before the attack get answers, resident memory stay under ``RSS_BOUND_MB``; afterwards
-SIGTERM must end it within 10 s. The figures go to ``docs/reliability.md`` (``make soak`` runs the same for longer).
+SIGTERM must end it within 10 s. The figures go to ``docs/reliability.md`` (``make soak``
+runs the same for longer).
 """
 
 from __future__ import annotations
