@@ -130,15 +130,15 @@ async def test_prepare_builds_the_q8_0_llm_from_its_source_once(
     """The real conversion: the file matches the catalogue's digest (the same bytes on
     every machine for this llama.cpp), is built once, and answers like its source."""
     from edge.catalogue import prepare
-    from edge.llm import LlamaCppLLM
+    from edge.llm import LlamaCppLLM, quantize_gguf
 
     monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path))
     catalogue = Catalogue.load()
     entry = catalogue.get("smollm2-135m-instruct-q8_0")
     assert entry.derive_from == catalogue.default("llm").id
-    where, built = prepare(catalogue, entry)
+    where, built = prepare(catalogue, entry, convert=quantize_gguf)
     assert built and where.parent == tmp_path and entry.verify() == {".": True}
-    assert prepare(catalogue, entry) == (where, False)
+    assert prepare(catalogue, entry, convert=quantize_gguf) == (where, False)
     assert [p.name for p in os.scandir(tmp_path)] == [where.name]  # no partial file left
 
     # Answers like its source: the source's greedy answer is about as likely under the
