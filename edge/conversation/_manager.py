@@ -39,7 +39,6 @@ running event loop until :meth:`ContextManager.close`.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -65,8 +64,6 @@ from ._render import DIALOGUE, ContextBlock, Renderer
 from ._schedule import Scheduler
 from ._views import Views
 from ._writing import Writer
-
-log = logging.getLogger(__name__)
 
 
 class _Parts(NamedTuple):
