@@ -187,7 +187,7 @@ QUESTIONS = (
 
 
 async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
-    from edge.conversation import RECALL_EVAL_FILLERS as FILLERS
+    from edge.eval import FILLERS
 
     ctx = ContextManager(
         llm,

@@ -24,16 +24,17 @@ from typing import Any
 from figures import write_results
 
 from edge.conversation import ContextManager, Conversation
-from edge.conversation._eval import _idle, score
-from edge.conversation._eval_recall import (
+from edge.eval import (
     ACK,
     FILLERS,
     MINUTE,
     RECALL_CASES,
     T0,
     RecallCase,
-    profile_budgets,
+    recall_budgets,
     recall_session,
+    score,
+    settle,
 )
 from edge.llm import LlamaCppLLM
 
@@ -52,7 +53,7 @@ async def ask(conv: Conversation, ctx: ContextManager, pid: str, case: RecallCas
 
 async def session(llm: LlamaCppLLM, cases: list[RecallCase], turns: int) -> list[dict]:
     now = [T0]
-    ctx, conv = recall_session(llm, profile_budgets(), now)
+    ctx, conv = recall_session(llm, recall_budgets(), now)
     pid = "facts-" + "-".join(c.name for c in cases)[:40]
     rows = []
     async with ctx:
@@ -64,7 +65,7 @@ async def session(llm: LlamaCppLLM, cases: list[RecallCase], turns: int) -> list
             user, assistant = FILLERS[i % len(FILLERS)]
             await ctx.record_exchange(pid, user, assistant, timestamp_us=now[0])
             now[0] += MINUTE
-            await _idle(ctx, 120)
+            await settle(ctx, 120)
         limit = ctx._recall.ahead_limit
         for case in cases:
             with_ahead = await ask(conv, ctx, pid, case)

@@ -25,8 +25,7 @@ from typing import Any
 
 from figures import write_results
 
-from edge.conversation._recall import Statement
-from edge.conversation._recall_store import StoreRecallIndex
+from edge.recall import Statement, StoreRecallIndex
 from edge.store import SessionStore
 
 WORDS = "sample rack freezer buffer locker code review room bench pipette tips delivery dock"

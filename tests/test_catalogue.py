@@ -103,6 +103,37 @@ def test_prepare_refuses_a_source_that_fails_its_digest(
     assert not (tmp_path / "derived").exists() or not any((tmp_path / "derived").iterdir())
 
 
+def test_prepare_builds_with_the_converter_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalogue knows no model runtime (``llm`` imports it, not the reverse): the
+    caller passes the conversion; without one a model to build is refused."""
+    import hashlib
+
+    from edge.catalogue import prepare
+
+    monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path / "derived"))
+    source_file = tmp_path / "src.gguf"
+    source_file.write_bytes(b"GGUF weights")
+    digest = hashlib.sha256(b"GGUF weights").hexdigest()
+    source = ModelEntry(
+        id="src", role="llm", format="gguf", path=str(source_file), sha256={".": digest}
+    )
+    catalogue = Catalogue([source, derived()])
+    with pytest.raises(CatalogueError, match="no converter"):
+        prepare(catalogue, catalogue.get("fast"))
+    calls = []
+
+    def convert(src: Path, target: Path, kind: str) -> None:
+        calls.append((src, kind))
+        target.write_bytes(src.read_bytes() + kind.encode())
+
+    where, built = prepare(catalogue, catalogue.get("fast"), convert=convert)
+    assert built and calls == [(source_file, "q8_0")]
+    assert where.read_bytes() == b"GGUF weightsq8_0"
+    assert prepare(catalogue, catalogue.get("fast"), convert=convert) == (where, False)
+
+
 def test_edge_models_prepare_reports_a_bad_source_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,15 +161,15 @@ async def test_prepare_builds_the_q8_0_llm_from_its_source_once(
     """The real conversion: the file matches the catalogue's digest (the same bytes on
     every machine for this llama.cpp), is built once, and answers like its source."""
     from edge.catalogue import prepare
-    from edge.llm import LlamaCppLLM
+    from edge.llm import LlamaCppLLM, quantize_gguf
 
     monkeypatch.setenv("EDGE_MODELS_DIR", str(tmp_path))
     catalogue = Catalogue.load()
     entry = catalogue.get("smollm2-135m-instruct-q8_0")
     assert entry.derive_from == catalogue.default("llm").id
-    where, built = prepare(catalogue, entry)
+    where, built = prepare(catalogue, entry, convert=quantize_gguf)
     assert built and where.parent == tmp_path and entry.verify() == {".": True}
-    assert prepare(catalogue, entry) == (where, False)
+    assert prepare(catalogue, entry, convert=quantize_gguf) == (where, False)
     assert [p.name for p in os.scandir(tmp_path)] == [where.name]  # no partial file left
 
     # Answers like its source: the source's greedy answer is about as likely under the

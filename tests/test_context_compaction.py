@@ -20,8 +20,7 @@ from conversation_helpers import (
     responder,
 )
 
-from edge.conversation import CompactionPrompts, CompactionReport, CompactionRequest
-from edge.conversation._manager import SUCCESSOR_KEY
+from edge.conversation import SUCCESSOR_KEY, CompactionPrompts, CompactionReport, CompactionRequest
 from edge.llm import Priority, ScriptedLLM, ScriptedReply
 
 pytestmark = pytest.mark.anyio

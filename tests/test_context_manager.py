@@ -318,3 +318,67 @@ async def test_clear_drops_the_participants_model_state_and_suspend_keeps_it() -
     await ctx.clear("p")
     await LocalDecisionService(llm).forget("p")
     assert llm.forgotten == ["p", "decisions:p"]
+
+
+def test_the_configuration_is_one_frozen_checked_value() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from edge.conversation import ContextConfig
+
+    config = ContextConfig(incremental_context_topics=["notes"], topic_budget_bytes={"notes": 3000})
+    assert config.incremental_context_topics == ("notes",)
+    assert config.budgets == {"dialogue": 8000, "notes": 3000}
+    with pytest.raises(FrozenInstanceError):
+        config.dialogue_budget_bytes = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.topic_budget_bytes["notes"] = 1  # type: ignore[index]
+    with pytest.raises(ValueError, match="at least half the largest section budget"):
+        config.with_options(compaction_input_budget_bytes=100)
+    with pytest.raises(TypeError, match="unknown context manager option"):
+        ContextManager(ScriptedLLM(), config, dialogue_bytes=1)  # type: ignore[call-arg]
+    # keywords apply over the configuration; the configuration itself is unchanged
+    ctx = ContextManager(ScriptedLLM(), config, dialogue_budget_bytes=6000)
+    assert ctx.budgets == {"dialogue": 6000, "notes": 3000} and ctx.config.rewarm
+    assert config.dialogue_budget_bytes == 8000
+
+
+def test_the_compaction_input_rule_is_one_function_for_the_device_and_the_manager() -> None:
+    from edge.conversation import COMPACTION_RESERVE_BYTES, least_compaction_input
+    from edge.device import BudgetError, derive_for_profile, load_profiles
+
+    assert least_compaction_input(8000) == 4000 + COMPACTION_RESERVE_BYTES == 4256
+    profile = next(iter(load_profiles().values()))
+    budgets = derive_for_profile(profile)
+    largest = max(budgets.dialogue_budget_bytes, budgets.topic_budget_bytes)
+    least = least_compaction_input(largest)
+    low = profile.model_copy(
+        update={
+            "budgets": profile.budgets.model_copy(
+                update={"compaction_input_budget_bytes": least - 1}
+            )
+        }
+    )
+    with pytest.raises(BudgetError, match=f"plus {COMPACTION_RESERVE_BYTES} \\({least} bytes\\)"):
+        derive_for_profile(low)
+
+
+async def test_the_join_warmer_warms_through_the_managers_prefix_owner() -> None:
+    from conversation_helpers import WarmingLLM
+
+    from edge.conversation import SYSTEM_PROMPT_KEY
+    from edge.interaction import PARTICIPANT_JOINED_TOPIC, ParticipantJoined
+
+    llm = WarmingLLM()
+    ctx = manager(llm)
+    warmer = ctx.prefix_warmer(lambda: "You are helpful.")
+    runtime = AgentRuntime()
+    runtime.register("warmer", warmer)
+    async with warmer, runtime:
+        await warmer.warm_shared()
+        await runtime.publish(PARTICIPANT_JOINED_TOPIC, ParticipantJoined(), participant_id="p")
+        await eventually(lambda: warmer.warmed == ["p"])
+    assert [(m[0].content, key) for m, key, _ in llm.warmed] == [
+        ("You are helpful.", SYSTEM_PROMPT_KEY),
+        ("You are helpful.", "p"),
+    ]
+    await ctx.close()

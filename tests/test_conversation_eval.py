@@ -7,7 +7,7 @@ import pytest
 from conversation_helpers import responder
 
 from edge.cli._main import main
-from edge.conversation._eval import CASES, run_case, score
+from edge.eval._harness import CASES, run_case, score
 from edge.llm import ScriptedLLM
 
 pytestmark = pytest.mark.anyio

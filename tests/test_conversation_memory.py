@@ -8,7 +8,21 @@ from conversation_helpers import Clock, WarmingLLM, eventually, manager, respond
 
 from edge.conversation import CompactionReport, ContextManager
 from edge.conversation._context import Entry
-from edge.conversation._eval_recall import (
+from edge.conversation._extractive import (
+    NOTHING,
+    extractive_summary,
+    previous_items,
+    summary_gaps,
+)
+from edge.conversation._recall import (
+    AHEAD_LIMIT,
+    RECALL_HEADER,
+    REPLACES,
+    InView,
+    Recall,
+)
+from edge.conversation._render import Renderer
+from edge.eval._recall import (
     DESIGN,
     HELD_OUT,
     PROBES,
@@ -21,26 +35,10 @@ from edge.conversation._eval_recall import (
     split,
     summarize,
 )
-from edge.conversation._extractive import (
-    NOTHING,
-    extractive_summary,
-    previous_items,
-    summary_gaps,
-)
-from edge.conversation._memory import is_correction, is_request, key_details, supersedes, words
-from edge.conversation._recall import (
-    AHEAD_LIMIT,
-    RECALL_HEADER,
-    REPLACES,
-    InView,
-    MemoryRecallIndex,
-    Recall,
-    RecallIndex,
-    Statement,
-)
-from edge.conversation._recall_store import CORRECTION_WORDS
-from edge.conversation._render import Renderer
 from edge.llm import ScriptedLLM
+from edge.recall import MemoryRecallIndex, RecallIndex, Statement
+from edge.recall._memory import is_correction, is_request, key_details, supersedes, words
+from edge.recall._store import CORRECTION_WORDS
 
 pytestmark = pytest.mark.anyio
 
@@ -426,7 +424,7 @@ def test_a_correction_right_after_a_statement_takes_it_back_on_one_shared_word()
 
 
 def test_the_repair_phrases_open_a_statement() -> None:
-    from edge.conversation._memory import repairs, takes_back_what_went_before
+    from edge.recall._memory import repairs, takes_back_what_went_before
 
     for text in ("No, it's the blue folder.", "Oops, wrong one.", "Actually, it's 5.", REROUTED):
         assert takes_back_what_went_before(text), text
@@ -436,7 +434,7 @@ def test_the_repair_phrases_open_a_statement() -> None:
 
 
 async def test_the_stores_index_finds_the_correction_said_next(tmp_path) -> None:
-    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.recall._store import StoreRecallIndex
     from edge.store import SessionStore
 
     store = SessionStore(tmp_path / "s.db")
@@ -674,7 +672,7 @@ def test_recall_cases_split_deterministically_into_halves() -> None:
 
 def test_the_eval_command_offers_every_later_set() -> None:
     from edge.cli._eval import _LATER
-    from edge.conversation._eval_recall import LATER_SETS
+    from edge.eval._recall import LATER_SETS
 
     assert _LATER == LATER_SETS  # the CLI's copy (it does not import the package up front)
 
@@ -716,7 +714,7 @@ def test_the_recall_summary_separates_what_was_retained_from_what_was_gained() -
 
 
 async def test_the_stores_index_recalls_across_a_restart_and_forgets(tmp_path) -> None:
-    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.recall._store import StoreRecallIndex
     from edge.store import SessionStore
 
     path = tmp_path / "sessions.db"
@@ -773,7 +771,7 @@ def test_the_recall_migration_indexes_an_older_stores_records() -> None:
 def test_the_stores_search_ranks_only_the_participants_own_statements(tmp_path) -> None:
     import sqlite3
 
-    from edge.conversation._recall_store import StoreRecallIndex
+    from edge.recall._store import StoreRecallIndex
     from edge.store import MIGRATIONS, SessionStore, migrate
 
     long_a, long_b = "ä" * 48 + "-a", "ä" * 48 + "-b"  # one owner token: the ids tell
@@ -802,7 +800,7 @@ def test_the_stores_recall_queries_keep_a_plan_that_scales(tmp_path) -> None:
     """A search starts from the full-text match (not from the participant's records, each
     then matched: seconds at 50,000 records); the newest statements come from the
     participant's records newest first, without a sort."""
-    from edge.conversation._recall_store import _FOLLOWING, _LATEST, _NEWEST, _SEARCH
+    from edge.recall._store import _FOLLOWING, _LATEST, _NEWEST, _SEARCH
     from edge.store import SessionStore
 
     store = SessionStore(tmp_path / "s.db")

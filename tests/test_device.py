@@ -434,8 +434,7 @@ async def test_device_config_uses_stored_calibration(tmp_path: Path) -> None:
     assert after.inputs.prompt_tokens_per_s == 960.0
     assert after.inputs.sources["prompt_tokens_per_s"] == "calibrated"
     assert after.budgets.dialogue_budget_bytes > before.budgets.dialogue_budget_bytes
-    kwargs = after.context_manager_kwargs()
-    assert kwargs["dialogue_budget_bytes"] == after.budgets.dialogue_budget_bytes
+    assert after.context_config().dialogue_budget_bytes == after.budgets.dialogue_budget_bytes
     assert after.router_kwargs() == {
         "context_budget_bytes": after.budgets.router_context_budget_bytes
     }
@@ -491,9 +490,9 @@ async def test_derived_budgets_are_accepted_by_the_context_manager(name: str) ->
     config = load_device_config(name, detect=False, env={})
     manager = ContextManager(
         ScriptedLLM(),
+        config.context_config(),
         incremental_context_topics=("sample.notes",),
         summary_context_topics=("sample.monitor-window",),
-        **config.context_manager_kwargs(),
     )
     assert config.budgets.dialogue_budget_bytes in manager.budgets.values()
     assert manager.compaction_input_budget_bytes == config.budgets.compaction_input_budget_bytes

@@ -14,11 +14,11 @@ from wyoming.handle import Handled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from edge.conversation import SYSTEM_PROMPT_KEY
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
 from edge.server import EdgeClient, EdgeService
 from edge.server._protocol import AudioFormat
-from edge.server._warmup import SYSTEM_PROMPT_KEY
 from edge.voice import (
     PiperTTS,
     VoiceConfig,

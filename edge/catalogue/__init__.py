@@ -13,13 +13,14 @@ from ._catalogue import (
     read_toml,
     sha256_file,
 )
-from ._derive import prepare, prepare_all
+from ._derive import Convert, prepare, prepare_all
 
 __all__ = [
     "BUILTIN_CATALOGUE",
     "REPO_ROOT",
     "Catalogue",
     "CatalogueError",
+    "Convert",
     "ModelEntry",
     "ModelMissingError",
     "default_model_path",

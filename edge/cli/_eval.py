@@ -14,8 +14,8 @@ from rich.table import Table
 
 from edge.llm import LLMService
 
-# edge.conversation's LATER_SETS, not imported here: the CLI loads the conversation package
-# only when an eval runs (a test checks the two agree)
+# edge.eval's LATER_SETS, not imported here: the CLI loads the eval package (and the
+# conversation) only when an eval runs (a test checks the two agree)
 _LATER = ("fresh", "unseen", "sealed", "blind")
 HALVES = {
     "all": ("design", "held_out", *_LATER),
@@ -96,8 +96,7 @@ def _llm(args: argparse.Namespace) -> LLMService:
 
 
 def run_conversation(args: argparse.Namespace) -> int:
-    from edge.conversation import EVAL_CASES as CASES
-    from edge.conversation import RECALL_EVAL_CASES as RECALL_CASES
+    from edge.eval import CASES, RECALL_CASES
 
     console = Console(width=max(Console().width, 140))
     cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
@@ -135,7 +134,7 @@ def run_conversation(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[list, list]:
-    from edge.conversation import recall_eval_budgets, run_eval, run_recall_eval
+    from edge.eval import recall_budgets, run_eval, run_recall_eval
 
     console = Console()
     llm = _llm(args)
@@ -148,7 +147,7 @@ async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[lis
         recalled = await run_recall_eval(
             llm,
             recall,
-            recall_eval_budgets(args.profile) if recall else {},
+            recall_budgets(args.profile) if recall else {},
             lambda r: console.print(
                 f"[dim]{r.name}: control {r.score(0):.1f}, 10 turns {r.score(10):.1f}, "
                 f"30 turns {r.score(30):.1f} in {r.seconds:.1f} s[/]"
@@ -181,8 +180,8 @@ def _print_sessions(console: Console, results: list) -> dict:
 
 
 def _print_recall(console: Console, results: list) -> dict:
-    from edge.conversation import RECALL_EVAL_HALVES as SETS
-    from edge.conversation import recall_eval_summary as summarize
+    from edge.eval import HALVES as SETS
+    from edge.eval import recall_summary as summarize
 
     table = Table(title="edge eval conversation: long-session recall (control vs recall)")
     for col in (

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edge.catalogue import Catalogue, CatalogueError, ModelMissingError, prepare_all
-from edge.llm import ModelLoadError
+from edge.llm import ModelLoadError, quantize_gguf
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 def prepare_models(console: Console, catalogue: Catalogue, *, force: bool) -> int:
     try:
-        done = prepare_all(catalogue, force=force)
+        done = prepare_all(catalogue, convert=quantize_gguf, force=force)
     except (CatalogueError, ModelMissingError, ModelLoadError) as exc:
         console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         return 2

@@ -7,7 +7,8 @@ append and are compacted into rolling summaries, within byte budgets).
 
 Example::
 
-    async with ContextManager(llm, incremental_context_topics=("lab.notes",)) as context:
+    config = ContextConfig(incremental_context_topics=("lab.notes",))
+    async with ContextManager(llm, config) as context:
         runtime.register("context", context.subscriber())
         conversation = Conversation(llm, context=context, instructions="Answer about the lab.",
                                     runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
@@ -15,12 +16,19 @@ Example::
 """
 
 from edge.interaction import ConversationContextUpdate  # the payload, re-exported
+from edge.recall import MemoryRecallIndex, RecallIndex, Statement  # re-exported
 
 from ._compaction import (
     CompactionAttempt,
     CompactionPrompts,
     CompactionReport,
     CompactionRequest,
+)
+from ._config import (
+    COMPACTION_RESERVE_BYTES,
+    ContextConfig,
+    ContextOptions,
+    least_compaction_input,
 )
 from ._context import TranscriptEntry
 from ._conversation import (
@@ -30,45 +38,32 @@ from ._conversation import (
     ROUTE_EXAMPLES,
     Conversation,
 )
-from ._eval import CASES as EVAL_CASES
-from ._eval import CaseResult as EvalCaseResult
-from ._eval import run_eval
-from ._eval_recall import FILLERS as RECALL_EVAL_FILLERS
-from ._eval_recall import HALVES as RECALL_EVAL_HALVES
-from ._eval_recall import RECALL_CASES as RECALL_EVAL_CASES
-from ._eval_recall import RecallResult as RecallCaseResult
-from ._eval_recall import profile_budgets as recall_eval_budgets
-from ._eval_recall import run_recall_eval
-from ._eval_recall import summarize as recall_eval_summary
 from ._manager import ContextManager
-from ._recall import MemoryRecallIndex, RecallIndex, Statement
+from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._render import ContextBlock
 
 __all__ = [
+    "COMPACTION_RESERVE_BYTES",
     "DEFAULT_DESCRIPTION",
     "DEFAULT_STOP",
     "DEFAULT_SYSTEM_PROMPT",
-    "EVAL_CASES",
-    "RECALL_EVAL_CASES",
-    "RECALL_EVAL_FILLERS",
-    "RECALL_EVAL_HALVES",
     "ROUTE_EXAMPLES",
+    "SUCCESSOR_KEY",
+    "SYSTEM_PROMPT_KEY",
     "CompactionAttempt",
     "CompactionPrompts",
     "CompactionReport",
     "CompactionRequest",
     "ContextBlock",
+    "ContextConfig",
     "ContextManager",
+    "ContextOptions",
     "Conversation",
     "ConversationContextUpdate",
-    "EvalCaseResult",
     "MemoryRecallIndex",
-    "RecallCaseResult",
+    "PrefixWarmer",
     "RecallIndex",
     "Statement",
     "TranscriptEntry",
-    "recall_eval_budgets",
-    "recall_eval_summary",
-    "run_eval",
-    "run_recall_eval",
+    "least_compaction_input",
 ]

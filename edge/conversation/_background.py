@@ -93,6 +93,9 @@ class Jobs:
     def running(self, participant_id: str) -> bool:
         return bool(self._running.get(participant_id))
 
+    def any(self) -> bool:
+        return bool(self._running)
+
     async def cancel(self, participant_id: str) -> None:
         jobs = list(self._running.get(participant_id, ()))
         for job in jobs:

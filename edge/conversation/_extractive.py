@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ._context import Entry
-from ._memory import (
+from edge.recall import (
     importance,
     invented_details,
     invented_words,
@@ -23,6 +22,8 @@ from ._memory import (
     repairs,
     supersedes,
 )
+
+from ._context import Entry
 from ._text import clip_middle, nbytes
 
 PREFIX = "The user said:"
@@ -42,7 +43,7 @@ faithful record, and passes.)"""
 
 def statements(entries: Sequence[Entry]) -> list[str]:
     """The participant's own words in ``entries``: what they stated in an exchange (not
-    what they asked for, see :func:`~edge.conversation._memory.is_request`), or the text
+    what they asked for, see :func:`~edge.recall.is_request`), or the text
     of a topic update (a note, an observation)."""
     out = []
     for e in entries:
@@ -67,8 +68,8 @@ def previous_items(summary: str) -> list[str]:
 
 def current(items: list[str]) -> list[str]:
     """``items`` (oldest first) without those a later one replaces (a correction, an
-    update of the same thing: :func:`~edge.conversation._memory.supersedes`), the next one
-    takes back (:func:`~edge.conversation._memory.repairs`), or repeats."""
+    update of the same thing: :func:`~edge.recall.supersedes`), the next one
+    takes back (:func:`~edge.recall.repairs`), or repeats."""
     kept = []
     for i, text in enumerate(items):
         later = items[i + 1 :]
@@ -85,7 +86,7 @@ def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) 
     participant's current statements (and of the previous summary) that it does not
     contain, those it has that no source does (``"invented X"``), more words than a
     paraphrase needs that no source has (it tells what nobody said:
-    :func:`~edge.conversation._memory.invented_words`), and transcript lines copied instead of
+    :func:`~edge.recall.invented_words`), and transcript lines copied instead of
     summarised (``User: ...``); empty when none."""
     said = current([*previous_items(previous_summary), *statements(entries)])
     sources = [previous_summary, *(e.rendered for e in entries)]

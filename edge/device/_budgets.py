@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edge.conversation import COMPACTION_RESERVE_BYTES, least_compaction_input
+
 from ._profile import BudgetOverrides, ProfileError, Speed
 
 # Text in a real conversation may tokenise worse than the calibration text (names,
@@ -41,8 +43,6 @@ DEFAULT_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
 # Sections smaller than this hold too little to be useful: reject instead.
 MIN_DIALOGUE_BYTES = 1024
 MIN_TOPIC_BYTES = 512
-# The spec's rule: compaction input >= half the largest section budget + 256 bytes.
-COMPACTION_SLACK_BYTES = 256
 ROUND_BYTES = 64
 # The recalled block (earlier statements brought back for a request): at most this many
 # units, and none when what is left is smaller than the least useful block.
@@ -346,12 +346,12 @@ def _compaction(x: BudgetInputs, sec: Sections) -> Compaction:
     spec's minimum of half the largest section + 256."""
     ov = x.overrides
     largest = max(sec.dialogue, sec.topic if x.context_topics else 0)
-    minimum = largest // 2 + COMPACTION_SLACK_BYTES
+    minimum = least_compaction_input(largest)  # the spec's rule, the manager's check
     summary_tokens = x.tokens(largest / 4)
     cap = _down(
         (x.context_window - x.compaction_overhead_tokens - summary_tokens) * x.bytes_per_token
     )
-    natural = _up(0.75 * largest + COMPACTION_SLACK_BYTES)
+    natural = _up(0.75 * largest + COMPACTION_RESERVE_BYTES)
     budget = ov.compaction_input_budget_bytes or min(natural, cap)
     if budget < minimum:
         figure = (
@@ -361,7 +361,8 @@ def _compaction(x: BudgetInputs, sec: Sections) -> Compaction:
         )
         raise BudgetError(
             f"{figure}: the compaction input budget ({budget} bytes) is below the spec's "
-            f"minimum of half the largest section budget plus 256 ({minimum} bytes); "
+            f"minimum of half the largest section budget plus {COMPACTION_RESERVE_BYTES} "
+            f"({minimum} bytes); "
             "raise it or lower the section budgets"
         )
     prompt_tokens = x.compaction_overhead_tokens + x.tokens(budget) + summary_tokens
@@ -373,7 +374,8 @@ def _compaction(x: BudgetInputs, sec: Sections) -> Compaction:
     line = (
         "override"
         if ov.compaction_input_budget_bytes
-        else f"min(3/4 x {largest} + 256 = {natural}, window cap {cap}); spec minimum {minimum}"
+        else f"min(3/4 x {largest} + {COMPACTION_RESERVE_BYTES} = {natural}, window cap {cap}); "
+        f"spec minimum {minimum}"
     )
     return Compaction(
         budget, prompt_tokens, summary_tokens, {"compaction_input_budget_bytes": line}

@@ -1,5 +1,6 @@
-"""``load_device_config``: profile + detected hardware + calibration -> budgets and the
-keyword arguments the service passes to the LLM, the ContextManager and the router."""
+"""``load_device_config``: profile + detected hardware + calibration -> budgets, the
+keyword arguments the service passes to the LLM and the router, and the context
+manager's :class:`~edge.conversation.ContextConfig`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edge.catalogue import Catalogue, ModelEntry, ModelMissingError
+from edge.conversation import ContextConfig
 
 from ._budgets import BudgetInputs, Budgets, derive_budgets
 from ._calibration import (
@@ -65,14 +67,19 @@ class DeviceConfig(BaseModel):
             "temperature": self.profile.llm.temperature,
         }
 
-    def context_manager_kwargs(self) -> dict[str, int]:
-        """For ``ContextManager(llm, ..., **config.context_manager_kwargs())``."""
+    def context_budgets(self) -> dict[str, int]:
+        """The context manager's budgets this device gets (bytes, by option name)."""
         return {
             "dialogue_budget_bytes": self.budgets.dialogue_budget_bytes,
             "topic_budget_bytes": self.budgets.topic_budget_bytes,
             "compaction_input_budget_bytes": self.budgets.compaction_input_budget_bytes,
             "recall_budget_bytes": self.budgets.recall_budget_bytes,
         }
+
+    def context_config(self) -> ContextConfig:
+        """For ``ContextManager(llm, config.context_config())``: the budgets sized to this
+        device (the topics and the rest keep their defaults; ``with_options`` sets them)."""
+        return ContextConfig(**self.context_budgets())
 
     def router_kwargs(self) -> dict[str, int]:
         """For ``AgentRouter(..., **config.router_kwargs())``."""
@@ -94,7 +101,7 @@ class DeviceConfig(BaseModel):
             "inputs": self.inputs.model_dump(mode="json"),
             "budgets": self.budgets.model_dump(mode="json"),
             "llm_kwargs": self.llm_kwargs(),
-            "context_manager_kwargs": self.context_manager_kwargs(),
+            "context_budgets": self.context_budgets(),
             "router_kwargs": self.router_kwargs(),
             "notes": self.notes,
         }

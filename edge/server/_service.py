@@ -21,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from edge import __version__
-from edge.conversation import ContextManager, Conversation
+from edge.conversation import SYSTEM_PROMPT_KEY, ContextConfig, ContextManager, Conversation
 from edge.decisions import DecisionService, LocalDecisionService, PrefetchingDecisions
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -53,7 +53,6 @@ from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
 from ._tls import CertificateKeeper, local_names
-from ._warmup import SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
@@ -138,9 +137,7 @@ class EdgeService:
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
         self._vad_factory = vad_factory
-        self.warmer = PrefixWarmer(
-            self.llm, lambda: self.conversation.system_message, shared_key=SYSTEM_PROMPT_KEY
-        )
+        self.warmer = self.context.prefix_warmer(lambda: self.conversation.system_message)
         self.speculator = TurnSpeculator(
             self.router,
             self.conversation,
@@ -238,15 +235,16 @@ class EdgeService:
             s.data_dir / STORE_FILE if s.durable_sessions else None, clock=self._clock
         )
         summary, incremental = self._context_topics
-        kwargs = self.device.context_manager_kwargs() if self.device is not None else {}
+        config = self.device.context_config() if self.device is not None else ContextConfig()
         context = ContextManager(
             self.llm,
-            summary_context_topics=summary,
-            incremental_context_topics=incremental,
+            config.with_options(
+                summary_context_topics=summary,
+                incremental_context_topics=incremental,
+                timezone=self._timezone,
+            ),
             store=self.store,
-            timezone=self._timezone,
             clock=self._clock,
-            **kwargs,
         )
         retention = Retention(
             history_bytes=s.session_history_bytes,
@@ -572,7 +570,7 @@ class EdgeService:
             "models": self.models,
             "llm": type(self.llm).__name__,
             "budgets": {
-                **(d.context_manager_kwargs() if d is not None else {}),
+                **(d.context_budgets() if d is not None else {}),
                 **(
                     {"router_context_budget_bytes": d.budgets.router_context_budget_bytes}
                     if d is not None

@@ -33,11 +33,10 @@ from datetime import UTC
 from importlib import resources
 from typing import Any
 
+from edge.conversation import ContextManager, Conversation
 from edge.llm import LLMService
 
-from ._conversation import Conversation
-from ._eval import _idle, _mentions, score
-from ._manager import ContextManager
+from ._harness import _mentions, score, settle
 
 MINUTE = 60 * 1_000_000
 T0 = 1_790_000_000_000_000
@@ -138,11 +137,21 @@ class RecallResult:
         return next((p.score for p in self.probes if p.turns == turns), 0.0)
 
 
+BUDGET_OPTIONS = (
+    "dialogue_budget_bytes",
+    "topic_budget_bytes",
+    "compaction_input_budget_bytes",
+    "recall_budget_bytes",
+)
+"""The context manager options a device profile sizes."""
+
+
 def profile_budgets(profile: str = DEFAULT_PROFILE) -> dict[str, int]:
     """A device profile's context-manager budgets (recall included)."""
     from edge.device import load_device_config
 
-    return load_device_config(profile).context_manager_kwargs()
+    config = load_device_config(profile).context_config()
+    return {name: getattr(config, name) for name in BUDGET_OPTIONS}
 
 
 def section_bytes(ctx: ContextManager, pid: str, request: str) -> dict[str, int]:
@@ -248,7 +257,7 @@ async def run_recall_case(
                     user, assistant = FILLERS[i % len(FILLERS)]
                     await ctx.record_exchange(pid, user, assistant, timestamp_us=now[0])
                     now[0] += MINUTE
-                    await _idle(ctx, compaction_timeout_s)
+                    await settle(ctx, compaction_timeout_s)
                 done = turns
                 probe = await _probe(llm, conv, ctx, case, pid)
                 probe.turns = turns

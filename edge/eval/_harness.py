@@ -22,11 +22,9 @@ from typing import Any
 
 import anyio
 
+from edge.conversation import ContextManager, Conversation
 from edge.llm import LLMService
 from edge.routing import AgentTurn
-
-from ._conversation import Conversation
-from ._manager import ContextManager
 
 MINUTE = 60 * 1_000_000
 T0 = 1_790_000_000_000_000  # Unix microseconds, a fixed day so runs compare
@@ -227,9 +225,10 @@ def score(answer: str, expect: Sequence[str], stale: Sequence[str]) -> float:
     return 1.0 if hit and not old else 0.5 if hit else 0.0
 
 
-async def _idle(ctx: ContextManager, timeout_s: float) -> None:
+async def settle(ctx: ContextManager, timeout_s: float) -> None:
+    """Until the manager's background work is done (at most ``timeout_s``)."""
     with anyio.move_on_after(timeout_s):
-        while ctx.pending() or ctx._jobs._running:  # noqa: ASYNC110 (polling state)
+        while ctx.busy():  # noqa: ASYNC110 (polling state)
             await anyio.sleep(0.05)
 
 
@@ -263,7 +262,7 @@ async def run_case(
                 await ctx.update(pid, event.topic, event.text, timestamp_us=ts)
             else:
                 await ctx.record_exchange(pid, event.user, event.assistant, timestamp_us=ts)
-            await _idle(ctx, compaction_timeout_s)
+            await settle(ctx, compaction_timeout_s)
         now[0] += 2 * MINUTE
         context_bytes = len(ctx.render(pid).encode())
 

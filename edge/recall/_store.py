@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from edge.store import SessionStore
 
+from ._index import Statement
 from ._memory import STOPWORDS, is_correction, words
-from ._recall import Statement
 
 # CROSS JOIN keeps the full-text match the outer loop (SQLite's planner would otherwise
 # walk the participant's records newest first and evaluate the match for each one: seconds
@@ -46,7 +46,7 @@ CORRECTION_WORDS = (
     "reset longer rather update updated updates now scratch wrong change plan plans wait no "
     "rerouted rescheduled postponed pushed brought cancelled canceled"
 ).split()
-"""Words of :func:`~edge.conversation._memory.is_correction`'s phrases, to find candidates
+"""Words of :func:`~edge.recall.is_correction`'s phrases, to find candidates
 in the index; each candidate is then checked with it."""
 
 

@@ -1,8 +1,9 @@
 """What a participant's statement is made of: search terms, key details, corrections.
 
-Shared by the summary check and extractive summaries (``_extractive.py``) and by recall
-(``_recall.py``). Deterministic and language-light: it looks at digits, capitalised words
-and a few English correction phrases; anything else is an ordinary word.
+Shared by the recall indexes and, in ``edge.conversation``, by recall's choice, the
+summary check and extractive summaries. Deterministic and language-light: it looks at
+digits, capitalised words and a few English correction phrases; anything else is an
+ordinary word.
 """
 
 from __future__ import annotations

@@ -1,0 +1,293 @@
+"""Compaction of a participant's sections: when a section is compacted at once without the
+model, how one compaction step runs (plan, hooks, summary, the successor prefix), and its
+commit to the store and the cached view. What one model request does is
+``_compaction.py``'s; when background compaction runs is ``_schedule.py``'s."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from edge.store import StoredSection
+
+from . import _persist
+from ._background import Jobs, Quiet
+from ._compaction import (
+    CompactionReport,
+    CompactionRequest,
+    Compactor,
+    PostCompactHook,
+    PreCompactHook,
+    Summarized,
+    call_hook,
+    plan,
+    previous_text,
+)
+from ._context import Entry, ParticipantContext, Section
+from ._extractive import extractive_summary
+from ._prefixes import Prefixes, Successor
+from ._render import DIALOGUE
+from ._text import clip_middle, nbytes
+from ._views import Views
+
+log = logging.getLogger(__name__)
+
+
+def keep_for(section: Section) -> int:
+    """Entries a compaction leaves in ``section``: the newest dialogue exchange."""
+    return 1 if section.kind == DIALOGUE else 0
+
+
+class Compaction:
+    """Compacts participants' sections (``input_budget_bytes`` bounds one request) and
+    commits the result; ``wake`` tells the background worker that there is new work."""
+
+    def __init__(
+        self, views: Views, compactor: Compactor, prefixes: Prefixes, jobs: Jobs, quiet: Quiet
+    ) -> None:
+        self.views = views
+        self.compactor = compactor
+        self.prefixes = prefixes
+        self.jobs = jobs
+        self.quiet = quiet
+        self.wake: Callable[[], None] = lambda: None
+        self.input_budget_bytes = views.config.compaction_input_budget_bytes
+        self.pre_hooks: list[PreCompactHook] = []
+        self.post_hooks: list[PostCompactHook] = []
+        self.answered_at: float | None = None  # when the latest answer ended
+
+    def add_hook(
+        self,
+        event: Literal["pre_compact", "post_compact"],
+        hook: PreCompactHook | PostCompactHook,
+    ) -> None:
+        if event == "pre_compact":
+            self.pre_hooks.append(hook)  # type: ignore[arg-type]
+        elif event == "post_compact":
+            self.post_hooks.append(hook)  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"unknown hook event {event!r}; use 'pre_compact' or 'post_compact'")
+
+    # ----------------------------------------------------------------- without the model
+
+    def pressed(self, section: Section) -> bool:
+        """Whether ``section`` overflows its budget while answers come too close together
+        (less than ``compaction_quiet_s`` apart) to give its compaction a quiet period:
+        the view would then leave its oldest entries out, shifting the prompt's start
+        (and re-evaluating it) on turn after turn."""
+        answered = self.answered_at
+        if answered is None or time.monotonic() - answered >= self.quiet.quiet_s:
+            return False
+        used = nbytes(previous_text(section, self.views.renderer)) + section.pending_bytes
+        return used > section.budget
+
+    async def without_model(self, part: ParticipantContext, section: Section) -> None:
+        """Compact ``section`` now without the model: the participant's statements verbatim
+        (the extractive summary), all but the newest dialogue exchange, so the prompt's
+        start changes once per budget instead of on every turn. Skipped while background
+        work holds the participant: a model compaction or re-warm that found no quiet
+        model is cancelled (it would start again when the device is idle)."""
+        lock = self.views.lock(part.participant_id)
+        if lock.locked():
+            await self.jobs.cancel(part.participant_id)
+        async with lock:
+            if not self.views.current(part):
+                return
+            started = time.perf_counter()
+            taken = self.views.candidates(part, section, keep_for(section))
+            if not taken:
+                return
+            text = extractive_summary(
+                section.summary, taken, section.summary_limit, dialogue=section.kind == DIALOGUE
+            )
+            made = Summarized(
+                text or None, "extractive", "no quiet period: compacted without the model"
+            )
+            previous = previous_text(section, self.views.renderer)
+            texts = [e.rendered for e in taken]
+            await self.commit(part, section, made, taken, previous, texts, started)
+
+    # ----------------------------------------------------------------- with the model
+
+    async def run(self, part: ParticipantContext, section: Section) -> None:
+        """One background step of ``section`` (the participant's lock held)."""
+        part.compacting = True
+        try:
+            await self.step(part, section, self.views.candidates(part, section, keep_for(section)))
+        finally:
+            part.compacting = part.needs_compaction()
+
+    async def compact(
+        self, participant_id: str, section: str | None, summary: str | None, keep_last: int
+    ) -> list[CompactionReport]:
+        """Compact ``section`` (by default every compacted section) now, oldest entries
+        first, keeping the newest ``keep_last`` entries (at least the newest dialogue
+        exchange); ``summary`` replaces the model's."""
+        part = self.views.cached(participant_id)
+        if part is None:
+            return []
+        compacted = [s.name for s in part.sections.values() if s.kind != "summary"]
+        names = [section] if section else compacted
+        for name in names:
+            if name not in compacted:
+                raise ValueError(f"{name!r} is not a compacted section of this manager")
+        reports: list[CompactionReport] = []
+        async with self.views.lock(part.participant_id):
+            for name in names:
+                sec = part.sections[name]
+                keep = max(keep_last, keep_for(sec))
+                while self.views.current(part):
+                    candidates = self.views.candidates(part, sec, keep)
+                    if not candidates:
+                        break
+                    report = await self.step(part, sec, candidates, custom=summary)
+                    reports.append(report)
+                    if not report.ok or summary is not None:
+                        break
+        return reports
+
+    async def step(
+        self,
+        part: ParticipantContext,
+        section: Section,
+        candidates: list[Entry],
+        *,
+        custom: str | None = None,
+    ) -> CompactionReport:
+        """One compaction request of ``section``, cancellable by ``clear()``."""
+        started = time.perf_counter()
+        previous = previous_text(section, self.views.renderer)
+        if custom is not None:
+            taken, texts = candidates, [e.rendered for e in candidates]
+        else:
+            taken, texts = plan(candidates, previous, self.input_budget_bytes, self.views.renderer)
+        made = Summarized(None, "cancelled", "cancelled")
+        successor: Successor | None = None
+        try:
+            with self.jobs.track(part.participant_id):
+                made = await self.summarize(part, section, previous, texts, custom, taken)
+                if made.text is not None:
+                    successor = await self.prefixes.warm_successor(part, section, made.text, taken)
+            report = await self.commit(part, section, made, taken, previous, texts, started)
+            if report.ok:  # applied: the prefix warmed aside becomes the participant's
+                adopted, successor = await self.prefixes.adopt(part, successor), None
+                part.warm_pending = part.warm_pending and not adopted
+            return report
+        finally:
+            if successor is not None:  # warmed, then not adopted (no summary, a clear)
+                await self.prefixes.drop(successor[0])
+
+    async def summarize(
+        self,
+        part: ParticipantContext,
+        section: Section,
+        previous: str,
+        texts: list[str],
+        custom: str | None,
+        taken: list[Entry] | None = None,
+    ) -> Summarized:
+        limit = section.summary_limit
+        if custom is not None:
+            return Summarized(clip_middle(custom, limit) if custom.strip() else None, "custom")
+        request = CompactionRequest(
+            part.participant_id, section.name, section.summary, tuple(texts), limit
+        )
+        for hook in self.pre_hooks:
+            decision = await call_hook(hook, request)
+            if decision is False:
+                return Summarized(None, "cancelled", "pre_compact hook skipped it")
+            if isinstance(decision, str):
+                return Summarized(
+                    clip_middle(decision, limit) if decision.strip() else None, "hook"
+                )
+        return await self.compactor.summarize(section, previous, texts, taken)
+
+    # ----------------------------------------------------------------- the commit
+
+    async def commit(
+        self,
+        part: ParticipantContext,
+        section: Section,
+        made: Summarized,
+        taken: list[Entry],
+        previous: str,
+        texts: list[str],
+        started: float,
+    ) -> CompactionReport:
+        """Apply ``made`` to the store (one transaction) and the cached view; report it."""
+        if not self.views.current(part):
+            made = Summarized(None, "cancelled", "participant cleared", made.attempts)
+        report = _report(part, section, made, taken, previous, texts, started)
+        if made.reason in ("participant cleared", "cancelled"):
+            return report  # cleared, or superseded (see without_model): no failure
+        result = made.text
+        if result is None:
+            log.warning(
+                "compaction of %r for %r failed (%s); entries kept until the next one",
+                section.name,
+                part.participant_id,
+                report.reason,
+            )
+            state, covered = StoredSection(section.summary, section.span, True), []
+        else:
+            state = StoredSection(result, section.span_with(taken), False)
+            covered = [e.seq for e in taken]
+        store = self.views.store
+        await store.run(  # one transaction: a crash leaves it before or after
+            store.apply_compaction,
+            part.participant_id,
+            section.name,
+            state,
+            covered,
+            _persist.report_data(report),
+        )
+        _apply(part, section, made, taken)
+        part.last_compaction = report
+        for hook in self.post_hooks:
+            try:
+                await call_hook(hook, report)
+            except Exception:
+                log.exception("post_compact hook failed")
+        self.wake()
+        return report
+
+
+def _report(
+    part: ParticipantContext,
+    section: Section,
+    made: Summarized,
+    taken: list[Entry],
+    previous: str,
+    texts: list[str],
+    started: float,
+) -> CompactionReport:
+    result = made.text
+    return CompactionReport(
+        part.participant_id,
+        section.name,
+        made.method,
+        result is not None,
+        len(taken),
+        nbytes(previous) + sum(nbytes(t) for t in texts),
+        nbytes(result) if result is not None else 0,
+        time.perf_counter() - started,
+        made.reason or ("" if result is not None else "no summary"),
+        list(made.attempts),
+    )
+
+
+def _apply(
+    part: ParticipantContext, section: Section, made: Summarized, taken: list[Entry]
+) -> None:
+    """The committed result in the cached view: the summary, or the failure counted."""
+    if made.request_failed:
+        section.failures.append(made.request_failed)
+    elif made.text is not None:
+        section.failures.clear()
+    if made.text is None:
+        section.fail()
+    else:
+        section.apply_summary(made.text, taken)
+        part.warm_pending = True
