@@ -56,16 +56,11 @@ from edge.runtime import BackgroundTasks
 from edge.voice import (
     STT_RATE,
     AudioFormatError,
-    NothingToSpeakError,
-    SentenceSplitter,
     SpeechToText,
     StreamResampler,
     TextToSpeech,
     check_format,
-    chunk_pcm,
-    float_to_pcm16,
     pcm16_to_float,
-    speakable,
 )
 
 from ._access import address_allowed
@@ -76,7 +71,13 @@ from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable, return_
 from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
 from ._wyoming_asr import AsrSpeculation, Recording, RecordingFullError, SpeculativeAsr
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
-from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
+from ._wyoming_stream import (
+    ReplyFeed,
+    SynthesizeStream,
+    stream_handled,
+    synthesize_whole,
+    write_transcript,
+)
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -123,67 +124,56 @@ class WyomingBackend:
         self.conversations = HaConversationParticipants(self.gateway)
 
     def info(self) -> Info:
-        def program(cls, name: str, description: str, **kw):  # type: ignore[no-untyped-def]
-            return cls(
-                name=name,
-                attribution=ATTRIBUTION,
-                installed=True,
-                description=description,
-                version=self.version,
-                **kw,
-            )
+        """What ``describe`` answers: the domains this server offers, with their models."""
+        stt, tts, llm = (self.models.get(k, k) for k in ("stt", "tts", "llm"))
+        version = self.version
+        asr = [_asr_program(stt, version)] if self.stt is not None else []
+        voices = [_tts_program(tts, version)] if self.tts is not None else []
+        return Info(asr=asr, tts=voices, handle=[_handle_program(llm, version)])
 
-        asr = (
-            [
-                program(
-                    AsrProgram,
-                    "edge-asr",
-                    "faster-whisper speech to text",
-                    supports_transcript_streaming=True,
-                    models=[
-                        program(
-                            AsrModel,
-                            self.models.get("stt", "stt"),
-                            "speech to text",
-                            languages=["en"],
-                        )
-                    ],
-                )
-            ]
-            if self.stt is not None
-            else []
-        )
-        tts = (
-            [
-                program(
-                    TtsProgram,
-                    "edge-tts",
-                    "Piper text to speech",
-                    supports_synthesize_streaming=True,
-                    voices=[
-                        program(
-                            TtsVoice, self.models.get("tts", "tts"), "voice", languages=["en_US"]
-                        )
-                    ],
-                )
-            ]
-            if self.tts is not None
-            else []
-        )
-        handle = [
-            program(
-                HandleProgram,
-                "edge-agent",
-                "router + conversation on the local LLM",
-                supports_handled_streaming=True,
-                models=[
-                    program(
-                        HandleModel, self.models.get("llm", "llm"), "conversation", languages=["en"]
-                    )
-                ],
-            )
-        ]
-        return Info(asr=asr, tts=tts, handle=handle)
+
+def _program(cls, name: str, description: str, version: str, **kw):  # type: ignore[no-untyped-def]
+    return cls(
+        name=name,
+        attribution=ATTRIBUTION,
+        installed=True,
+        description=description,
+        version=version,
+        **kw,
+    )
+
+
+def _asr_program(model: str, version: str) -> AsrProgram:
+    return _program(
+        AsrProgram,
+        "edge-asr",
+        "faster-whisper speech to text",
+        version,
+        supports_transcript_streaming=True,
+        models=[_program(AsrModel, model, "speech to text", version, languages=["en"])],
+    )
+
+
+def _tts_program(voice: str, version: str) -> TtsProgram:
+    return _program(
+        TtsProgram,
+        "edge-tts",
+        "Piper text to speech",
+        version,
+        supports_synthesize_streaming=True,
+        voices=[_program(TtsVoice, voice, "voice", version, languages=["en_US"])],
+    )
+
+
+def _handle_program(model: str, version: str) -> HandleProgram:
+    return _program(
+        HandleProgram,
+        "edge-agent",
+        "router + conversation on the local LLM",
+        version,
+        supports_handled_streaming=True,
+        models=[_program(HandleModel, model, "conversation", version, languages=["en"])],
+    )
 
 
 class WyomingHandler(AsyncEventHandler):
@@ -391,35 +381,14 @@ class WyomingHandler(AsyncEventHandler):
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        """Speak sentence by sentence: the voice's lock is held one sentence at a time (so
-        other participants' speech interleaves), and a requester who left stops it."""
-        tts = self.backend.tts
-        self._need(tts, "tts")
-        limit = self.backend.limits.max_synthesize_chars
-        if len(text) > limit:
-            raise ClientError(f"synthesize text is {len(text)} characters; the limit is {limit}")
-        if not speakable(text):
-            raise ClientError("nothing to speak in that text")
-        splitter = SentenceSplitter()
-        sentences = [*splitter.feed(text), *splitter.flush()]
-        started = False
-        for sentence in sentences:
-            if self.writer.is_closing() or self.reader.at_eof():
-                return  # the requester left: stop here
-            try:
-                synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)  # type: ignore[union-attr]
-            except NothingToSpeakError:
-                continue
-            rate = synthesis.sample_rate
-            if not started:
-                await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
-                started = True
-            for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
-                event = AudioChunk(rate=rate, width=2, channels=1, audio=piece).event()
-                await self.write_event(event)
-        if not started:
-            raise ClientError("nothing to speak in that text")
-        await self.write_event(AudioStop().event())
+        self._need(self.backend.tts, "tts")
+        await synthesize_whole(
+            self.write_event,
+            self.backend.tts,  # type: ignore[arg-type]
+            text,
+            self.backend.limits.max_synthesize_chars,
+            lambda: self.writer.is_closing() or self.reader.at_eof(),
+        )
 
     async def _handle(self, text: str, context: dict | None) -> None:
         gateway = self.backend.gateway

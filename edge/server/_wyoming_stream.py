@@ -35,6 +35,7 @@ from edge.voice import (
     TextToSpeech,
     chunk_pcm,
     float_to_pcm16,
+    speakable,
 )
 
 from ._client import ROUTER_SOURCE, reply_text
@@ -189,3 +190,33 @@ async def write_transcript(write: Write, text: str, language: str = "en") -> Non
         await write(TranscriptChunk(text=sentence if i == 0 else " " + sentence).event())
     await write(TranscriptStop().event())
     await write(Transcript(text=text, language=language).event())
+
+
+async def synthesize_whole(
+    write: Write, tts: TextToSpeech, text: str, limit: int, gone: Callable[[], bool]
+) -> None:
+    """A ``synthesize``, spoken sentence by sentence: the voice's lock is held one sentence
+    at a time (so other participants' speech interleaves), and a requester who left
+    (``gone()``) stops it."""
+    if len(text) > limit:
+        raise ClientError(f"synthesize text is {len(text)} characters; the limit is {limit}")
+    if not speakable(text):
+        raise ClientError("nothing to speak in that text")
+    splitter = SentenceSplitter()
+    started = False
+    for sentence in [*splitter.feed(text), *splitter.flush()]:
+        if gone():
+            return  # the requester left: stop here
+        try:
+            synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
+        except NothingToSpeakError:
+            continue
+        rate = synthesis.sample_rate
+        if not started:
+            await write(AudioStart(rate=rate, width=2, channels=1).event())
+            started = True
+        for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
+            await write(AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+    if not started:
+        raise ClientError("nothing to speak in that text")
+    await write(AudioStop().event())

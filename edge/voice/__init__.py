@@ -31,7 +31,7 @@ from ._audio import (
     wav_bytes,
     write_wav,
 )
-from ._config import VadConfig, VoiceConfig
+from ._config import AudioProfile, SttSettings, VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
 from ._listener import Listener, UtteranceStats
 from ._messages import (
@@ -48,7 +48,7 @@ from ._messages import (
     Speculation,
     Transcript,
 )
-from ._pipeline import VoicePipeline
+from ._pipeline import VoicePipeline, VoiceTopics
 from ._sentences import SentenceSplitter, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
@@ -75,6 +75,7 @@ __all__ = [
     "AudioFormatError",
     "AudioInput",
     "AudioOutput",
+    "AudioProfile",
     "EndOfUtterance",
     "Endpointer",
     "FullWindowSpeechToText",
@@ -94,6 +95,7 @@ __all__ = [
     "SpeechToText",
     "SpeechToTextError",
     "StreamResampler",
+    "SttSettings",
     "Synthesis",
     "TextToSpeech",
     "TextToSpeechError",
@@ -104,6 +106,7 @@ __all__ = [
     "VadModelMissingError",
     "VoiceConfig",
     "VoicePipeline",
+    "VoiceTopics",
     "WavAudio",
     "WhisperSTT",
     "check_format",
