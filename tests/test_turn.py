@@ -409,3 +409,34 @@ async def test_a_held_floor_keeps_a_long_pause_inside_the_utterance() -> None:
                 await client.send_audio(piece)
             assert (await client.collect_turn(limit_s=10)).query == "tone 440"
         assert len(rec.messages(USER_QUERY_TOPIC)) == 2
+
+
+async def test_after_end_of_utterance_nothing_waits_for_a_timer() -> None:
+    """The client's end_of_utterance is a certain endpoint: with a 3 s end silence (and
+    its bounds) and no pause pass, the reply still starts at once after the release."""
+    slow = VadConfig(
+        min_speech_ms=96,
+        end_silence_ms=3000,
+        min_end_silence_ms=3000,
+        max_end_silence_ms=3000,
+        pre_roll_ms=100,
+        pad_ms=50,
+    )
+    config = VoiceConfig(
+        vad=slow, playback_speed=0, partial_interval_s=0, speculative_after_ms=5000
+    )
+    service = tone_service(ScriptedLLM(default="Heard you."), config)
+    async with service:
+        async with EdgeClient(
+            service.websocket_url,
+            participant_id="ptt",
+            audio=AudioFormat(sample_rate=16_000),
+            want_audio=True,
+        ) as client:
+            for piece in chunk_pcm(float_to_pcm16(tone(0.6, 440.0)), 16_000, 100):
+                await client.send_audio(piece)
+            released = anyio.current_time()
+            await client.end_of_utterance()
+            heard = await client.collect_turn(limit_s=10)
+            assert heard.query == "tone 440" and heard.text == "Heard you."
+            assert anyio.current_time() - released < 1.5  # not the 3 s silence

@@ -34,7 +34,7 @@ from edge.llm import LLMService, Loadable
 from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
-from edge.speculation import TurnSpeculator, prefetching, speculative_answers
+from edge.speculation import Guess, TurnSpeculator, prefetching, speculative_answers
 from edge.store import STORE_FILE, Retention, SessionStore, private_dir
 from edge.voice import TRANSCRIPT_TOPIC
 
@@ -335,8 +335,15 @@ class EdgeService:
                 max_synthesize_chars=s.max_synthesize_chars,
             ),
             speculation=self._wyoming_speculation(),
+            provisional=self._wyoming_provisional if self.settings.speculative_answers else None,
         )
         return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
+
+    def _wyoming_provisional(self, participant_id: str, text: str) -> None:
+        """An ``asr`` recording's words for an active Home Assistant conversation: its
+        answer starts now and the ``handle`` bringing the same words adopts it."""
+        guess = Guess(participant_id, text)
+        self.speculator.provisional(participant_id, guess, by_query=True)
 
     def _wyoming_speculation(self) -> AsrSpeculation | None:
         """Wyoming ``asr`` transcribes during the client's trailing silence, with the same

@@ -118,6 +118,9 @@ class WyomingBackend:
     handle_timeout_s: float = 60.0
     limits: WyomingLimits = field(default_factory=WyomingLimits)
     speculation: AsrSpeculation | None = None  # transcribe during the client's silence
+    # (participant, words): an asr turn's likely words, for its answer to start before
+    # ``handle`` brings them (the conversation's participant, named by ``transcribe``)
+    provisional: Callable[[str, str], None] | None = None
     conversations: HaConversationParticipants = field(init=False)
 
     def __post_init__(self) -> None:
@@ -195,6 +198,7 @@ class WyomingHandler(AsyncEventHandler):
         self._audio: Recording | None = None  # the recording, resampled to 16 kHz
         self._recorded = False  # whether this connection ever recorded
         self._speculation: SpeculativeAsr | None = None
+        self._asr_for: str | None = None  # the conversation participant the recording is for
         self._resampler: StreamResampler | None = None
         limits = backend.limits
         self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
@@ -281,6 +285,9 @@ class WyomingHandler(AsyncEventHandler):
         elif Transcribe.is_type(event.type):
             self._need(self.backend.stt, "asr")
             self._start_recording(None)
+            self._asr_for = _active_conversation(
+                self.backend, self._parse(Transcribe, event).context
+            )
         elif AudioStart.is_type(event.type):
             self._need(self.backend.stt, "asr")
             start = self._parse(AudioStart, event)
@@ -315,7 +322,12 @@ class WyomingHandler(AsyncEventHandler):
         config, stt, spawn = self.backend.speculation, self.backend.stt, self.spawn
         if config is None or stt is None or spawn is None:
             return None
-        return config.start(stt, spawn)
+        return config.start(stt, spawn, self._heard)
+
+    def _heard(self, text: str) -> None:
+        """The recording's likely words (a pass in the client's silence, or the final one)."""
+        if self._asr_for is not None and self.backend.provisional is not None:
+            self.backend.provisional(self._asr_for, text)
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -371,6 +383,8 @@ class WyomingHandler(AsyncEventHandler):
         text = await speculation.take() if speculation is not None else None
         if text is not None:  # no speech after the pause it transcribed
             await write_transcript(self.write_event, text)
+            self._heard(text)
+            self._asr_for = None
             return
         if resampler is not None:
             with contextlib.suppress(RecordingFullError):  # the filter's tail, if it fits
@@ -379,6 +393,8 @@ class WyomingHandler(AsyncEventHandler):
         del recording
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
         await write_transcript(self.write_event, result.text.strip())
+        self._heard(result.text.strip())
+        self._asr_for = None
 
     async def _synthesize(self, text: str) -> None:
         self._need(self.backend.tts, "tts")
@@ -456,6 +472,20 @@ class WyomingHandler(AsyncEventHandler):
         if self._joined:
             self.backend.gateway.hub.detach(self.participant_id, self)
             await self.backend.gateway.leave(self.participant_id, "connection closed", SOURCE)
+
+
+def _active_conversation(backend: WyomingBackend, context: object) -> str | None:
+    """The participant of the conversation a ``transcribe`` names, when it is active (its
+    context loaded) and answers may start early: the recording's answer may start before
+    ``handle`` brings its words."""
+    cid = context.get("conversation_id") if isinstance(context, dict) else None
+    if not isinstance(cid, str) or backend.provisional is None:
+        return None
+    try:
+        pid = backend.conversations.participant(cid)
+    except ClientError:
+        return None  # handle refuses it in due course
+    return pid if pid in backend.conversations.active() else None
 
 
 def _text(value: object) -> str:

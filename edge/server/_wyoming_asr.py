@@ -37,9 +37,19 @@ class AsrSpeculation:
     threshold: float = 0.5
     after_s: float = 0.15
 
-    def start(self, stt: SpeechToText, spawn: Callable[..., None]) -> SpeculativeAsr:
+    def start(
+        self,
+        stt: SpeechToText,
+        spawn: Callable[..., None],
+        on_text: Callable[[str], None] | None = None,
+    ) -> SpeculativeAsr:
         return SpeculativeAsr(
-            stt, self.vad_factory(), spawn, threshold=self.threshold, after_s=self.after_s
+            stt,
+            self.vad_factory(),
+            spawn,
+            threshold=self.threshold,
+            after_s=self.after_s,
+            on_text=on_text,
         )
 
 
@@ -92,8 +102,10 @@ class SpeculativeAsr:
         *,
         threshold: float = 0.5,
         after_s: float = 0.15,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         self.stt = stt
+        self.on_text = on_text  # told each pass's text (the answer may start on it)
         self.vad = vad
         self.spawn = spawn
         self.threshold = threshold
@@ -130,6 +142,8 @@ class SpeculativeAsr:
             job.text = None  # the pass at audio-stop reports the failure
         finally:
             job.done.set()
+        if job.text and self.on_text is not None and job is self._pass:
+            self.on_text(job.text)
 
     async def take(self) -> str | None:
         """The speculative text when it covers all the speech, else None."""
