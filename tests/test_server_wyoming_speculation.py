@@ -12,12 +12,13 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.handle import Handled
+from wyoming.tts import Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.voice import float_to_pcm16
-from tests.server_helpers import read_answer, read_transcript, settings, wait_for
+from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
 
 pytestmark = pytest.mark.anyio
@@ -26,7 +27,7 @@ CONTEXT = {"conversation_id": "01HASPEC"}
 
 
 def reply(messages) -> ScriptedReply:  # type: ignore[no-untyped-def]
-    return ScriptedReply(f"You said: {messages[-1].content}.", delay_s=0.01)
+    return ScriptedReply(f"You said: {messages[-1].content}. That is all.", delay_s=0.01)
 
 
 def service(llm: ScriptedLLM) -> EdgeService:
@@ -75,7 +76,7 @@ async def test_the_handle_bringing_the_recordings_words_adopts_the_answer_starte
         assert await transcribe(svc) == "tone 440"
         await wait_for(lambda: svc.answers.stats.started == 1)  # before handle
         assert len(llm.requests) == 2
-        assert await ask(svc, "tone 440") == "You said: tone 440."
+        assert await ask(svc, "tone 440") == "You said: tone 440. That is all."
         stats = svc.answers.stats
         assert (stats.started, stats.adopted, stats.discarded) == (1, 1, 0)
         assert len(llm.requests) == 2  # the turn's answer is the early one
@@ -88,7 +89,7 @@ async def test_a_handle_with_other_words_discards_the_early_answer_unseen() -> N
         await ask(svc, "hello")
         await transcribe(svc)
         await wait_for(lambda: svc.answers.stats.started == 1)
-        assert await ask(svc, "something else") == "You said: something else."
+        assert await ask(svc, "something else") == "You said: something else. That is all."
         assert svc.answers.stats.discarded == 1 and svc.answers.stats.adopted == 0
         rendered = svc.context.render("wyoming:01HASPEC")
         assert "tone 440" not in rendered and "something else" in rendered
@@ -101,3 +102,35 @@ async def test_no_early_answer_without_an_active_conversation() -> None:
         await transcribe(svc, context=None)
         await anyio.sleep(0.2)
         assert svc.answers.stats.started == 0
+
+
+async def speak(svc: EdgeService, text: str) -> None:
+    async with client(svc) as c:
+        await c.write_event(Synthesize(text=text).event())
+        await read_spoken(c, until_stopped=False)
+
+
+async def test_the_following_synthesize_speaks_the_first_sentence_prepared_ahead() -> None:
+    svc = service(ScriptedLLM(reply))
+    tts = svc.voice.tts  # type: ignore[union-attr]
+    async with svc:
+        await ask(svc, "hello")
+        await transcribe(svc)
+        prepared = svc.wyoming.backend.prepared  # type: ignore[union-attr]
+        await wait_for(lambda: "You said: tone 440." in tts.spoken)  # before handle
+        answer = await ask(svc, "tone 440")
+        await speak(svc, answer)
+        assert prepared.used == 1
+        assert tts.spoken.count("You said: tone 440.") == 1  # synthesized once, ahead
+
+
+async def test_a_discarded_answers_prepared_speech_is_never_sent() -> None:
+    svc = service(ScriptedLLM(reply))
+    tts = svc.voice.tts  # type: ignore[union-attr]
+    async with svc:
+        await ask(svc, "hello")
+        await transcribe(svc)
+        await wait_for(lambda: "You said: tone 440." in tts.spoken)
+        answer = await ask(svc, "something else")
+        await speak(svc, answer)
+        assert svc.wyoming.backend.prepared.used == 0  # type: ignore[union-attr]

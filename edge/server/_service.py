@@ -145,7 +145,7 @@ class EdgeService:
             self.router,
             self.conversation,
             self.answers,
-            speech=self.voice,
+            speech=[self.voice] if self.voice is not None else [],
         )
         self._register_agents()
         self.gateway = self._make_gateway()
@@ -153,6 +153,8 @@ class EdgeService:
         self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
+        if self.wyoming is not None:  # a likely answer's first sentence, for `synthesize`
+            self.speculator.speech.append(self.wyoming.backend.prepared)
         self.mdns: MdnsAdvertiser | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 

@@ -72,6 +72,7 @@ from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_partici
 from ._wyoming_asr import AsrSpeculation, Recording, RecordingFullError, SpeculativeAsr
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 from ._wyoming_stream import (
+    PreparedSpeech,
     ReplyFeed,
     SynthesizeStream,
     stream_handled,
@@ -122,9 +123,11 @@ class WyomingBackend:
     # ``handle`` brings them (the conversation's participant, named by ``transcribe``)
     provisional: Callable[[str, str], None] | None = None
     conversations: HaConversationParticipants = field(init=False)
+    prepared: PreparedSpeech = field(init=False)  # likely answers' first sentences
 
     def __post_init__(self) -> None:
         self.conversations = HaConversationParticipants(self.gateway)
+        self.prepared = PreparedSpeech(self.tts, f"{SOURCE}:")
 
     def info(self) -> Info:
         """What ``describe`` answers: the domains this server offers, with their models."""
@@ -206,7 +209,7 @@ class WyomingHandler(AsyncEventHandler):
         self._joined = False
         self._feed = ReplyFeed()  # the current handle request's reply
         self._synthesis = SynthesizeStream(
-            self.write_event, backend.tts, backend.limits.max_synthesize_chars
+            self.write_event, backend.tts, backend.limits.max_synthesize_chars, backend.prepared
         )
 
     # -- hub sink -------------------------------------------------------------------------
@@ -404,6 +407,7 @@ class WyomingHandler(AsyncEventHandler):
             text,
             self.backend.limits.max_synthesize_chars,
             lambda: self.writer.is_closing() or self.reader.at_eof(),
+            self.backend.prepared,
         )
 
     async def _handle(self, text: str, context: dict | None) -> None:

@@ -12,8 +12,9 @@ any participant-visible state:
 2. when that is the answering destination, starts its answer request on
    :class:`SpeculativeAnswers` (the service it streams from), output held back, as the
    provisional turn :class:`Guess` (utterance id, words);
-3. hands the held answer text to the voice pipeline's ``prepare_reply``, which synthesizes
-   its first piece ahead of time, published only if the real reply starts with exactly it.
+3. hands the held answer text to each of ``speech`` (the voice pipeline's, Wyoming's
+   ``prepare_reply``; each prepares only its own participants), which synthesizes its
+   first piece ahead of time, used only if the real reply speaks exactly that piece.
 
 The final transcript of that utterance (``voice.transcript``, published just before the
 turn's ``user.query``) confirms the provisional turn when the words match: the turn's
@@ -28,7 +29,7 @@ An input without transcripts (Wyoming ``asr`` then ``handle``) speculates with
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,7 +62,8 @@ class AnswerSource(Protocol):
 
 
 class PreparesSpeech(Protocol):
-    """Synthesizes a reply's first piece ahead of it (``VoicePipeline``)."""
+    """Synthesizes a reply's first piece ahead of it for the participants it speaks to
+    (``VoicePipeline``, Wyoming's ``PreparedSpeech``), returning at once for others."""
 
     async def prepare_reply(self, participant_id: str, deltas: AsyncIterable[str]) -> None: ...
 
@@ -85,14 +87,14 @@ class TurnSpeculator(Agent):
         answers: SpeculativeAnswers,
         *,
         destination: str = "conversation",
-        speech: PreparesSpeech | None = None,
+        speech: Sequence[PreparesSpeech] = (),
     ) -> None:
         super().__init__()
         self.router = router
         self.source = source
         self.answers = answers
         self.destination = destination
-        self.speech = speech
+        self.speech = list(speech)
         self._turns: dict[str, _Provisional] = {}
         self._tasks = BackgroundTasks("turn speculation")
         self.add_handler(SPECULATION_TOPIC, self._on_speculation)
@@ -185,8 +187,7 @@ class TurnSpeculator(Agent):
                 source = self.source
                 messages = source.request_messages(pid, text)
                 self.answers.speculate(pid, turn.guess, messages, source.answer_options(pid))
-                if self.speech is not None:
-                    held = source.reply_text(self.answers.held(pid))
-                    await self.speech.prepare_reply(pid, held)
+                for speech in self.speech:
+                    await speech.prepare_reply(pid, source.reply_text(self.answers.held(pid)))
             except Exception:  # a failed guess costs nothing: the real turn runs as usual
                 log.exception("speculating on %s's turn failed", pid)

@@ -49,7 +49,7 @@ from ._messages import (
     Transcript,
 )
 from ._pipeline import VoicePipeline, VoiceTopics
-from ._sentences import SentenceSplitter, sounds_complete, speakable
+from ._sentences import SentenceSplitter, first_piece, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
 from ._stt import (
@@ -112,6 +112,7 @@ __all__ = [
     "check_format",
     "chunk_pcm",
     "default_vad_path",
+    "first_piece",
     "float_to_pcm16",
     "pcm16_to_float",
     "read_wav",
