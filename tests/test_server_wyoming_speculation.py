@@ -95,6 +95,19 @@ async def test_a_handle_with_other_words_discards_the_early_answer_unseen() -> N
         assert "tone 440" not in rendered and "something else" in rendered
 
 
+async def test_without_a_conversation_id_the_address_last_conversation_is_guessed() -> None:
+    """Home Assistant's ``transcribe`` may name no conversation: the one this client last
+    asked for is the likely one, and its next handle adopts the early answer."""
+    llm = ScriptedLLM(reply)
+    svc = service(llm)
+    async with svc:
+        await ask(svc, "hello")
+        await transcribe(svc, context=None)
+        await wait_for(lambda: svc.answers.stats.started == 1)
+        assert await ask(svc, "tone 440") == "You said: tone 440. That is all."
+        assert svc.answers.stats.adopted == 1 and len(llm.requests) == 2
+
+
 async def test_no_early_answer_without_an_active_conversation() -> None:
     svc = service(ScriptedLLM(reply))
     async with svc:

@@ -124,6 +124,9 @@ class WyomingBackend:
     provisional: Callable[[str, str], None] | None = None
     conversations: HaConversationParticipants = field(init=False)
     prepared: PreparedSpeech = field(init=False)  # likely answers' first sentences
+    # the conversation participant each client address last asked for (its next asr
+    # recording is most likely that conversation's next turn)
+    last_asked: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.conversations = HaConversationParticipants(self.gateway)
@@ -289,7 +292,7 @@ class WyomingHandler(AsyncEventHandler):
             self._need(self.backend.stt, "asr")
             self._start_recording(None)
             self._asr_for = _active_conversation(
-                self.backend, self._parse(Transcribe, event).context
+                self.backend, self._parse(Transcribe, event).context, self.address
             )
         elif AudioStart.is_type(event.type):
             self._need(self.backend.stt, "asr")
@@ -428,6 +431,7 @@ class WyomingHandler(AsyncEventHandler):
         if not isinstance(cid, str):
             raise ClientError("conversation_id must be a string")
         pid = await conversations.begin(cid)
+        _remember(self.backend.last_asked, self.address, pid)
         try:
             self._attach(pid)
             try:
@@ -466,6 +470,7 @@ class WyomingHandler(AsyncEventHandler):
                 NotHandled(text="I have no answer to that.", context=context).event()
             )
 
+    address = "?"  # the client's
     release: Callable[[], None] | None = None  # gives the connection slot back
     spawn: Callable[..., None] | None = None  # starts a task in the server's task group
 
@@ -478,18 +483,29 @@ class WyomingHandler(AsyncEventHandler):
             await self.backend.gateway.leave(self.participant_id, "connection closed", SOURCE)
 
 
-def _active_conversation(backend: WyomingBackend, context: object) -> str | None:
-    """The participant of the conversation a ``transcribe`` names, when it is active (its
-    context loaded) and answers may start early: the recording's answer may start before
-    ``handle`` brings its words."""
-    cid = context.get("conversation_id") if isinstance(context, dict) else None
-    if not isinstance(cid, str) or backend.provisional is None:
+def _active_conversation(backend: WyomingBackend, context: object, address: str) -> str | None:
+    """The conversation a ``transcribe`` is most likely for: the one its context names,
+    else the one its client address last asked for; when that one is active (its context
+    loaded) and answers may start early, its participant: the recording's answer may
+    start before ``handle`` brings its words."""
+    if backend.provisional is None:
         return None
-    try:
-        pid = backend.conversations.participant(cid)
-    except ClientError:
-        return None  # handle refuses it in due course
+    cid = context.get("conversation_id") if isinstance(context, dict) else None
+    if isinstance(cid, str):
+        try:
+            pid: str | None = backend.conversations.participant(cid)
+        except ClientError:
+            return None  # handle refuses it in due course
+    else:
+        pid = backend.last_asked.get(address)
     return pid if pid in backend.conversations.active() else None
+
+
+def _remember(last: dict[str, str], address: str, participant_id: str, keep: int = 64) -> None:
+    last.pop(address, None)
+    last[address] = participant_id  # newest last; the oldest addresses go
+    while len(last) > keep:
+        del last[next(iter(last))]
 
 
 def _text(value: object) -> str:
@@ -533,6 +549,7 @@ class WyomingServer:
         pid = f"{SOURCE}:{new_participant_id('anon')}"
         handler = WyomingHandler(self.backend, pid, reader, writer, refused=refused)
         if refused is None:
+            handler.address = address
             handler.release = partial(self.slots.release, address)
             handler.spawn = self._tasks.start_soon
         return handler
