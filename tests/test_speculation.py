@@ -184,3 +184,24 @@ def test_over_a_token_counter_the_answers_count_with_it() -> None:
     assert (answers.context_length, answers.default_max_tokens) == (64, 16)
     assert answers.count_tokens("a b c") == 3
     assert answers.format_chat([_user("x y")]) == "x y"
+
+
+async def test_a_reply_finishing_before_the_query_drops_the_provisional_turn() -> None:
+    """An exchange completed after the guess was made may be missing from its answer's
+    context: the turn then asks for its own answer."""
+    from edge.interaction import VOICE_OUTPUT_TOPIC, ResponseOutput
+
+    llm = ScriptedLLM(default=ScriptedReply("Early.", delay_s=0.01))
+    runtime, speculator, conv = await speculator_runtime(llm)
+    async with speculator.answers, speculator, runtime:
+        pub = _publisher(runtime)
+        await pub(SPECULATION_TOPIC, Speculation(text="And then?", utterance=2))
+        await wait_for(lambda: speculator.answers.pending("p1"))
+        end = ResponseOutput(text="", request_id="t0", source="conversation", final=True)
+        await pub(VOICE_OUTPUT_TOPIC, end)  # the previous turn's reply ends now
+        assert not speculator.answers.pending("p1")
+        await pub(TRANSCRIPT_TOPIC, Transcript(text="And then?", utterance=2, final=True))
+        await pub(USER_QUERY_TOPIC, UserQuery(text="And then?"))
+        llm.default = ScriptedReply("Fresh.")
+        result = await conv.answer(turn("And then?"), started=Started())
+    assert result.text == "Fresh." and speculator.answers.stats.adopted == 0

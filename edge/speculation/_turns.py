@@ -18,9 +18,10 @@ any participant-visible state:
 
 The final transcript of that utterance (``voice.transcript``, published just before the
 turn's ``user.query``) confirms the provisional turn when the words match: the turn's
-answer request adopts it. Other words, resumed speech, a typed query, or the participant
-leaving discard it, counted as discarded: it never produced a frame, audio,
-acknowledgment or recorded exchange, because only the real turn does those.
+answer request adopts it. Other words, resumed speech, a typed query, the participant
+leaving, or a reply to them finishing before their query (an exchange the provisional
+answer's context may lack) discard it, counted as discarded: it never produced a frame,
+audio, acknowledgment or recorded exchange, because only the real turn does those.
 
 An input without transcripts (Wyoming ``asr`` then ``handle``) speculates with
 :meth:`TurnSpeculator.provisional` and the turn's query confirms it when its text matches.
@@ -35,7 +36,14 @@ from typing import Protocol
 
 import anyio
 
-from edge.interaction import PARTICIPANT_LEFT_TOPIC, USER_QUERY_TOPIC, ParticipantLeft, UserQuery
+from edge.interaction import (
+    PARTICIPANT_LEFT_TOPIC,
+    USER_QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
 from edge.llm import ChatMessage, GenerationOptions
 from edge.runtime import Agent, BackgroundTasks, HandlerContext
 from edge.voice import SPECULATION_TOPIC, TRANSCRIPT_TOPIC, Speculation, Transcript
@@ -101,6 +109,7 @@ class TurnSpeculator(Agent):
         self.add_handler(TRANSCRIPT_TOPIC, self._on_transcript)
         self.add_handler(USER_QUERY_TOPIC, self._on_query)
         self.add_handler(PARTICIPANT_LEFT_TOPIC, self._on_left)
+        self.add_handler(VOICE_OUTPUT_TOPIC, self._on_reply)
 
     async def __aenter__(self) -> TurnSpeculator:
         await self._tasks.open()
@@ -170,6 +179,14 @@ class TurnSpeculator(Agent):
                 turn.asked = True
                 return
         self.drop(pid)
+
+    async def _on_reply(self, frame: ResponseOutput, ctx: HandlerContext) -> None:
+        """A reply to the participant finished before their turn's query: the exchange it
+        completes may be missing from the provisional answer's context."""
+        pid = ctx.metadata.participant_id
+        turn = self._turns.get(pid) if pid is not None else None
+        if frame.final and turn is not None and pid is not None and not turn.asked:
+            self.drop(pid)
 
     async def _on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
         if ctx.metadata.participant_id is not None:
