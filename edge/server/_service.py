@@ -153,8 +153,6 @@ class EdgeService:
         self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
         self.websocket = self._make_websocket()
         self.wyoming = self._make_wyoming()
-        if self.wyoming is not None:  # a likely answer's first sentence, for `synthesize`
-            self.speculator.speech.append(self.wyoming.backend.prepared)
         self.mdns: MdnsAdvertiser | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -339,6 +337,7 @@ class EdgeService:
             speculation=self._wyoming_speculation(),
             provisional=self._wyoming_provisional if self.settings.speculative_answers else None,
         )
+        self.speculator.speech.append(backend.prepared)  # a likely answer's first sentence
         return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
 
     def _wyoming_provisional(self, participant_id: str, text: str) -> None:
