@@ -54,8 +54,10 @@ async def ask(svc: EdgeService, text: str) -> str:
     return Handled.from_event(event).text
 
 
-async def transcribe(svc: EdgeService, context: dict | None = CONTEXT) -> str:
-    audio = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(0.7)]))
+async def transcribe(
+    svc: EdgeService, context: dict | None = CONTEXT, pieces: tuple = ((0.6, 440.0), (0.7, 0))
+) -> str:
+    audio = float_to_pcm16(np.concatenate([tone(s, f) if f else silence(s) for s, f in pieces]))
     async with client(svc) as c:
         await c.write_event(Transcribe(language="en", context=context).event())
         await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
@@ -147,3 +149,18 @@ async def test_a_discarded_answers_prepared_speech_is_never_sent() -> None:
         answer = await ask(svc, "something else")
         await speak(svc, answer)
         assert svc.wyoming.backend.prepared.used == 0  # type: ignore[union-attr]
+
+
+async def test_words_of_a_pause_the_speaker_talked_past_are_retracted() -> None:
+    llm = ScriptedLLM(reply)
+    svc = service(llm)
+    async with svc:
+        await ask(svc, "hello")
+        heard = await transcribe(svc, pieces=((0.4, 440.0), (0.5, 0), (0.6, 880.0), (0.4, 0)))
+        assert heard == "tone 880"
+        await wait_for(lambda: any(r.messages[-1].content == "tone 880" for r in llm.requests))
+        # the pause's words (when their pass ended before speech resumed) were retracted
+        early = [r for r in llm.requests[1:] if r.messages[-1].content == "tone 440"]
+        assert all(r.cancelled for r in early)
+        assert await ask(svc, "tone 880") == "You said: tone 880. That is all."
+        assert (svc.answers.stats.adopted, svc.answers.stats.discarded) == (1, len(early))

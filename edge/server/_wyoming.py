@@ -331,7 +331,8 @@ class WyomingHandler(AsyncEventHandler):
         return config.start(stt, spawn, self._heard)
 
     def _heard(self, text: str) -> None:
-        """The recording's likely words (a pass in the client's silence, or the final one)."""
+        """The recording's likely words (a pass in the client's silence, or the final one;
+        "" retracts them: speech resumed)."""
         if self._asr_for is not None and self.backend.provisional is not None:
             self.backend.provisional(self._asr_for, text)
 
