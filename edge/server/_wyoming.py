@@ -389,9 +389,9 @@ class WyomingHandler(AsyncEventHandler):
         self._audio, self._format, self._resampler, self._speculation = None, None, None, None
         text = await speculation.take() if speculation is not None else None
         if text is not None:  # no speech after the pause it transcribed
-            await write_transcript(self.write_event, text)
-            self._heard(text)
+            self._heard(text)  # its answer starts before the client has the transcript
             self._asr_for = None
+            await write_transcript(self.write_event, text)
             return
         if resampler is not None:
             with contextlib.suppress(RecordingFullError):  # the filter's tail, if it fits
@@ -399,9 +399,9 @@ class WyomingHandler(AsyncEventHandler):
         audio = recording.audio()
         del recording
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
-        await write_transcript(self.write_event, result.text.strip())
         self._heard(result.text.strip())
         self._asr_for = None
+        await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
         self._need(self.backend.tts, "tts")
