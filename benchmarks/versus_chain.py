@@ -89,6 +89,7 @@ PATHS = {
     "d": "the chain (whisper + llama.cpp server + piper)",
 }
 STAGES = ("transcript", "reply_text", "audio")
+SLOW_FACTOR = 2.0  # a turn slower than this × its path's p50 gets its stages in the summary
 # (id, kind, parts): parts are joined by a PAUSE_S silence, as a speaker pausing mid-sentence.
 QUESTIONS: list[tuple[str, str, tuple[str, ...]]] = [
     ("capital", "short", ("What is the capital of France?",)),
@@ -305,10 +306,29 @@ def summarize(samples: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]
             },
             "speculation": speculation_summary(rows),
         }
+        out[path]["slow_turns"] = slow_turns(good, out[path]["p50"])
     chain = out.get("d", {}).get("p50", np.nan)
     for figures in out.values():
         figures["ratio"] = {k: figures[k] / chain for k in ("p50", "p95", "max")}
     return out
+
+
+def slow_turns(good: list[dict[str, Any]], p50: float) -> list[dict[str, Any]]:
+    """The turns slower than SLOW_FACTOR × the path's p50, each with its stages and
+    speculation, so the cause of a tail can be read from the results."""
+    return [
+        {
+            "qid": s.get("qid"),
+            "round": s.get("round"),
+            "total_s": s["total_s"],
+            "times_p50": round(s["total_s"] / p50, 2),
+            "stages": s.get("stages"),
+            "speculation": s.get("speculation"),
+            "load_1m": s.get("load_1m"),
+        }
+        for s in good
+        if p50 > 0 and s["total_s"] > SLOW_FACTOR * p50
+    ]
 
 
 def speculation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -351,6 +371,12 @@ def print_table(summary: dict[str, Any], console: Console) -> None:
             f"{spec['start_s_p50']:+.2f}" if spec.get("started") else "-",
         )
     console.print(table)
+    for path, f in summary.items():
+        for slow in f.get("slow_turns", []):
+            console.print(
+                f"slow ({path}) {slow['qid']} round {slow['round']}: {slow['total_s']:.2f} s "
+                f"({slow['times_p50']:.1f}× p50), stages {slow['stages']}"
+            )
     console.print(
         "stages (p50): transcript = start mark → final transcript; reply text → first "
         "reply text; audio → first reply audio. (a) from end of speech, (b) from "

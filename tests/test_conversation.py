@@ -300,22 +300,6 @@ async def test_a_request_fitted_to_the_window_keeps_its_recalled_block() -> None
     assert context.endswith("User (earlier): My locker code is 4711.")  # but recalled
 
 
-def test_a_prepared_request_keeps_its_time_for_the_turn_that_asks_it() -> None:
-    """A speculation prepared at hh:mm:59.9 and adopted a second later must have the same
-    messages: the turn asking the same query gets the prepared request's current time
-    (within PIN_S); another query, or a later one, gets its own."""
-    llm = ScriptedLLM()
-    clock = Clock(T0 + 39_900_000)  # 22:13:59.9
-    conv = Conversation(llm, context=manager(llm, clock), clock=clock)
-    prepared = conv.request_messages("p", "What time is it?", prepared=True)
-    clock.advance(1.0)  # the minute changed before the endpoint confirmed the words
-    assert conv.request_messages("p", "What time is it?") == prepared
-    assert conv.request_messages("p", "What time is it?") != prepared  # used once
-    conv.request_messages("p", "What time is it?", prepared=True)
-    other = conv.request_messages("p", "Something else?")
-    assert other[1].content != prepared[1].content  # its own time: 22:14
-
-
 async def test_an_answer_ends_where_the_model_starts_writing_the_next_turns() -> None:
     """Small models continue the transcript-like context with invented ``User:`` lines:
     the answer stops there, so they are neither streamed nor recorded."""

@@ -8,11 +8,12 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 
-from edge.decisions import ChoiceAnswer, PrefetchingDecisions, ScriptedDecisions
+from edge.decisions import ChoiceAnswer, PreparingDecisions, ScriptedDecisions
 from edge.interaction import USER_QUERY_TOPIC, VOICE_OUTPUT_TOPIC
-from edge.llm import ScriptedLLM, ScriptedReply, SpeculativeLLM
+from edge.llm import GenerationOptions, ScriptedLLM, ScriptedReply
 from edge.server import EdgeClient, EdgeService
 from edge.server._protocol import AudioFormat
+from edge.speculation import Guess, PrefetchingDecisions, SpeculativeAnswers
 from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
     SPECULATION_TOPIC,
@@ -123,12 +124,16 @@ def test_finish_ends_the_utterance_at_once() -> None:
 # -- speculative requests ------------------------------------------------------------------
 
 
+GUESS = Guess("voice:0", "capital of France?")
+
+
 async def test_an_adopted_speculation_is_the_same_stream_and_runs_once() -> None:
     llm = ScriptedLLM([ScriptedReply("Paris is the capital.", delay_s=0.01)])
     messages = [{"role": "user", "content": "capital of France?"}]
-    async with SpeculativeLLM(llm) as speculative:
-        speculative.speculate("p1", messages, max_tokens=20)
+    async with SpeculativeAnswers(llm) as speculative:
+        speculative.speculate("p1", GUESS, messages, GenerationOptions(max_tokens=20))
         await wait_for(lambda: speculative.stats.started == 1)
+        assert speculative.confirm("p1", GUESS)
         stream = speculative.stream(messages, max_tokens=20, cache_key="p1")
         async with stream:
             text = "".join([d async for d in stream])
@@ -139,10 +144,11 @@ async def test_an_adopted_speculation_is_the_same_stream_and_runs_once() -> None
     assert stats.last_started_unix > 0
 
 
-async def test_a_different_request_discards_the_speculation() -> None:
+async def test_a_request_before_confirmation_discards_the_speculation() -> None:
     llm = ScriptedLLM(default=ScriptedReply("one two three four five six", delay_s=0.05))
-    async with SpeculativeLLM(llm) as speculative:
-        speculative.speculate("p1", [{"role": "user", "content": "capital of"}])
+    async with SpeculativeAnswers(llm) as speculative:
+        guess = Guess("voice:0", "capital of")
+        speculative.speculate("p1", guess, [{"role": "user", "content": "capital of"}])
         await anyio.sleep(0.05)
         stream = speculative.stream(
             [{"role": "user", "content": "capital of Peru"}], cache_key="p1"
@@ -158,6 +164,7 @@ async def test_prefetched_decisions_answer_the_same_question_once() -> None:
 
     inner = ScriptedDecisions(default="notes")
     prefetching = PrefetchingDecisions(inner)
+    assert not isinstance(prefetching, PreparingDecisions)  # the scripted service cannot
     question = ChoiceQuestion(
         "take a note", (Criterion("notes", "notes"), Criterion("conversation", "talk"))
     )
@@ -335,11 +342,12 @@ async def test_prepared_speech_is_used_by_a_matching_reply_and_never_sent_alone(
 
 async def test_held_deltas_are_read_without_adopting_or_discarding() -> None:
     llm = ScriptedLLM(default=ScriptedReply("One two three.", delay_s=0.01))
-    async with SpeculativeLLM(llm) as speculative:
+    async with SpeculativeAnswers(llm) as speculative:
         messages = [{"role": "user", "content": "count"}]
-        speculative.speculate("p", messages)
+        speculative.speculate("p", Guess("voice:0", "count"), messages)
         held = "".join([d async for d in speculative.held("p")])
         assert held == "One two three." and speculative.pending("p")
+        assert speculative.confirm("p", Guess("voice:0", "count"))
         adopted = "".join([d async for d in speculative.stream(messages, cache_key="p")])
         assert adopted == held
         assert (speculative.stats.adopted, speculative.stats.discarded) == (1, 0)
@@ -349,12 +357,13 @@ async def test_held_deltas_are_read_without_adopting_or_discarding() -> None:
 async def test_a_speculation_generates_only_a_little_ahead_until_adopted() -> None:
     words_ = " ".join(f"w{i}" for i in range(12))
     llm = ScriptedLLM(default=ScriptedReply(words_, delay_s=0.01))
-    async with SpeculativeLLM(llm, ahead_deltas=3) as speculative:
+    async with SpeculativeAnswers(llm, ahead_deltas=3) as speculative:
         messages = [{"role": "user", "content": "count"}]
-        speculative.speculate("p", messages)
+        speculative.speculate("p", Guess("voice:0", "count"), messages)
         ahead = [d async for d in _first(speculative.held("p"), 3)]
         await anyio.sleep(0.2)  # far longer than the rest would take to generate
         assert llm.requests[0].output == "".join(ahead)  # paused after three words
+        assert speculative.confirm("p", Guess("voice:0", "count"))
         adopted = "".join([d async for d in speculative.stream(messages, cache_key="p")])
     assert adopted == words_ and adopted.startswith("".join(ahead))
 
@@ -400,3 +409,34 @@ async def test_a_held_floor_keeps_a_long_pause_inside_the_utterance() -> None:
                 await client.send_audio(piece)
             assert (await client.collect_turn(limit_s=10)).query == "tone 440"
         assert len(rec.messages(USER_QUERY_TOPIC)) == 2
+
+
+async def test_after_end_of_utterance_nothing_waits_for_a_timer() -> None:
+    """The client's end_of_utterance is a certain endpoint: with a 3 s end silence (and
+    its bounds) and no pause pass, the reply still starts at once after the release."""
+    slow = VadConfig(
+        min_speech_ms=96,
+        end_silence_ms=3000,
+        min_end_silence_ms=3000,
+        max_end_silence_ms=3000,
+        pre_roll_ms=100,
+        pad_ms=50,
+    )
+    config = VoiceConfig(
+        vad=slow, playback_speed=0, partial_interval_s=0, speculative_after_ms=5000
+    )
+    service = tone_service(ScriptedLLM(default="Heard you."), config)
+    async with service:
+        async with EdgeClient(
+            service.websocket_url,
+            participant_id="ptt",
+            audio=AudioFormat(sample_rate=16_000),
+            want_audio=True,
+        ) as client:
+            for piece in chunk_pcm(float_to_pcm16(tone(0.6, 440.0)), 16_000, 100):
+                await client.send_audio(piece)
+            released = anyio.current_time()
+            await client.end_of_utterance()
+            heard = await client.collect_turn(limit_s=10)
+            assert heard.query == "tone 440" and heard.text == "Heard you."
+            assert anyio.current_time() - released < 1.5  # not the 3 s silence

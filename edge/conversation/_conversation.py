@@ -54,8 +54,6 @@ ROUTE_EXAMPLES = (
 """Phrases typical of general requests, offered to routing as lexical evidence."""
 FINAL_FRAME_TIMEOUT_S = 5.0
 MAX_METRICS = 256
-PIN_S = 30.0
-"""How long a prepared (speculative) request's current time holds for the turn that asks it."""
 DEFAULT_STOP = ("\nUser:",)
 """Where an answer ends if the model goes on to write the participant's next turn itself
 (small models continue the transcript-like context with a ``User:`` line and an answer to
@@ -133,7 +131,6 @@ class Conversation:
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
-        self._pinned: dict[str, tuple[str, int]] = {}  # pid -> (query, its prepared time)
 
     @property
     def system_message(self) -> str:
@@ -187,20 +184,10 @@ class Conversation:
 
     async def participant_left(self, participant_id: str) -> None:
         """Departure keeps context too; the application clears the manager."""
-        self._pinned.pop(participant_id, None)
 
     async def close(self) -> None:
         """Stop new answers; answers in flight finish."""
         self._closed = True
-
-    def _request_time(self, participant_id: str, query: str, prepared: bool) -> int:
-        now = self._clock()
-        pinned = self._pinned.pop(participant_id, None)
-        if prepared:
-            self._pinned[participant_id] = (query, now)
-        elif pinned is not None and pinned[0] == query and now - pinned[1] < PIN_S * 1e6:
-            return pinned[1]
-        return now
 
     def answer_options(self, participant_id: str) -> GenerationOptions:
         """How an answer for ``participant_id`` is generated (a speculation that should be
@@ -235,22 +222,15 @@ class Conversation:
 
     # ----------------------------------------------------------------- requests
 
-    def request_messages(
-        self, participant_id: str, query: str, *, prepared: bool = False
-    ) -> list[ChatMessage]:
+    def request_messages(self, participant_id: str, query: str) -> list[ChatMessage]:
         """The three messages of an answer request.
-
-        ``prepared``: the request is made ahead of its turn (a speculation); the turn
-        that then asks the same query within :data:`PIN_S` gets the same current time,
-        hence the same messages (a minute boundary in between would otherwise make them
-        differ, and the prepared answer would be thrown away).
 
         When the model can count tokens (the local backend), the request must also fit its
         context window with room for the answer: byte budgets are only an estimate of
         tokens (digits and times cost more tokens per byte). If it does not fit, the oldest
         context blocks are left out (entries first, then summaries) and a warning is
         logged. The current request and its recalled block are never clipped."""
-        now = self._request_time(participant_id, query, prepared)
+        now = self._clock()
         messages = self.context.messages(
             participant_id, system=self.system_message, request=query, now_us=now
         )

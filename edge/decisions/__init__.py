@@ -3,7 +3,6 @@ model or scripted for tests."""
 
 from ._lexical import lexical_scores
 from ._local import LocalDecisionService
-from ._prefetch import PrefetchingDecisions
 from ._scripted import ScriptedChoice, ScriptedDecisions
 from ._types import (
     ChoiceAnswer,
@@ -25,7 +24,6 @@ __all__ = [
     "DecisionService",
     "LocalDecisionService",
     "PrefetchDecisions",
-    "PrefetchingDecisions",
     "PreparingDecisions",
     "ScriptedChoice",
     "ScriptedDecisions",

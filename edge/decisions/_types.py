@@ -173,6 +173,6 @@ class PreparingDecisions(Protocol):
 @runtime_checkable
 class PrefetchDecisions(Protocol):
     """A decision service that can answer a question ahead of the turn that will ask it,
-    and give the turn that same answer (:class:`~edge.decisions.PrefetchingDecisions`)."""
+    and give the turn that same answer (:class:`~edge.speculation.PrefetchingDecisions`)."""
 
     async def prefetch(self, question: ChoiceQuestion) -> ChoiceAnswer: ...

@@ -18,7 +18,6 @@ from ._openai import OpenAICompatLLM
 from ._quantize import quantize_gguf
 from ._scheduler import ModelScheduler, Slot
 from ._scripted import RecordedRequest, ScriptedLLM, ScriptedReply
-from ._speculation import SpeculationStats, SpeculativeLLM
 from ._types import (
     ChatMessage,
     ChatResponse,
@@ -72,8 +71,6 @@ __all__ = [
     "ScriptedLLM",
     "ScriptedReply",
     "Slot",
-    "SpeculationStats",
-    "SpeculativeLLM",
     "StreamingLLM",
     "TextStream",
     "TokenCounter",

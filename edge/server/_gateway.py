@@ -24,8 +24,8 @@ from edge.interaction import (
     ParticipantLeft,
     UserQuery,
 )
-from edge.llm import SpeculationStats
 from edge.runtime import AgentRuntime, MessageMetadata, PayloadError, Topic
+from edge.speculation import SpeculationStats
 from edge.voice import (
     AUDIO_INPUT_TOPIC,
     END_OF_UTTERANCE_TOPIC,

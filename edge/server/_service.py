@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from edge import __version__
 from edge.conversation import SYSTEM_PROMPT_KEY, ContextConfig, ContextManager, Conversation
-from edge.decisions import DecisionService, LocalDecisionService, PrefetchingDecisions
+from edge.decisions import DecisionService, LocalDecisionService
 from edge.interaction import (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
@@ -30,10 +30,11 @@ from edge.interaction import (
     USER_QUERY_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
-from edge.llm import LLMService, Loadable, SpeculativeLLM
+from edge.llm import LLMService, Loadable
 from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
 from edge.routing import AgentRouter, RoutableAgent
 from edge.runtime import AgentRuntime, now_us
+from edge.speculation import Guess, TurnSpeculator, prefetching, speculative_answers
 from edge.store import STORE_FILE, Retention, SessionStore, private_dir
 from edge.voice import TRANSCRIPT_TOPIC
 
@@ -51,7 +52,6 @@ from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
 from ._sessions import Sessions
 from ._settings import ServiceSettings
-from ._speculation import TurnSpeculator
 from ._tls import CertificateKeeper, local_names
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
@@ -111,7 +111,7 @@ class EdgeService:
         self.runtime = AgentRuntime(clock)
         self.hub = OutputHub()
         self.context = self._make_context()
-        self.answers = SpeculativeLLM(self.llm)  # answers may start before the endpoint
+        self.answers = speculative_answers(self.llm)  # answers may start before the endpoint
         self.conversation = Conversation(
             self.answers,
             context=self.context,
@@ -142,7 +142,7 @@ class EdgeService:
             self.router,
             self.conversation,
             self.answers,
-            prepare_speech=self.voice.prepare_reply if self.voice is not None else None,
+            speech=[self.voice] if self.voice is not None else [],
         )
         self._register_agents()
         self.gateway = self._make_gateway()
@@ -261,7 +261,7 @@ class EdgeService:
         kwargs = self.device.router_kwargs() if self.device is not None else {}
         return AgentRouter(
             destinations,
-            PrefetchingDecisions(self.decisions),  # a turn's decision may be asked early
+            prefetching(self.decisions),  # a turn's decision may be asked early
             default_destination="conversation",
             query_topic=USER_QUERY_TOPIC,
             output_topic=VOICE_OUTPUT_TOPIC,
@@ -333,8 +333,16 @@ class EdgeService:
                 max_synthesize_chars=s.max_synthesize_chars,
             ),
             speculation=self._wyoming_speculation(),
+            provisional=self._wyoming_provisional if self.settings.speculative_answers else None,
         )
+        self.speculator.speech.append(backend.prepared)  # a likely answer's first sentence
         return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
+
+    def _wyoming_provisional(self, participant_id: str, text: str) -> None:
+        """An ``asr`` recording's words for an active Home Assistant conversation: its
+        answer starts now and the ``handle`` bringing the same words adopts it."""
+        guess = Guess(participant_id, text)
+        self.speculator.provisional(participant_id, guess, by_query=True)
 
     def _wyoming_speculation(self) -> AsrSpeculation | None:
         """Wyoming ``asr`` transcribes during the client's trailing silence, with the same
@@ -373,38 +381,24 @@ class EdgeService:
         return names
 
     def _make_voice(self, stt: Any, tts: Any, voice_config: Any, vad_factory: Any) -> Any:
-        from edge.voice import PiperTTS, VadConfig, VoiceConfig, VoicePipeline, WhisperSTT
+        from edge.voice import PiperTTS, SttSettings, VoiceConfig, VoicePipeline, WhisperSTT
 
-        paths = self.device.model_paths if self.device is not None else {}
-        audio = self.device.profile.audio if self.device is not None else None
+        device = self.device
+        paths = device.model_paths if device is not None else {}
+        audio = device.profile.audio if device is not None else None
         if stt is None:
-            extra: dict[str, Any] = {}
+            settings: dict[str, Any] = {}
             if audio is not None:
-                compute = audio.stt_compute_type
-                hardware = self.device.hardware
-                if "float16" in compute and hardware is not None and not hardware.cuda:
-                    log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
-                    compute = "int8"
-                # Whisper gets the cores the LLM gets (CTranslate2's own default is 4).
-                extra = {
-                    "compute_type": compute,
-                    "beam_size": audio.stt_beam_size,
-                    "cpu_threads": self.device.threads,
-                }
-            stt = WhisperSTT(paths.get("stt"), **extra)
+                cpu_only = device.hardware is not None and not device.hardware.cuda
+                stt_settings = SttSettings.for_device(
+                    audio, threads=device.threads, cpu_only=cpu_only
+                )
+                settings = stt_settings.model_dump()
+            stt = WhisperSTT(paths.get("stt"), **settings)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
         if voice_config is None and audio is not None:
-            silence = audio.endpoint_silence_ms
-            voice_config = VoiceConfig(
-                vad=VadConfig(
-                    threshold=audio.vad_threshold,
-                    end_silence_ms=silence,
-                    min_end_silence_ms=min(audio.endpoint_min_silence_ms, silence),
-                    max_end_silence_ms=max(audio.endpoint_max_silence_ms, silence),
-                    max_utterance_s=max(audio.max_utterance_s, 1.5),
-                )
-            )
+            voice_config = VoiceConfig.for_device(audio)
         return VoicePipeline(
             stt=stt,
             tts=tts,

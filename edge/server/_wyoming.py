@@ -56,16 +56,11 @@ from edge.runtime import BackgroundTasks
 from edge.voice import (
     STT_RATE,
     AudioFormatError,
-    NothingToSpeakError,
-    SentenceSplitter,
     SpeechToText,
     StreamResampler,
     TextToSpeech,
     check_format,
-    chunk_pcm,
-    float_to_pcm16,
     pcm16_to_float,
-    speakable,
 )
 
 from ._access import address_allowed
@@ -76,7 +71,14 @@ from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable, return_
 from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
 from ._wyoming_asr import AsrSpeculation, Recording, RecordingFullError, SpeculativeAsr
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
-from ._wyoming_stream import ReplyFeed, SynthesizeStream, stream_handled, write_transcript
+from ._wyoming_stream import (
+    PreparedSpeech,
+    ReplyFeed,
+    SynthesizeStream,
+    stream_handled,
+    synthesize_whole,
+    write_transcript,
+)
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -117,73 +119,70 @@ class WyomingBackend:
     handle_timeout_s: float = 60.0
     limits: WyomingLimits = field(default_factory=WyomingLimits)
     speculation: AsrSpeculation | None = None  # transcribe during the client's silence
+    # (participant, words): an asr turn's likely words, for its answer to start before
+    # ``handle`` brings them (the conversation's participant, named by ``transcribe``)
+    provisional: Callable[[str, str], None] | None = None
     conversations: HaConversationParticipants = field(init=False)
+    prepared: PreparedSpeech = field(init=False)  # likely answers' first sentences
+    # the conversation participant each client address last asked for (its next asr
+    # recording is most likely that conversation's next turn)
+    last_asked: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.conversations = HaConversationParticipants(self.gateway)
+        self.prepared = PreparedSpeech(self.tts, f"{SOURCE}:")
 
     def info(self) -> Info:
-        def program(cls, name: str, description: str, **kw):  # type: ignore[no-untyped-def]
-            return cls(
-                name=name,
-                attribution=ATTRIBUTION,
-                installed=True,
-                description=description,
-                version=self.version,
-                **kw,
-            )
+        """What ``describe`` answers: the domains this server offers, with their models."""
+        stt, tts, llm = (self.models.get(k, k) for k in ("stt", "tts", "llm"))
+        version = self.version
+        asr = [_asr_program(stt, version)] if self.stt is not None else []
+        voices = [_tts_program(tts, version)] if self.tts is not None else []
+        return Info(asr=asr, tts=voices, handle=[_handle_program(llm, version)])
 
-        asr = (
-            [
-                program(
-                    AsrProgram,
-                    "edge-asr",
-                    "faster-whisper speech to text",
-                    supports_transcript_streaming=True,
-                    models=[
-                        program(
-                            AsrModel,
-                            self.models.get("stt", "stt"),
-                            "speech to text",
-                            languages=["en"],
-                        )
-                    ],
-                )
-            ]
-            if self.stt is not None
-            else []
-        )
-        tts = (
-            [
-                program(
-                    TtsProgram,
-                    "edge-tts",
-                    "Piper text to speech",
-                    supports_synthesize_streaming=True,
-                    voices=[
-                        program(
-                            TtsVoice, self.models.get("tts", "tts"), "voice", languages=["en_US"]
-                        )
-                    ],
-                )
-            ]
-            if self.tts is not None
-            else []
-        )
-        handle = [
-            program(
-                HandleProgram,
-                "edge-agent",
-                "router + conversation on the local LLM",
-                supports_handled_streaming=True,
-                models=[
-                    program(
-                        HandleModel, self.models.get("llm", "llm"), "conversation", languages=["en"]
-                    )
-                ],
-            )
-        ]
-        return Info(asr=asr, tts=tts, handle=handle)
+
+def _program(cls, name: str, description: str, version: str, **kw):  # type: ignore[no-untyped-def]
+    return cls(
+        name=name,
+        attribution=ATTRIBUTION,
+        installed=True,
+        description=description,
+        version=version,
+        **kw,
+    )
+
+
+def _asr_program(model: str, version: str) -> AsrProgram:
+    return _program(
+        AsrProgram,
+        "edge-asr",
+        "faster-whisper speech to text",
+        version,
+        supports_transcript_streaming=True,
+        models=[_program(AsrModel, model, "speech to text", version, languages=["en"])],
+    )
+
+
+def _tts_program(voice: str, version: str) -> TtsProgram:
+    return _program(
+        TtsProgram,
+        "edge-tts",
+        "Piper text to speech",
+        version,
+        supports_synthesize_streaming=True,
+        voices=[_program(TtsVoice, voice, "voice", version, languages=["en_US"])],
+    )
+
+
+def _handle_program(model: str, version: str) -> HandleProgram:
+    return _program(
+        HandleProgram,
+        "edge-agent",
+        "router + conversation on the local LLM",
+        version,
+        supports_handled_streaming=True,
+        models=[_program(HandleModel, model, "conversation", version, languages=["en"])],
+    )
 
 
 class WyomingHandler(AsyncEventHandler):
@@ -205,6 +204,7 @@ class WyomingHandler(AsyncEventHandler):
         self._audio: Recording | None = None  # the recording, resampled to 16 kHz
         self._recorded = False  # whether this connection ever recorded
         self._speculation: SpeculativeAsr | None = None
+        self._asr_for: str | None = None  # the conversation participant the recording is for
         self._resampler: StreamResampler | None = None
         limits = backend.limits
         self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
@@ -212,7 +212,7 @@ class WyomingHandler(AsyncEventHandler):
         self._joined = False
         self._feed = ReplyFeed()  # the current handle request's reply
         self._synthesis = SynthesizeStream(
-            self.write_event, backend.tts, backend.limits.max_synthesize_chars
+            self.write_event, backend.tts, backend.limits.max_synthesize_chars, backend.prepared
         )
 
     # -- hub sink -------------------------------------------------------------------------
@@ -291,6 +291,9 @@ class WyomingHandler(AsyncEventHandler):
         elif Transcribe.is_type(event.type):
             self._need(self.backend.stt, "asr")
             self._start_recording(None)
+            self._asr_for = _active_conversation(
+                self.backend, self._parse(Transcribe, event).context, self.address
+            )
         elif AudioStart.is_type(event.type):
             self._need(self.backend.stt, "asr")
             start = self._parse(AudioStart, event)
@@ -325,7 +328,13 @@ class WyomingHandler(AsyncEventHandler):
         config, stt, spawn = self.backend.speculation, self.backend.stt, self.spawn
         if config is None or stt is None or spawn is None:
             return None
-        return config.start(stt, spawn)
+        return config.start(stt, spawn, self._heard)
+
+    def _heard(self, text: str) -> None:
+        """The recording's likely words (a pass in the client's silence, or the final one;
+        "" retracts them: speech resumed)."""
+        if self._asr_for is not None and self.backend.provisional is not None:
+            self.backend.provisional(self._asr_for, text)
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -380,6 +389,8 @@ class WyomingHandler(AsyncEventHandler):
         self._audio, self._format, self._resampler, self._speculation = None, None, None, None
         text = await speculation.take() if speculation is not None else None
         if text is not None:  # no speech after the pause it transcribed
+            self._heard(text)  # its answer starts before the client has the transcript
+            self._asr_for = None
             await write_transcript(self.write_event, text)
             return
         if resampler is not None:
@@ -388,38 +399,20 @@ class WyomingHandler(AsyncEventHandler):
         audio = recording.audio()
         del recording
         result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
+        self._heard(result.text.strip())
+        self._asr_for = None
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        """Speak sentence by sentence: the voice's lock is held one sentence at a time (so
-        other participants' speech interleaves), and a requester who left stops it."""
-        tts = self.backend.tts
-        self._need(tts, "tts")
-        limit = self.backend.limits.max_synthesize_chars
-        if len(text) > limit:
-            raise ClientError(f"synthesize text is {len(text)} characters; the limit is {limit}")
-        if not speakable(text):
-            raise ClientError("nothing to speak in that text")
-        splitter = SentenceSplitter()
-        sentences = [*splitter.feed(text), *splitter.flush()]
-        started = False
-        for sentence in sentences:
-            if self.writer.is_closing() or self.reader.at_eof():
-                return  # the requester left: stop here
-            try:
-                synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)  # type: ignore[union-attr]
-            except NothingToSpeakError:
-                continue
-            rate = synthesis.sample_rate
-            if not started:
-                await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
-                started = True
-            for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
-                event = AudioChunk(rate=rate, width=2, channels=1, audio=piece).event()
-                await self.write_event(event)
-        if not started:
-            raise ClientError("nothing to speak in that text")
-        await self.write_event(AudioStop().event())
+        self._need(self.backend.tts, "tts")
+        await synthesize_whole(
+            self.write_event,
+            self.backend.tts,  # type: ignore[arg-type]
+            text,
+            self.backend.limits.max_synthesize_chars,
+            lambda: self.writer.is_closing() or self.reader.at_eof(),
+            self.backend.prepared,
+        )
 
     async def _handle(self, text: str, context: dict | None) -> None:
         gateway = self.backend.gateway
@@ -439,6 +432,7 @@ class WyomingHandler(AsyncEventHandler):
         if not isinstance(cid, str):
             raise ClientError("conversation_id must be a string")
         pid = await conversations.begin(cid)
+        _remember(self.backend.last_asked, self.address, pid)
         try:
             self._attach(pid)
             try:
@@ -477,6 +471,7 @@ class WyomingHandler(AsyncEventHandler):
                 NotHandled(text="I have no answer to that.", context=context).event()
             )
 
+    address = "?"  # the client's
     release: Callable[[], None] | None = None  # gives the connection slot back
     spawn: Callable[..., None] | None = None  # starts a task in the server's task group
 
@@ -487,6 +482,31 @@ class WyomingHandler(AsyncEventHandler):
         if self._joined:
             self.backend.gateway.hub.detach(self.participant_id, self)
             await self.backend.gateway.leave(self.participant_id, "connection closed", SOURCE)
+
+
+def _active_conversation(backend: WyomingBackend, context: object, address: str) -> str | None:
+    """The conversation a ``transcribe`` is most likely for: the one its context names,
+    else the one its client address last asked for; when that one is active (its context
+    loaded) and answers may start early, its participant: the recording's answer may
+    start before ``handle`` brings its words."""
+    if backend.provisional is None:
+        return None
+    cid = context.get("conversation_id") if isinstance(context, dict) else None
+    if isinstance(cid, str):
+        try:
+            pid: str | None = backend.conversations.participant(cid)
+        except ClientError:
+            return None  # handle refuses it in due course
+    else:
+        pid = backend.last_asked.get(address)
+    return pid if pid in backend.conversations.active() else None
+
+
+def _remember(last: dict[str, str], address: str, participant_id: str, keep: int = 64) -> None:
+    last.pop(address, None)
+    last[address] = participant_id  # newest last; the oldest addresses go
+    while len(last) > keep:
+        del last[next(iter(last))]
 
 
 def _text(value: object) -> str:
@@ -530,6 +550,7 @@ class WyomingServer:
         pid = f"{SOURCE}:{new_participant_id('anon')}"
         handler = WyomingHandler(self.backend, pid, reader, writer, refused=refused)
         if refused is None:
+            handler.address = address
             handler.release = partial(self.slots.release, address)
             handler.spawn = self._tasks.start_soon
         return handler

@@ -37,9 +37,19 @@ class AsrSpeculation:
     threshold: float = 0.5
     after_s: float = 0.15
 
-    def start(self, stt: SpeechToText, spawn: Callable[..., None]) -> SpeculativeAsr:
+    def start(
+        self,
+        stt: SpeechToText,
+        spawn: Callable[..., None],
+        on_text: Callable[[str], None] | None = None,
+    ) -> SpeculativeAsr:
         return SpeculativeAsr(
-            stt, self.vad_factory(), spawn, threshold=self.threshold, after_s=self.after_s
+            stt,
+            self.vad_factory(),
+            spawn,
+            threshold=self.threshold,
+            after_s=self.after_s,
+            on_text=on_text,
         )
 
 
@@ -92,8 +102,10 @@ class SpeculativeAsr:
         *,
         threshold: float = 0.5,
         after_s: float = 0.15,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         self.stt = stt
+        self.on_text = on_text  # told a pause's words (the answer may start on them), "" retracts
         self.vad = vad
         self.spawn = spawn
         self.threshold = threshold
@@ -101,6 +113,7 @@ class SpeculativeAsr:
         self._windows = 0
         self._last_voice: int | None = None  # sample where the last voiced window ended
         self._pass: _Pass | None = None
+        self._offered: int | None = None  # the recording up to which words were offered
         self.started = 0  # passes started (for tests and logs)
 
     def feed(self, samples: np.ndarray, recording: Recording) -> None:
@@ -110,6 +123,7 @@ class SpeculativeAsr:
             self._windows += 1
             if p >= self.threshold:
                 self._last_voice = self._windows * window
+        self._retract_if_resumed()
         last = self._last_voice
         if last is None or self._windows * window - last < self.after:
             return
@@ -122,6 +136,14 @@ class SpeculativeAsr:
         self.started += 1
         self.spawn(self._run, self._pass, audio)
 
+    def _retract_if_resumed(self) -> None:
+        """Speech after the pause whose words were offered: they are retracted ("")."""
+        offered, last = self._offered, self._last_voice
+        if offered is not None and last is not None and last > offered:
+            self._offered = None
+            if self.on_text is not None:
+                self.on_text("")
+
     async def _run(self, job: _Pass, audio: np.ndarray) -> None:
         try:
             result = await anyio.to_thread.run_sync(self.stt.transcribe, audio)
@@ -130,6 +152,10 @@ class SpeculativeAsr:
             job.text = None  # the pass at audio-stop reports the failure
         finally:
             job.done.set()
+        last = self._last_voice
+        if job.text and self.on_text is not None and last is not None and last <= job.upto:
+            self._offered = job.upto
+            self.on_text(job.text)  # no speech came after the pause it transcribed (yet)
 
     async def take(self) -> str | None:
         """The speculative text when it covers all the speech, else None."""

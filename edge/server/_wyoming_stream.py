@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -32,9 +32,12 @@ from wyoming.tts import (
 from edge.voice import (
     NothingToSpeakError,
     SentenceSplitter,
+    Synthesis,
     TextToSpeech,
     chunk_pcm,
+    first_piece,
     float_to_pcm16,
+    speakable,
 )
 
 from ._client import ROUTER_SOURCE, reply_text
@@ -42,6 +45,7 @@ from ._gateway import ClientError
 from ._protocol import Reply
 
 CHUNK_MS = 100
+PREPARED_KEPT = 4
 
 Write = Callable[[Event], Awaitable[None]]
 
@@ -108,11 +112,49 @@ async def stream_handled(
     return started, scope.cancelled_caught
 
 
-async def speak_sentence(write: Write, tts: TextToSpeech, sentence: str) -> bool:
-    """One sentence as ``audio-start``, ``audio-chunk``..., ``audio-stop``; False when
-    there was nothing to speak in it."""
+class PreparedSpeech:
+    """Speech synthesized ahead for Home Assistant conversations (participants
+    ``<prefix>…``): the first sentence a ``synthesize`` of a likely answer would speak, cut
+    as a synthesize cuts it, kept unsent (the newest :data:`PREPARED_KEPT`). A synthesize
+    whose sentence is exactly one of them is spoken from its audio; nothing else ever is."""
+
+    def __init__(self, tts: TextToSpeech | None, prefix: str) -> None:
+        self.tts = tts
+        self.prefix = prefix
+        self.used = 0  # sentences spoken from prepared audio
+        self._audio: dict[str, Synthesis] = {}
+
+    async def prepare_reply(self, participant_id: str, deltas: AsyncIterable[str]) -> None:
+        """Synthesize the first sentence of the reply streamed as ``deltas``."""
+        if self.tts is None or not participant_id.startswith(self.prefix):
+            return
+        text = await first_piece(deltas, SentenceSplitter())
+        if not text or text in self._audio:
+            return
+        try:
+            synthesis = await anyio.to_thread.run_sync(self.tts.synthesize, text)
+        except NothingToSpeakError:
+            return
+        self._audio[text] = synthesis
+        while len(self._audio) > PREPARED_KEPT:
+            del self._audio[next(iter(self._audio))]
+
+    def take(self, sentence: str) -> Synthesis | None:
+        """The prepared audio of exactly ``sentence`` (used once), else None."""
+        found = self._audio.pop(speakable(sentence), None)
+        self.used += found is not None
+        return found
+
+
+async def speak_sentence(
+    write: Write, tts: TextToSpeech, sentence: str, prepared: PreparedSpeech | None = None
+) -> bool:
+    """One sentence as ``audio-start``, ``audio-chunk``..., ``audio-stop`` (from its
+    prepared audio when there is one); False when there was nothing to speak in it."""
+    synthesis = prepared.take(sentence) if prepared is not None else None
     try:
-        synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
+        if synthesis is None:
+            synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
     except NothingToSpeakError:
         return False
     rate = synthesis.sample_rate
@@ -126,10 +168,17 @@ async def speak_sentence(write: Write, tts: TextToSpeech, sentence: str) -> bool
 class SynthesizeStream:
     """The streaming ``synthesize`` requests of one connection."""
 
-    def __init__(self, write: Write, tts: TextToSpeech | None, max_chars: int) -> None:
+    def __init__(
+        self,
+        write: Write,
+        tts: TextToSpeech | None,
+        max_chars: int,
+        prepared: PreparedSpeech | None = None,
+    ) -> None:
         self.write = write
         self.tts = tts
         self.max_chars = max_chars  # text one stream may carry
+        self.prepared = prepared
         self._splitter: SentenceSplitter | None = None
         self._chars = 0
 
@@ -178,7 +227,7 @@ class SynthesizeStream:
 
     async def _speak(self, sentence: str) -> None:
         assert self.tts is not None
-        await speak_sentence(self.write, self.tts, sentence)
+        await speak_sentence(self.write, self.tts, sentence, self.prepared)
 
 
 async def write_transcript(write: Write, text: str, language: str = "en") -> None:
@@ -189,3 +238,40 @@ async def write_transcript(write: Write, text: str, language: str = "en") -> Non
         await write(TranscriptChunk(text=sentence if i == 0 else " " + sentence).event())
     await write(TranscriptStop().event())
     await write(Transcript(text=text, language=language).event())
+
+
+async def synthesize_whole(
+    write: Write,
+    tts: TextToSpeech,
+    text: str,
+    limit: int,
+    gone: Callable[[], bool],
+    prepared: PreparedSpeech | None = None,
+) -> None:
+    """A ``synthesize``, spoken sentence by sentence: the voice's lock is held one sentence
+    at a time (so other participants' speech interleaves), and a requester who left
+    (``gone()``) stops it. A sentence with prepared audio is spoken from it."""
+    if len(text) > limit:
+        raise ClientError(f"synthesize text is {len(text)} characters; the limit is {limit}")
+    if not speakable(text):
+        raise ClientError("nothing to speak in that text")
+    splitter = SentenceSplitter()
+    started = False
+    for sentence in [*splitter.feed(text), *splitter.flush()]:
+        if gone():
+            return  # the requester left: stop here
+        synthesis = prepared.take(sentence) if prepared is not None else None
+        try:
+            if synthesis is None:
+                synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
+        except NothingToSpeakError:
+            continue
+        rate = synthesis.sample_rate
+        if not started:
+            await write(AudioStart(rate=rate, width=2, channels=1).event())
+            started = True
+        for piece in chunk_pcm(float_to_pcm16(synthesis.audio), rate, CHUNK_MS):
+            await write(AudioChunk(rate=rate, width=2, channels=1, audio=piece).event())
+    if not started:
+        raise ClientError("nothing to speak in that text")
+    await write(AudioStop().event())

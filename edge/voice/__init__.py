@@ -31,7 +31,7 @@ from ._audio import (
     wav_bytes,
     write_wav,
 )
-from ._config import VadConfig, VoiceConfig
+from ._config import AudioProfile, SttSettings, VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
 from ._listener import Listener, UtteranceStats
 from ._messages import (
@@ -48,8 +48,8 @@ from ._messages import (
     Speculation,
     Transcript,
 )
-from ._pipeline import VoicePipeline
-from ._sentences import SentenceSplitter, sounds_complete, speakable
+from ._pipeline import VoicePipeline, VoiceTopics
+from ._sentences import SentenceSplitter, first_piece, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
 from ._stt import (
@@ -75,6 +75,7 @@ __all__ = [
     "AudioFormatError",
     "AudioInput",
     "AudioOutput",
+    "AudioProfile",
     "EndOfUtterance",
     "Endpointer",
     "FullWindowSpeechToText",
@@ -94,6 +95,7 @@ __all__ = [
     "SpeechToText",
     "SpeechToTextError",
     "StreamResampler",
+    "SttSettings",
     "Synthesis",
     "TextToSpeech",
     "TextToSpeechError",
@@ -104,11 +106,13 @@ __all__ = [
     "VadModelMissingError",
     "VoiceConfig",
     "VoicePipeline",
+    "VoiceTopics",
     "WavAudio",
     "WhisperSTT",
     "check_format",
     "chunk_pcm",
     "default_vad_path",
+    "first_piece",
     "float_to_pcm16",
     "pcm16_to_float",
     "read_wav",

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._sentences import SentenceSplitter
+
+log = logging.getLogger(__name__)
+
+
+class AudioProfile(Protocol):
+    """A device profile's audio figures (``edge.device.AudioSettings``)."""
+
+    @property
+    def vad_threshold(self) -> float: ...
+    @property
+    def endpoint_silence_ms(self) -> int: ...
+    @property
+    def endpoint_min_silence_ms(self) -> int: ...
+    @property
+    def endpoint_max_silence_ms(self) -> int: ...
+    @property
+    def max_utterance_s(self) -> float: ...
+    @property
+    def stt_compute_type(self) -> str: ...
+    @property
+    def stt_beam_size(self) -> int: ...
 
 
 class VadConfig(BaseModel):
@@ -107,9 +131,44 @@ class VoiceConfig(BaseModel):
             raise ValueError("first_piece_max_chars must be above first_clause_chars")
         return self
 
+    @classmethod
+    def for_device(cls, audio: AudioProfile) -> VoiceConfig:
+        """The settings a device profile's audio figures give (endpointing bounds kept
+        around the profile's end silence)."""
+        silence = audio.endpoint_silence_ms
+        return cls(
+            vad=VadConfig(
+                threshold=audio.vad_threshold,
+                end_silence_ms=silence,
+                min_end_silence_ms=min(audio.endpoint_min_silence_ms, silence),
+                max_end_silence_ms=max(audio.endpoint_max_silence_ms, silence),
+                max_utterance_s=max(audio.max_utterance_s, 1.5),
+            )
+        )
+
     def splitter(self) -> SentenceSplitter:
         """A new splitter for one reply, cut as the speaker cuts it (so speech prepared
         for a reply's first piece is the piece the speaker asks for)."""
         return SentenceSplitter(
             first_min_chars=self.first_clause_chars, first_max_chars=self.first_piece_max_chars
         )
+
+
+class SttSettings(BaseModel):
+    """How Whisper decodes on a device: its profile's compute type and beam, on the cores
+    the LLM gets (CTranslate2's own default is 4 threads)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute_type: str = "int8"
+    beam_size: int = Field(default=1, ge=1)
+    cpu_threads: int = Field(default=0, ge=0)
+
+    @classmethod
+    def for_device(cls, audio: AudioProfile, *, threads: int, cpu_only: bool) -> SttSettings:
+        """``cpu_only``: the hardware is known to have no CUDA (float16 falls back to int8)."""
+        compute = audio.stt_compute_type
+        if "float16" in compute and cpu_only:
+            log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
+            compute = "int8"
+        return cls(compute_type=compute, beam_size=audio.stt_beam_size, cpu_threads=threads)

@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import anyio
@@ -109,10 +110,81 @@ class UtteranceStats:
     final_pass_started_at: float = 0.0  # perf_counter when the final text's pass began
     final_pass_s: float = 0.0  # model time of that pass
 
+    @classmethod
+    def of(
+        cls, job: _Pass, audio_s: float, ended_at: float, reused: _Pass | None, passes: int
+    ) -> UtteranceStats:
+        """The stats of an utterance whose final text came from ``job`` (``reused``: the
+        pass already under way at the endpoint, if any; ``passes`` run before it)."""
+        return cls(
+            job.utterance,
+            job.result.text if job.result else "",
+            audio_s,
+            ended_at,
+            time.perf_counter(),
+            job is reused,
+            passes + (job is not reused),
+            job.started_at,
+            job.result.elapsed_s if job.result else 0.0,
+        )
+
     @property
     def head_start_s(self) -> float:
         """How long before the endpoint the final text's pass began (negative: after)."""
         return self.speech_end_at - self.final_pass_started_at
+
+
+def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
+    """One debug line per pass: its kind, audio, time queued for the model and run."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    if not job.started:
+        log.debug("%s: %s pass skipped (overtaken)", participant_id, job.kind)
+        return
+    log.debug(
+        "%s: %s pass of utterance %d over %.2f s of audio: queued %.3f s, ran %.3f s: %r",
+        participant_id,
+        job.kind,
+        job.utterance,
+        audio_s,
+        job.started_at - job.queued_at,
+        job.result.elapsed_s if job.result is not None else -1.0,
+        job.result.text if job.result is not None else None,
+    )
+
+
+def _reusable(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
+    """The newest pass of ``utterance`` that covers its speech up to ``speech_end`` and
+    ran (or will)."""
+    return next(
+        (
+            p
+            for p in reversed(passes)
+            if p.utterance == utterance and p.covers >= speech_end and (p.started or not p.stale)
+        ),
+        None,
+    )
+
+
+class _Outbox:
+    """Transcripts, guesses and queries leave through one ordered queue."""
+
+    def __init__(self, participant_id: str) -> None:
+        self.participant_id = participant_id
+        self._send, self._receive = anyio.create_memory_object_stream[
+            Callable[[], Awaitable[None]]
+        ](math.inf)
+
+    def put(self, job: Callable[[], Awaitable[None]]) -> None:
+        self._send.send_nowait(job)  # unbounded: keeps the order of enqueueing
+
+    async def run(self) -> None:
+        async with self._receive:
+            async for job in self._receive:
+                try:
+                    await job()
+                except Exception:
+                    log.exception("publishing voice input for %s failed", self.participant_id)
 
 
 class Listener:
@@ -148,9 +220,7 @@ class Listener:
         self._spoken_guess = ""  # speculative text handed out for the current pause
         self._final_pending: set[int] = set()  # ended utterances whose final is not out
         self._tg: TaskGroup | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[
-            Callable[[], Awaitable[None]]
-        ](math.inf)
+        self._outbox = _Outbox(participant_id)
         self.stats: deque[UtteranceStats] = deque(maxlen=100)  # the latest utterances
 
     async def run(
@@ -159,7 +229,7 @@ class Listener:
         """Own the listener's background work until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            tg.start_soon(self._publisher)
+            tg.start_soon(self._outbox.run)
             task_status.started()
             await anyio.sleep_forever()
 
@@ -196,14 +266,9 @@ class Listener:
     def _nothing_heard(self) -> None:
         """A release with no speech before it ends an empty utterance: its final transcript
         (empty text, no query) tells the participant that nothing was heard."""
-        utterance = self._utterance
+        empty = Transcript(text="", utterance=self._utterance, final=True)
         self._utterance += 1
-        empty = Transcript(text="", utterance=utterance, final=True)
-
-        async def send() -> None:
-            await self._hooks.transcript(self.participant_id, empty)
-
-        self._enqueue(send)
+        self._outbox.put(partial(self._hooks.transcript, self.participant_id, empty))
 
     def _handle(self, events: list[Event]) -> None:
         for event in events:
@@ -308,7 +373,7 @@ class Listener:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
             job.done.set()
-        self._log_pass(job, len(audio))
+        _log_pass(self.participant_id, job, len(audio) / self._rate)
         if job.speculative and job.result is not None:
             self._speculative_result(job, job.result.text)
         elif job.guess and job.result is not None:
@@ -324,25 +389,7 @@ class Listener:
                         Transcript(text=text, utterance=utterance, speech_start_us=start_us),
                     )
 
-            self._enqueue(send_partial)
-
-    def _log_pass(self, job: _Pass, samples: int) -> None:
-        """One debug line per pass: its kind, audio, time queued for the model and run."""
-        if not log.isEnabledFor(logging.DEBUG):
-            return
-        if not job.started:
-            log.debug("%s: %s pass skipped (overtaken)", self.participant_id, job.kind)
-            return
-        log.debug(
-            "%s: %s pass of utterance %d over %.2f s of audio: queued %.3f s, ran %.3f s: %r",
-            self.participant_id,
-            job.kind,
-            job.utterance,
-            samples / self._rate,
-            job.started_at - job.queued_at,
-            job.result.elapsed_s if job.result is not None else -1.0,
-            job.result.text if job.result is not None else None,
-        )
+            self._outbox.put(send_partial)
 
     def _speculative_result(self, job: _Pass, text: str) -> None:
         """A pause's transcript arrived before the endpoint: adapt the end silence to it
@@ -395,28 +442,15 @@ class Listener:
         """Hand out ``text`` as the current pause's guess ("" retracts one)."""
         if text != self._spoken_guess:
             self._spoken_guess = text
-            self._enqueue_guess(text, self._utterance)
-
-    def _enqueue_guess(self, text: str, utterance: int) -> None:
-        async def send() -> None:
-            await self._hooks.speculate(self.participant_id, text, utterance)
-
-        self._enqueue(send)
+            self._outbox.put(
+                partial(self._hooks.speculate, self.participant_id, text, self._utterance)
+            )
 
     def _finish(self, event: UtteranceEnded) -> None:
         utterance = self._utterance
         ended_at = time.perf_counter()
         start_us = self._speech_start_us
-        reuse = next(
-            (
-                p
-                for p in reversed(self._passes)
-                if p.utterance == utterance
-                and p.covers >= event.speech_end_sample
-                and (p.started or not p.stale)
-            ),
-            None,
-        )
+        reuse = _reusable(self._passes, utterance, event.speech_end_sample)
         self._drop_waiting_passes(keep=reuse)
         passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
         self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
@@ -435,19 +469,8 @@ class Listener:
             finally:  # cancelled (the participant left) or failed: no final pending either way
                 self._final_pending.discard(utterance)
             text = job.result.text if job.result else ""
-            self.stats.append(
-                UtteranceStats(
-                    utterance,
-                    text,
-                    len(audio) / self._rate,
-                    ended_at,
-                    time.perf_counter(),
-                    job is reuse,
-                    passes + (job is not reuse),
-                    job.started_at,
-                    job.result.elapsed_s if job.result else 0.0,
-                )
-            )
+            stats = UtteranceStats.of(job, len(audio) / self._rate, ended_at, reuse, passes)
+            self.stats.append(stats)
             await self._hooks.transcript(
                 self.participant_id,
                 Transcript(
@@ -461,15 +484,4 @@ class Listener:
             if text:
                 await self._hooks.query(self.participant_id, text, start_us)
 
-        self._enqueue(finalize)
-
-    def _enqueue(self, job: Callable[[], Awaitable[None]]) -> None:
-        self._send.send_nowait(job)  # unbounded: keeps the order of enqueueing
-
-    async def _publisher(self) -> None:
-        async with self._receive:
-            async for job in self._receive:
-                try:
-                    await job()
-                except Exception:
-                    log.exception("publishing voice input for %s failed", self.participant_id)
+        self._outbox.put(finalize)

@@ -66,6 +66,23 @@ from ._vad import SileroVAD
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class VoiceTopics:
+    """The topics a :class:`VoicePipeline` reads and writes (the defaults are the
+    service's; tests and embedders may rename them)."""
+
+    audio_input: Topic[AudioInput] = AUDIO_INPUT_TOPIC
+    audio_output: Topic[AudioOutput] = AUDIO_OUTPUT_TOPIC
+    reply: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC
+    query: Topic[UserQuery] = USER_QUERY_TOPIC
+    transcript: Topic[Transcript] = TRANSCRIPT_TOPIC
+    speculation: Topic[Speculation] = SPECULATION_TOPIC
+    end_of_utterance: Topic[EndOfUtterance] = END_OF_UTTERANCE_TOPIC
+    hold_floor: Topic[HoldFloor] = HOLD_FLOOR_TOPIC
+    interrupted: Topic[Interrupted] = INTERRUPTED_TOPIC
+    participant_left: Topic[ParticipantLeft] = PARTICIPANT_LEFT_TOPIC
+
+
 @dataclass
 class _Session:
     listener: Listener
@@ -79,11 +96,12 @@ class _Session:
 class VoicePipeline(Agent):
     """Listens and speaks for every participant; see the module docstring.
 
-    ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models;
-    ``vad_factory`` makes one VAD stream per participant (Silero by default);
+    ``stt`` and ``tts`` default to the catalogue's Whisper and Piper models; ``config`` is
+    the voice's settings (:meth:`VoiceConfig.for_device` derives them from a device
+    profile); ``vad_factory`` makes one VAD stream per participant (Silero by default);
     ``wants_audio(participant_id)`` says whose replies to speak (default: everyone's; the
     server passes its output hub's predicate, so text-only clients cost no synthesis).
-    Topics can be renamed.
+    ``topics`` renames the topics.
     """
 
     def __init__(
@@ -95,42 +113,29 @@ class VoicePipeline(Agent):
         vad_factory: Callable[[], VoiceActivity] | None = None,
         wants_audio: Callable[[str], bool] | None = None,
         name: str = "voice",
-        audio_input_topic: Topic[AudioInput] = AUDIO_INPUT_TOPIC,
-        audio_output_topic: Topic[AudioOutput] = AUDIO_OUTPUT_TOPIC,
-        reply_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
-        query_topic: Topic[UserQuery] = USER_QUERY_TOPIC,
-        transcript_topic: Topic[Transcript] = TRANSCRIPT_TOPIC,
-        speculation_topic: Topic[Speculation] = SPECULATION_TOPIC,
-        end_of_utterance_topic: Topic[EndOfUtterance] = END_OF_UTTERANCE_TOPIC,
-        hold_floor_topic: Topic[HoldFloor] = HOLD_FLOOR_TOPIC,
-        interrupted_topic: Topic[Interrupted] = INTERRUPTED_TOPIC,
-        participant_left_topic: Topic[ParticipantLeft] = PARTICIPANT_LEFT_TOPIC,
+        topics: VoiceTopics = VoiceTopics(),
     ) -> None:
         super().__init__()
         self.stt = stt if stt is not None else WhisperSTT()
         self.tts = tts if tts is not None else PiperTTS()
         self.config = config or VoiceConfig()
         self.name = name
+        self.topics = topics
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
-        self._audio_output_topic = audio_output_topic
-        self._query_topic = query_topic
-        self._transcript_topic = transcript_topic
-        self._speculation_topic = speculation_topic
-        self._interrupted_topic = interrupted_topic
         self._stt_limiter = anyio.CapacityLimiter(1)
         self.stt_cost = PassCost()  # how long a transcription pass takes here
         self._tts_limiter = anyio.CapacityLimiter(1)
         self._sessions: dict[str, _Session] = {}
         self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None
-        self.add_handler(audio_input_topic, self._on_audio)
-        self.add_handler(end_of_utterance_topic, self._on_end_of_utterance)
-        self.add_handler(hold_floor_topic, self._on_hold)
-        self.add_handler(reply_topic, self._on_reply)
-        self.add_handler(query_topic, self._on_query)
-        self.add_handler(interrupted_topic, self._on_interrupted)
-        self.add_handler(participant_left_topic, self._on_left)
+        self.add_handler(topics.audio_input, self._on_audio)
+        self.add_handler(topics.end_of_utterance, self._on_end_of_utterance)
+        self.add_handler(topics.hold_floor, self._on_hold)
+        self.add_handler(topics.reply, self._on_reply)
+        self.add_handler(topics.query, self._on_query)
+        self.add_handler(topics.interrupted, self._on_interrupted)
+        self.add_handler(topics.participant_left, self._on_left)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -183,7 +188,7 @@ class VoicePipeline(Agent):
         )
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
-            await self._publish(self._audio_output_topic, chunk, participant_id, correlation_id)
+            await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
 
         speaker = Speaker(participant_id, self.config, self.tts, self._tts_limiter, publish_audio)
         scope = anyio.CancelScope()
@@ -298,22 +303,22 @@ class VoicePipeline(Agent):
         if self._tasks.running:
             self._tasks.start_soon(
                 self._publish_quietly,
-                self._interrupted_topic,
+                self.topics.interrupted,
                 Interrupted(reason="barge-in", request_id=request_id),
                 participant_id,
             )
 
     async def transcript(self, participant_id: str, transcript: Transcript) -> None:
-        await self._publish(self._transcript_topic, transcript, participant_id)
+        await self._publish(self.topics.transcript, transcript, participant_id)
 
     async def speculate(self, participant_id: str, text: str, utterance: int) -> None:
         await self._publish(
-            self._speculation_topic, Speculation(text=text, utterance=utterance), participant_id
+            self.topics.speculation, Speculation(text=text, utterance=utterance), participant_id
         )
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
         await self._publish(
-            self._query_topic,
+            self.topics.query,
             UserQuery(text=text, timestamp_us=timestamp_us),
             participant_id,
             timestamp_us=timestamp_us,

@@ -5,17 +5,17 @@ participant is still finishing their sentence.
 question now and keeps the answer; a later :meth:`decide` with an *equal* question gets
 that answer (awaiting it if still in flight) instead of asking again. Any other question
 is asked as usual, so the answers are exactly those the wrapped service gives: only the
-moment they are computed moves.
+moment they are computed moves. :func:`prefetching` wraps a service, keeping its
+``prepare()`` when it has one (:class:`PreparingPrefetchingDecisions`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import anyio
 
-from ._types import ChoiceAnswer, ChoiceQuestion, DecisionService
+from edge.decisions import ChoiceAnswer, ChoiceQuestion, DecisionService, PreparingDecisions
 
 _KEEP = 16
 
@@ -37,9 +37,6 @@ class PrefetchingDecisions:
         self.keep_s = keep_s
         self.hits = 0
         self._prefetched: list[_Prefetched] = []
-
-    def __getattr__(self, name: str) -> Any:  # prepare() and other capabilities
-        return getattr(self.decisions, name)
 
     async def prefetch(self, question: ChoiceQuestion) -> ChoiceAnswer:
         """Answer ``question`` now and keep the answer for a later :meth:`decide`."""
@@ -75,3 +72,19 @@ class PrefetchingDecisions:
         now = time.monotonic()
         self._prefetched = [p for p in self._prefetched if now - p.at < self.keep_s]
         return next((p for p in self._prefetched if p.question == question), None)
+
+
+class PreparingPrefetchingDecisions(PrefetchingDecisions):
+    """:class:`PrefetchingDecisions` over a service that can prepare for a question."""
+
+    decisions: PreparingDecisions  # type: ignore[assignment]
+
+    async def prepare(self, question: ChoiceQuestion) -> None:
+        await self.decisions.prepare(question)
+
+
+def prefetching(decisions: DecisionService, *, keep_s: float = 30.0) -> PrefetchingDecisions:
+    """``decisions`` able to answer ahead, preparing as it does when it can."""
+    if isinstance(decisions, PreparingDecisions):
+        return PreparingPrefetchingDecisions(decisions, keep_s=keep_s)
+    return PrefetchingDecisions(decisions, keep_s=keep_s)
