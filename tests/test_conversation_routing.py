@@ -24,6 +24,7 @@ async def test_router_history_from_other_destinations_is_recorded_once() -> None
         {"conversation": conversation, "notes": notes},
         ScriptedDecisions(["notes", "conversation", "conversation", "conversation"]),
         output=rec.output,
+        dialogue=conversation.dialogue,  # the context owns the dialogue, as in the service
     )
     try:
         await router.handle(turn("Note: the rotor is cracked", turn_id="t1"))

@@ -28,7 +28,9 @@ from ._conversation import (
     DEFAULT_STOP,
     DEFAULT_SYSTEM_PROMPT,
     ROUTE_EXAMPLES,
+    ContextDialogue,
     Conversation,
+    ConversationConfig,
 )
 from ._eval import CASES as EVAL_CASES
 from ._eval import CaseResult as EvalCaseResult
@@ -58,8 +60,10 @@ __all__ = [
     "CompactionReport",
     "CompactionRequest",
     "ContextBlock",
+    "ContextDialogue",
     "ContextManager",
     "Conversation",
+    "ConversationConfig",
     "ConversationContextUpdate",
     "EvalCaseResult",
     "MemoryRecallIndex",

@@ -25,7 +25,7 @@ import anyio
 from edge.llm import LLMService
 from edge.routing import AgentTurn
 
-from ._conversation import Conversation
+from ._conversation import Conversation, ConversationConfig
 from ._manager import ContextManager
 
 MINUTE = 60 * 1_000_000
@@ -249,9 +249,8 @@ async def run_case(
         **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(
-        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
-    )
+    config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
+    conversation = Conversation(llm, context=ctx, config=config, clock=lambda: now[0])
     pid = f"eval-{case.name}"
     started = time.perf_counter()
     answer, error, ttft, context_bytes = "", "", None, 0

@@ -35,7 +35,7 @@ from typing import Any
 
 from edge.llm import LLMService
 
-from ._conversation import Conversation
+from ._conversation import Conversation, ConversationConfig
 from ._eval import _idle, _mentions, score
 from ._manager import ContextManager
 
@@ -213,9 +213,8 @@ def recall_session(
         clock=lambda: now[0],
         **budgets,
     )
-    conv = Conversation(
-        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
-    )
+    config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=config, clock=lambda: now[0])
     return ctx, conv
 
 

@@ -1,5 +1,6 @@
 """``load_device_config``: profile + detected hardware + calibration -> budgets and the
-keyword arguments the service passes to the LLM, the ContextManager and the router."""
+keyword arguments the service passes to the LLM and the ContextManager, and the router's
+configuration."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edge.catalogue import Catalogue, ModelEntry, ModelMissingError
+from edge.routing import RouterConfig
 
 from ._budgets import BudgetInputs, Budgets, derive_budgets
 from ._calibration import (
@@ -74,9 +76,9 @@ class DeviceConfig(BaseModel):
             "recall_budget_bytes": self.budgets.recall_budget_bytes,
         }
 
-    def router_kwargs(self) -> dict[str, int]:
-        """For ``AgentRouter(..., **config.router_kwargs())``."""
-        return {"context_budget_bytes": self.budgets.router_context_budget_bytes}
+    def router_config(self) -> RouterConfig:
+        """For ``AgentRouter(destinations, decisions, config.router_config())``."""
+        return RouterConfig(context_budget_bytes=self.budgets.router_context_budget_bytes)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready view of the whole configuration (``edge device --json``)."""
@@ -95,7 +97,7 @@ class DeviceConfig(BaseModel):
             "budgets": self.budgets.model_dump(mode="json"),
             "llm_kwargs": self.llm_kwargs(),
             "context_manager_kwargs": self.context_manager_kwargs(),
-            "router_kwargs": self.router_kwargs(),
+            "router_config": {"context_budget_bytes": self.router_config().context_budget_bytes},
             "notes": self.notes,
         }
 
