@@ -9,7 +9,8 @@ Example::
 
     async with ContextManager(llm, incremental_context_topics=("lab.notes",)) as context:
         runtime.register("context", context.subscriber())
-        conversation = Conversation(llm, context=context, instructions="Answer about the lab.",
+        config = ConversationConfig(instructions="Answer about the lab.")
+        conversation = Conversation(llm, context=context, config=config,
                                     runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
         ...
 """
