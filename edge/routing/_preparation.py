@@ -49,8 +49,7 @@ class DecisionPreparer:
         return isinstance(self._decisions, PreparingDecisions)
 
     def _history(self, participant_id: str) -> list[DialogueExchange]:
-        if self._state_of(participant_id) is None:
-            return []
+        """The history the participant's next turn would see."""
         return list(self._dialogue.recent(participant_id, self._config.context_budget_bytes))
 
     async def prepare(self, participant_id: str) -> None:

@@ -156,9 +156,8 @@ class AgentRouter:
 
     def history(self, participant_id: str) -> tuple[DialogueExchange, ...]:
         """The participant's completed exchanges the router sees (the newest within
-        ``context_budget_bytes``), oldest first; empty once they left."""
-        if self._participants.get(participant_id) is None:
-            return ()
+        ``context_budget_bytes``), oldest first (the router's own memory forgets them on
+        departure; a context that keeps them shows them to a returning participant)."""
         return tuple(self._dialogue.recent(participant_id, self.config.context_budget_bytes))
 
     async def prepare_decisions(self, participant_id: str = "") -> None:
