@@ -31,7 +31,7 @@ from functools import partial
 import anyio
 from figures import write_results
 
-from edge.conversation import ContextManager, Conversation
+from edge.conversation import ContextManager, Conversation, ConversationConfig
 from edge.llm import LlamaCppLLM
 from edge.routing import AgentTurn
 
@@ -42,6 +42,7 @@ PAIRS = (
     ("Is centrifuge {r} free?", "Yes, centrifuge {r} is free until run {i}."),
 )
 BUDGETS = {"dialogue_budget_bytes": 2_400, "compaction_input_budget_bytes": 1_500}
+ANSWER = ConversationConfig(max_tokens=16, temperature=0.0)  # short, deterministic answers
 
 
 async def nothing() -> None:
@@ -85,7 +86,7 @@ async def ask(conv: Conversation, pid: str, question: str) -> dict:
 async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
     out = {}
     ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, **BUDGETS)
-    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=ANSWER)
     await fill(ctx, "p", 12)  # under half the budget: p itself does not compact
     async with ctx:
         await ask(conv, "p", "Where is sample 3?")  # cold: fills p's cache
@@ -114,7 +115,7 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
             "racks 0 to 6."
         ),
     )
-    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=ANSWER)
     await fill(ctx, "p", 20)
     async with ctx:
         await ask(conv, "p", "Where is sample 3?")
@@ -146,7 +147,7 @@ async def scenario_own_compaction(llm: LlamaCppLLM, when: str) -> dict:
     when the compaction commits (``after``); the compaction is the model's own. Recall is
     off: this measures how warm the prompt prefix is (the recall scenarios measure recall)."""
     ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, recall_budget_bytes=0, **BUDGETS)
-    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=ANSWER)
     fire = anyio.Event()
     ctx.add_hook("pre_compact" if when == "during" else "post_compact", lambda _: fire.set())
     await fill(ctx, "p", await entries_under_threshold(llm))
@@ -199,7 +200,7 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
     )
     # the same summary in both runs, without the facts (the worst case for recall)
     ctx.add_hook("pre_compact", lambda request: "The user chatted about lab routines.")
-    conv = Conversation(llm, context=ctx, max_tokens=16, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=ANSWER)
     pid = f"recall-{recall_budget}"
     for fact in FACTS:
         await ctx.record_exchange(pid, fact, "Okay, noted.")

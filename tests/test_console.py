@@ -203,7 +203,11 @@ async def test_a_note_dictated_before_the_tab_closed_is_finished_after_it_reopen
             await page.fill("#turn-text", "done")
             await page.keyboard.press("Enter")
             await page.locator("#turns .turn .text").filter(has_text="Note saved.").wait_for()
-            await page.locator("#history li").filter(has_text="Note: the rotor is worn").wait_for()
+            saved = page.locator("#history li").filter(has_text="notes update")
+            await saved.filter(has_text="Note: the rotor is worn").wait_for()
+            # the dictation's own exchanges are in the dialogue too (the context owns it)
+            said = page.locator("#history li").filter(has_text="Take a note: the rotor is worn")
+            await said.wait_for()
     assert not service.llm.requests  # type: ignore[attr-defined]  # "done" went to the notes
 
 

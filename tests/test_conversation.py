@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from functools import partial
 
 import anyio
 import pytest
 from conversation_helpers import T0, Clock, eventually, is_compaction, manager, responder
 
-from edge.conversation import DEFAULT_STOP, DEFAULT_SYSTEM_PROMPT, Conversation
+from edge.conversation import (
+    DEFAULT_STOP,
+    DEFAULT_SYSTEM_PROMPT,
+    Conversation,
+    ConversationConfig,
+)
 from edge.interaction import TEXT_OUTPUT_TOPIC, ResponseOutput
 from edge.llm import ActivityTracker, GenerationError, Priority, ScriptedLLM, ScriptedReply
-from edge.routing import AgentExchange, AgentTurn, RoutableAgent, RoutingTurnContext
-from edge.routing._types import _TURN_CONTEXT
+from edge.routing import AgentExchange, AgentTurn, DialogueExchange, RoutableAgent
 from edge.runtime import Agent, AgentRuntime, HandlerContext, subscribe
 
 pytestmark = pytest.mark.anyio
@@ -45,20 +50,19 @@ class Started:
         self.frames_before.append(len(self.sink.frames) if self.sink else 0)
 
 
-def setup(llm, **kwargs):
+def setup(llm, fail: bool = False, **kwargs):
     clock = Clock()
     ctx = manager(llm, clock)
     runtime = AgentRuntime()
-    sink = Sink(kwargs.pop("fail", False))
+    sink = Sink(fail)
     runtime.register("sink", sink)
     conv = Conversation(
         llm,
         context=ctx,
+        config=ConversationConfig(name="chat", **kwargs),
         runtime=runtime,
         output_topic=TEXT_OUTPUT_TOPIC,
-        name="chat",
         clock=clock,
-        **kwargs,
     )
     return conv, ctx, runtime, sink
 
@@ -192,27 +196,26 @@ async def test_release_and_departure_keep_context() -> None:
     assert len(ctx.transcript("p1")) == 1
 
 
-async def test_router_history_is_reconciled_once() -> None:
-    llm = ScriptedLLM()
+async def test_an_exchange_is_recorded_once_under_its_turns_exchange_id() -> None:
+    """The context owns the dialogue: the answer records its exchange under the turn's
+    ``exchange_id``, so the router's record of it (through ``conv.dialogue``) adds nothing,
+    and the history a turn carries is the router's view, never replayed into the context."""
+    llm = ScriptedLLM(["OK."])
     conv, ctx, runtime, _ = setup(llm)
     history = (AgentExchange("Note the rotor", "Noted."),)
     async with runtime:
-        token = _TURN_CONTEXT.set(RoutingTurnContext("x2", ("x1",), (T0 - 10,)))
-        try:
-            await conv.answer(turn("And?", history), started=Started())
-        finally:
-            _TURN_CONTEXT.reset(token)
-        token = _TURN_CONTEXT.set(RoutingTurnContext("x3", ("x1", "x2"), (T0 - 10, T0)))
-        try:
-            await conv.answer(
-                turn("More?", (*history, AgentExchange("And?", "OK.")), turn_id="t3"),
-                started=Started(),
-            )
-        finally:
-            _TURN_CONTEXT.reset(token)
-    users = [t.user for t in ctx.transcript("p1")]
-    assert users == ["Note the rotor", "And?", "More?"]
-    assert "Note the rotor" in llm.requests[0].messages[1].content
+        asked = replace(turn("And?", history), exchange_id="x2")
+        result = await conv.answer(asked, started=Started())
+        await conv.dialogue.record("p1", DialogueExchange("x2", "And?", result.text, T0))
+        await conv.dialogue.record("p1", DialogueExchange("x3", "Note it", "Noted.", T0 + 1))
+    assert [t.user for t in ctx.transcript("p1")] == ["And?", "Note it"]
+    recent = conv.dialogue.recent("p1", 10_000)
+    assert [(e.user, e.assistant, e.timestamp_us) for e in recent] == [
+        ("And?", "OK.", T0),
+        ("Note it", "Noted.", T0 + 1),
+    ]
+    assert [e.user for e in conv.dialogue.recent("p1", len("Note itNoted."))] == ["Note it"]
+    assert conv.dialogue.recent("nobody", 10_000) == []
 
 
 async def test_answer_without_runtime_returns_text() -> None:
@@ -276,7 +279,7 @@ class CountingLLM(ScriptedLLM):
 async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> None:
     llm = CountingLLM()
     ctx = manager(llm)
-    conv = Conversation(llm, context=ctx, system_prompt="S")
+    conv = Conversation(llm, context=ctx, config=ConversationConfig(system_prompt="S"))
     for i in range(20):
         await ctx.record_exchange("p1", f"question {i}", f"answer {i}")
     messages = conv.request_messages("p1", "Now?")
@@ -290,7 +293,7 @@ async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> Non
 async def test_a_request_fitted_to_the_window_keeps_its_recalled_block() -> None:
     llm = CountingLLM()
     ctx = manager(llm)
-    conv = Conversation(llm, context=ctx, system_prompt="S")
+    conv = Conversation(llm, context=ctx, config=ConversationConfig(system_prompt="S"))
     await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
     for i in range(20):
         await ctx.record_exchange("p", f"question {i}", f"answer {i}")

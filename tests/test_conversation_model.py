@@ -12,7 +12,7 @@ import anyio
 import pytest
 from conversation_helpers import eventually
 
-from edge.conversation import ContextManager, Conversation, MemoryRecallIndex
+from edge.conversation import ContextManager, Conversation, ConversationConfig, MemoryRecallIndex
 from edge.llm import LlamaCppLLM
 from edge.routing import AgentTurn
 
@@ -68,7 +68,7 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
         **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(llm, context=ctx, max_tokens=12)
+    conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=12))
     tracemalloc.start()
     samples = []
     try:
@@ -134,7 +134,7 @@ async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM)
         llm, compaction_quiet_s=0, dialogue_budget_bytes=1_200, compaction_input_budget_bytes=900
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(llm, context=ctx, max_tokens=8)
+    conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=8))
     for i in range(9):
         await ctx.record_exchange(
             "a",

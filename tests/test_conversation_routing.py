@@ -9,7 +9,7 @@ from routing_helpers import Recorder, ScriptedAgent, turn
 from edge.conversation import Conversation
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.routing import AgentRouter, DestinationResult
+from edge.routing import AgentExchange, AgentRouter, AgentTurn, DestinationResult
 
 pytestmark = pytest.mark.anyio
 
@@ -24,6 +24,7 @@ async def test_router_history_from_other_destinations_is_recorded_once() -> None
         {"conversation": conversation, "notes": notes},
         ScriptedDecisions(["notes", "conversation", "conversation", "conversation"]),
         output=rec.output,
+        dialogue=conversation.dialogue,  # the context owns the dialogue, as in the service
     )
     try:
         await router.handle(turn("Note: the rotor is cracked", turn_id="t1"))
@@ -39,3 +40,39 @@ async def test_router_history_from_other_destinations_is_recorded_once() -> None
     assert llm.requests[2].messages[1].content.count("What did I note?") == 1
     await context.clear("p1")  # what cleanup_participant does after the router's departure
     assert context.blocks("p1") == []
+
+
+async def test_the_context_owns_the_dialogue_the_router_reads_and_records_through_it() -> None:
+    """One owner: an exchange another destination answered is in the context as soon as
+    its turn completes (not at the conversation's next answer), the router's history is
+    the context's dialogue (a returning participant's included), and a turn's history
+    seeds only a participant without any."""
+    llm = ScriptedLLM(["Paris."])
+    rec = Recorder()
+    notes = ScriptedAgent("notes", rec, results=[DestinationResult("answer", "Saved.")])
+    context = manager(llm)
+    conversation = Conversation(llm, context=context)
+    await context.record_exchange("p2", "earlier question", "earlier answer")
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        ScriptedDecisions(["notes", "conversation", "conversation"]),
+        output=rec.output,
+        dialogue=conversation.dialogue,
+    )
+    try:
+        await router.handle(turn("Note: the rotor is cracked", turn_id="t1"))
+        assert [(t.user, t.assistant) for t in context.transcript("p1")] == [
+            ("Note: the rotor is cracked", "Saved.")
+        ]
+        assert [e.user for e in router.history("p1")] == ["Note: the rotor is cracked"]
+        await router.handle(turn("Capital of France?", turn_id="t2"))
+        assert [t.user for t in context.transcript("p1")] == [
+            "Note: the rotor is cracked",
+            "Capital of France?",
+        ]
+        seeded = AgentTurn("p2", "t3", "And now?", (AgentExchange("ignored", "x"),))
+        await router.handle(seeded)  # p2 has a dialogue already: the seed is not used
+        assert [t.user for t in context.transcript("p2")] == ["earlier question", "And now?"]
+    finally:
+        await router.stop()
+    assert notes.turns[0].exchange_id is not None

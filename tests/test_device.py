@@ -33,6 +33,7 @@ from edge.device import (
 )
 from edge.device._budgets import TOKEN_MARGIN
 from edge.device._detect import normalise_arch
+from edge.routing import RouterConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -435,9 +436,9 @@ async def test_device_config_uses_stored_calibration(tmp_path: Path) -> None:
     assert after.inputs.sources["prompt_tokens_per_s"] == "calibrated"
     assert after.budgets.dialogue_budget_bytes > before.budgets.dialogue_budget_bytes
     assert after.context_config().dialogue_budget_bytes == after.budgets.dialogue_budget_bytes
-    assert after.router_kwargs() == {
-        "context_budget_bytes": after.budgets.router_context_budget_bytes
-    }
+    assert after.router_config() == RouterConfig(
+        context_budget_bytes=after.budgets.router_context_budget_bytes
+    )
     llm = after.llm_kwargs()
     assert llm["n_ctx"] == 8192 and llm["kv_cache_budget_bytes"] > 0
     assert llm["model_path"] == str(catalogue.get("smollm2-135m-instruct-q4_1").locate())
@@ -465,7 +466,7 @@ def test_edge_device_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["profile"]["name"] == "jetson-orin-nano-8gb"
     assert out["budgets"]["dialogue_budget_bytes"] > 0
     assert (
-        out["router_kwargs"]["context_budget_bytes"]
+        out["router_config"]["context_budget_bytes"]
         == out["budgets"]["router_context_budget_bytes"]
     )
 

@@ -8,7 +8,7 @@ from routing_helpers import Recorder, ScriptedAgent, turn
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
-from edge.routing import AgentRouter, DestinationResult
+from edge.routing import AgentRouter, DestinationResult, RouterConfig
 from edge.routing._acknowledge import MAX_ACK_WORDS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
@@ -43,9 +43,9 @@ async def test_slow_answer_is_acknowledged_first_in_one_short_line(llm: LlamaCpp
     router = AgentRouter(
         dests,
         ScriptedDecisions(default="conversation"),
+        RouterConfig(acknowledgment_delay_s=0.05),
         output=rec.output,
         acknowledgment_llm=llm,
-        acknowledgment_delay_secs=0.05,
     )
     await router.handle(turn("what is the tallest mountain in the world"))
     ((route, ack),) = rec.outputs()

@@ -12,6 +12,7 @@ from edge.routing import (
     AgentExchange,
     AgentRouter,
     DestinationResult,
+    RouterConfig,
     current_turn_context,
 )
 
@@ -22,7 +23,8 @@ def make(*names: str, script=(), default="conversation", **kw):
     rec = Recorder()
     agents = {n: ScriptedAgent(n, rec) for n in names}
     decisions = ScriptedDecisions(list(script))
-    router = AgentRouter(agents, decisions, output=rec.output, default_destination=default, **kw)
+    config = RouterConfig(default_destination=default, **kw)
+    router = AgentRouter(agents, decisions, config, output=rec.output)
     return router, agents, decisions, rec
 
 
@@ -322,7 +324,7 @@ async def test_bad_results_and_configuration_are_named() -> None:
     with pytest.raises(TypeError, match="RoutableAgent"):
         AgentRouter({"x": object()}, ScriptedDecisions())  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="context_budget_bytes"):
-        AgentRouter(agents, ScriptedDecisions(), context_budget_bytes=-1)
+        RouterConfig(context_budget_bytes=-1)
     no_output = AgentRouter(agents, ScriptedDecisions())
     with pytest.raises(RuntimeError, match="output"):
         await no_output.handle(turn("hi"))
@@ -351,7 +353,9 @@ def preparing_router(script: list[str], delay_s: float = 0.0) -> tuple[AgentRout
     rec = Recorder()
     agents = {n: ScriptedAgent(n, rec) for n in ("notes", "conversation")}
     decisions = Preparing(script)
-    router = AgentRouter(agents, decisions, output=rec.output, prepare_delay_s=delay_s)
+    router = AgentRouter(
+        agents, decisions, RouterConfig(prepare_delay_s=delay_s), output=rec.output
+    )
     return router, decisions
 
 

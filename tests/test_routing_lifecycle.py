@@ -8,7 +8,7 @@ import pytest
 from routing_helpers import HookedAgent, Recorder, ScriptedAgent, turn
 
 from edge.decisions import ScriptedDecisions
-from edge.routing import AgentRouter, DestinationResult, TurnCancelled
+from edge.routing import AgentRouter, DestinationResult, ParticipantHooks, TurnCancelled
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +36,7 @@ def make(**kw):
         {"conversation": conv, "notes": notes},
         ScriptedDecisions(default="conversation"),
         output=rec.output,
-        **kw,
+        hooks=ParticipantHooks(**kw),
     )
     return router, conv, notes, rec
 
@@ -80,7 +80,7 @@ async def test_other_participants_are_not_serialized() -> None:
 
 async def test_interrupt_drains_and_keeps_history_and_focus() -> None:
     router, _conv, notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     notes.results = [DestinationResult("focus", "note started")]
     await router.handle(turn("take a note"))
     notes.answer_fn = slow_answer(rec, "notes")
@@ -145,8 +145,8 @@ async def test_departure_uses_hook_else_release_and_clears_state() -> None:
     async def cleanup(pid: str) -> None:
         cleaned.append(pid)
 
-    router, _conv, notes, rec = make(cleanup_participant=cleanup)
-    router._decisions = ScriptedDecisions(["notes", "conversation"])
+    router, _conv, notes, rec = make(cleanup=cleanup)
+    router._selector._decisions = ScriptedDecisions(["notes", "conversation"])
     notes.results = [DestinationResult("focus")]
     await router.handle(turn("take a note"))
     from edge.routing import Admission
@@ -177,9 +177,9 @@ async def test_departure_drains_active_turn_first() -> None:
 
 async def test_failed_departure_raises_group_blocks_turns_and_retries() -> None:
     router, conv, notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("take a note"))
-    router._decisions = ScriptedDecisions(["conversation"])
+    router._selector._decisions = ScriptedDecisions(["conversation"])
     await router.handle(turn("hello"))
     conv.fail_release = 1
     notes.fail_left = 1
@@ -197,9 +197,9 @@ async def test_failed_departure_raises_group_blocks_turns_and_retries() -> None:
 
 async def test_partial_failure_retries_only_failed_release() -> None:
     router, conv, _notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("take a note"))
-    router._decisions = ScriptedDecisions(["conversation"])
+    router._selector._decisions = ScriptedDecisions(["conversation"])
     await router.handle(turn("hello"))
     conv.fail_release = 1
     with pytest.raises(ExceptionGroup):
@@ -210,7 +210,7 @@ async def test_partial_failure_retries_only_failed_release() -> None:
 
 async def test_cancelled_departure_caller_does_not_abandon_operation() -> None:
     router, _conv, notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("take a note"))
     notes.left_delay = 0.2
     cancelled = []
@@ -227,12 +227,12 @@ async def test_cancelled_departure_caller_does_not_abandon_operation() -> None:
         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()  # cancels the caller mid-operation
     assert cancelled == [True]  # cancellation arrived only after the departure completed
-    assert router._departures == {}
+    assert router._participants._departures == {}
 
 
 async def test_concurrent_departure_callers_join_one_operation() -> None:
     router, _conv, notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("take a note"))
     notes.left_delay = 0.2
     async with anyio.create_task_group() as tg:
@@ -255,7 +255,7 @@ async def test_initialize_participant_once_and_again_after_interrupted_init() ->
         if len(calls) == 1:
             await gate.wait()
 
-    router, _conv, _, _rec = make(initialize_participant=initialize)
+    router, _conv, _, _rec = make(initialize=initialize)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_swallow, router.handle(turn("one")))
         await anyio.sleep(0.05)
@@ -277,7 +277,7 @@ async def test_cleanup_for_initialized_participant_without_route_and_retry() -> 
         if len(attempts) == 1:
             raise OSError("disk busy")
 
-    router, conv, _, rec = make(initialize_participant=initialize, cleanup_participant=cleanup)
+    router, conv, _, rec = make(initialize=initialize, cleanup=cleanup)
     for agent in (conv,):
         agent.eligible = False
     router._destinations["notes"].eligible = False  # type: ignore[attr-defined]
@@ -291,7 +291,7 @@ async def test_cleanup_for_initialized_participant_without_route_and_retry() -> 
 
 async def test_stop_drains_releases_everyone_and_reopens() -> None:
     router, conv, _, rec = make()
-    router._decisions = ScriptedDecisions(default="conversation")
+    router._selector._decisions = ScriptedDecisions(default="conversation")
     conv.answer_fn = slow_answer(rec, "conversation")
     async with anyio.create_task_group() as tg:
         tg.start_soon(_swallow, router.handle(turn("q", pid="a")))
@@ -309,15 +309,15 @@ async def test_stop_clears_history_only_participants() -> None:
     conv.eligible = False
     router._destinations["notes"].eligible = False  # type: ignore[attr-defined]
     await router.handle(turn("x", pid="ghost"))
-    assert "ghost" in router._participants
+    assert "ghost" in router._participants.states
     await router.stop()
-    assert router._participants == {}
+    assert router._participants.states == {}
 
 
 async def test_failed_stop_keeps_admission_closed_until_retry() -> None:
     router, conv, notes, _rec = make()
     await router.handle(turn("hi", pid="a"))
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("note", pid="b"))
     conv.fail_release = 1
     notes.fail_left = 1
@@ -332,7 +332,7 @@ async def test_failed_stop_keeps_admission_closed_until_retry() -> None:
 
 async def test_concurrent_stop_callers_join_and_cancelled_waiter_waits() -> None:
     router, _, notes, rec = make()
-    router._decisions = ScriptedDecisions(["notes"])
+    router._selector._decisions = ScriptedDecisions(["notes"])
     await router.handle(turn("note"))
     notes.left_delay = 0.2
     async with anyio.create_task_group() as tg:

@@ -20,18 +20,26 @@ from edge.interaction import (
     UserQuery,
 )
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.routing import Admission, AgentRouter, DestinationResult
+from edge.routing import (
+    Admission,
+    AgentRouter,
+    DestinationResult,
+    ParticipantHooks,
+    RouterConfig,
+    RouterTopics,
+)
 from edge.runtime import Agent, AgentRuntime, Topic
 
 pytestmark = pytest.mark.anyio
 
-TOPICS = dict(
-    query_topic=USER_QUERY_TOPIC,
-    output_topic=TEXT_OUTPUT_TOPIC,
-    participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
-    participant_left_topic=PARTICIPANT_LEFT_TOPIC,
-    interrupted_topic=INTERRUPTED_TOPIC,
+TOPICS = RouterTopics(
+    query=USER_QUERY_TOPIC,
+    output=TEXT_OUTPUT_TOPIC,
+    joined=PARTICIPANT_JOINED_TOPIC,
+    left=PARTICIPANT_LEFT_TOPIC,
+    interrupted=INTERRUPTED_TOPIC,
 )
+CONFIG = RouterConfig(topics=TOPICS)
 
 
 class Sink(Agent):
@@ -52,44 +60,32 @@ async def test_configuration_errors() -> None:
     rec = Recorder()
     dests = agents(rec)
     d = ScriptedDecisions()
-    with pytest.raises(ValueError, match="together"):
-        AgentRouter(dests, d, query_topic=USER_QUERY_TOPIC)
-    with pytest.raises(ValueError, match="together"):
-        AgentRouter(dests, d, output_topic=TEXT_OUTPUT_TOPIC)
-    with pytest.raises(ValueError, match="query_topic"):
-        AgentRouter(dests, d, interrupted_topic=INTERRUPTED_TOPIC)
-    with pytest.raises(ValueError, match="participant_joined_topic"):
-        AgentRouter(
-            dests,
-            d,
-            query_topic=USER_QUERY_TOPIC,
-            output_topic=TEXT_OUTPUT_TOPIC,
-            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
-        )
+    with pytest.raises(ValueError, match="joined"):
+        RouterTopics(USER_QUERY_TOPIC, TEXT_OUTPUT_TOPIC, left=PARTICIPANT_LEFT_TOPIC)
     with pytest.raises(TypeError, match="UserQuery"):
-        AgentRouter(
-            dests, d, query_topic=Topic("q", ResponseOutput), output_topic=TEXT_OUTPUT_TOPIC
-        )
+        RouterTopics(Topic("q", ResponseOutput), TEXT_OUTPUT_TOPIC)
     with pytest.raises(TypeError, match="Topic"):
-        AgentRouter(dests, d, query_topic="user.query", output_topic=TEXT_OUTPUT_TOPIC)
+        RouterTopics("user.query", TEXT_OUTPUT_TOPIC)
     with pytest.raises(ValueError, match="distinct"):
-        AgentRouter(
-            dests,
-            d,
-            query_topic=USER_QUERY_TOPIC,
-            output_topic=Topic(USER_QUERY_TOPIC.name, ResponseOutput),
-        )
+        RouterTopics(USER_QUERY_TOPIC, Topic(USER_QUERY_TOPIC.name, ResponseOutput))
+    with pytest.raises(TypeError, match="RouterTopics"):
+        RouterConfig(topics=USER_QUERY_TOPIC)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="together"):
         AgentRouter(dests, d, acknowledgment_llm=ScriptedLLM())
     with pytest.raises(ValueError, match="together"):
-        AgentRouter(dests, d, acknowledgment_delay_secs=1.0)
-    with pytest.raises(ValueError, match="positive"):
-        AgentRouter(dests, d, acknowledgment_llm=ScriptedLLM(), acknowledgment_delay_secs=0)
+        AgentRouter(dests, d, RouterConfig(acknowledgment_delay_s=1.0))
     with pytest.raises(ValueError, match="positive"):
         AgentRouter(
-            dests, d, acknowledgment_llm=ScriptedLLM(), acknowledgment_delay_secs=float("inf")
+            dests, d, RouterConfig(acknowledgment_delay_s=0), acknowledgment_llm=ScriptedLLM()
         )
-    with pytest.raises(ValueError, match="query_topic"):
+    with pytest.raises(ValueError, match="positive"):
+        AgentRouter(
+            dests,
+            d,
+            RouterConfig(acknowledgment_delay_s=float("inf")),
+            acknowledgment_llm=ScriptedLLM(),
+        )
+    with pytest.raises(ValueError, match="topics"):
         AgentRouter(dests, d).runtime_subscriber()
 
 
@@ -102,7 +98,9 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
     async def status(s, pid):
         statuses.append((s, pid))
 
-    router = AgentRouter(dests, ScriptedDecisions(["notes"]), set_status=status, **TOPICS)
+    router = AgentRouter(
+        dests, ScriptedDecisions(["notes"]), config=CONFIG, hooks=ParticipantHooks(status=status)
+    )
     runtime = AgentRuntime()
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
@@ -126,7 +124,7 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
 async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> None:
     rec = Recorder()
     dests = agents(rec)
-    router = AgentRouter(dests, ScriptedDecisions(["conversation"]), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(["conversation"]), config=CONFIG)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:
@@ -155,7 +153,7 @@ async def test_publisher_is_not_held_for_the_turn_and_stop_drains() -> None:
         return DestinationResult("answer", "done")
 
     dests["conversation"].answer_fn = slow
-    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), config=CONFIG)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:
@@ -175,7 +173,7 @@ async def test_runtime_failure_before_start_publishes_one_failure_frame() -> Non
         raise RuntimeError("broken")
 
     dests["conversation"].answer_fn = boom
-    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), config=CONFIG)
     runtime = AgentRuntime()
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
@@ -191,7 +189,7 @@ async def test_left_closes_admission_until_joined() -> None:
     rec = Recorder()
     dests = agents(rec)
     router = AgentRouter(
-        dests, ScriptedDecisions(default="conversation"), output=rec.output, **TOPICS
+        dests, ScriptedDecisions(default="conversation"), output=rec.output, config=CONFIG
     )
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
@@ -212,7 +210,7 @@ async def test_a_join_reopens_admission_after_a_departure_that_is_running_or_fai
     rec = Recorder()
     dests = agents(rec)
     router = AgentRouter(
-        dests, ScriptedDecisions(default="conversation"), output=rec.output, **TOPICS
+        dests, ScriptedDecisions(default="conversation"), output=rec.output, config=CONFIG
     )
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
@@ -258,7 +256,7 @@ async def test_interrupted_topic_cancels_participant_or_everyone() -> None:
         return DestinationResult()
 
     dests["conversation"].answer_fn = slow
-    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), config=CONFIG)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:
@@ -284,7 +282,7 @@ async def test_new_runtime_query_supersedes_previous_turn() -> None:
         return DestinationResult()
 
     dests["conversation"].answer_fn = slow
-    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), config=CONFIG)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:
@@ -306,9 +304,9 @@ def ack_router(rec: Recorder, llm: ScriptedLLM, delay: float, answer_fn):
     return AgentRouter(
         dests,
         ScriptedDecisions(default="conversation"),
+        RouterConfig(acknowledgment_delay_s=delay),
         output=rec.output,
         acknowledgment_llm=llm,
-        acknowledgment_delay_secs=delay,
     )
 
 
@@ -406,7 +404,7 @@ async def test_slow_first_answers_start_acknowledgment_early() -> None:
 
     router._destinations["conversation"].answer_fn = quick  # type: ignore[attr-defined]
     # the prediction itself (a loaded machine could stretch the quick answer past the delay)
-    assert router._acknowledger.start_after("conversation") == 0.0
+    assert router._selector._answerer._acknowledger.start_after("conversation") == 0.0
     await router.handle(turn("q3"))
     # Acknowledged although the answer started (0.08 s) before the 0.2 s delay: the
     # prediction started the acknowledgment at once.
@@ -418,7 +416,7 @@ async def test_each_control_message_is_a_complete_frame_with_its_own_sequence() 
     dests = agents(rec)
     dests["notes"].admissions = [Admission("release", text="Closing the note.")]
     dests["conversation"].admissions = [Admission("accept", preamble="Sure.")]
-    router = AgentRouter(dests, ScriptedDecisions(["notes", "conversation"]), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(["notes", "conversation"]), config=CONFIG)
     runtime = AgentRuntime()
     sink = Sink()
     runtime.register("router", router.runtime_subscriber())
@@ -436,7 +434,7 @@ async def test_each_control_message_is_a_complete_frame_with_its_own_sequence() 
 async def test_query_without_participant_is_dropped() -> None:
     rec = Recorder()
     dests = agents(rec)
-    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), **TOPICS)
+    router = AgentRouter(dests, ScriptedDecisions(default="conversation"), config=CONFIG)
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:

@@ -52,6 +52,21 @@ async def test_a_reconnect_with_the_token_keeps_the_context() -> None:
         assert "my locker is number 42" in prompt
 
 
+async def test_the_router_reads_the_resumed_dialogue_from_the_context() -> None:
+    """The context manager is the dialogue's one owner: a returning participant's routing
+    history is their resumed dialogue, not only what they said since they came back."""
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as first:
+            token = first.session_token
+            await first.ask("my locker is number 42")
+        async with EdgeClient(url, participant_id="alice", resume=token) as again:
+            await again.ask("which locker is mine?")
+            history = [e.user for e in svc.router.history("alice")]
+            assert history == ["my locker is number 42", "which locker is mine?"]
+        assert [r.user for r in svc.store.history("alice")[0]] == history  # recorded once
+
+
 async def test_a_wrong_or_missing_token_is_refused_and_the_connection_stays() -> None:
     async with service() as svc:
         url = svc.websocket_url

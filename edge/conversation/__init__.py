@@ -7,10 +7,11 @@ append and are compacted into rolling summaries, within byte budgets).
 
 Example::
 
-    config = ContextConfig(incremental_context_topics=("lab.notes",))
-    async with ContextManager(llm, config) as context:
+    context_config = ContextConfig(incremental_context_topics=("lab.notes",))
+    async with ContextManager(llm, context_config) as context:
         runtime.register("context", context.subscriber())
-        conversation = Conversation(llm, context=context, instructions="Answer about the lab.",
+        answering = ConversationConfig(instructions="Answer about the lab.")
+        conversation = Conversation(llm, context=context, config=answering,
                                     runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
         ...
 """
@@ -36,7 +37,9 @@ from ._conversation import (
     DEFAULT_STOP,
     DEFAULT_SYSTEM_PROMPT,
     ROUTE_EXAMPLES,
+    ContextDialogue,
     Conversation,
+    ConversationConfig,
 )
 from ._manager import ContextManager
 from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
@@ -56,9 +59,11 @@ __all__ = [
     "CompactionRequest",
     "ContextBlock",
     "ContextConfig",
+    "ContextDialogue",
     "ContextManager",
     "ContextOptions",
     "Conversation",
+    "ConversationConfig",
     "ConversationContextUpdate",
     "MemoryRecallIndex",
     "PrefixWarmer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
@@ -24,9 +25,9 @@ from edge.routing import (
     Admission,
     AgentTurn,
     DestinationResult,
+    DialogueExchange,
     RoutingAid,
     StartedSignal,
-    current_turn_context,
 )
 from edge.runtime import AgentRuntime, Topic, now_us
 
@@ -62,26 +63,104 @@ context (``User (earlier): …``, ``[14:20] …``) are kept: the small default m
 answers by quoting them, and cutting them there lost the answer in the recall eval."""
 
 
+@dataclass(frozen=True)
+class ConversationConfig:
+    """How a conversation answers: ``system_prompt`` then ``instructions`` as the system
+    message; ``name``, ``description`` and ``examples`` for routing; generation bounds
+    (``max_tokens``, ``temperature``, ``stop``); ``seed_key``, a cache key holding the
+    system message's state that a participant without state of their own starts from;
+    ``max_sentences``, where a reply ends (by default the number the instructions state,
+    "one to three short sentences": 3; None: no bound)."""
+
+    instructions: str = ""
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    name: str = "conversation"
+    description: str = DEFAULT_DESCRIPTION
+    examples: tuple[str, ...] = ROUTE_EXAMPLES
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] = DEFAULT_STOP
+    seed_key: str | None = None
+    max_sentences: int | Literal["instructions"] | None = "instructions"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a conversation needs a non-empty name")
+        ReplyFilter(self.reply_bound)  # a bad bound fails here, not at the first answer
+
+    @property
+    def reply_bound(self) -> int | None:
+        """The sentences a reply may have (``max_sentences`` resolved)."""
+        if self.max_sentences == "instructions":
+            return sentence_bound(self.instructions.strip())
+        return self.max_sentences
+
+
+class ContextDialogue:
+    """The router's view of the dialogue a :class:`ContextManager` owns (an
+    :class:`edge.routing.DialogueHistory`): the newest recorded exchanges, each identified
+    by its stored record; an exchange is recorded under its turn's ``exchange_id``, so one
+    the conversation recorded itself is not recorded twice. Departure leaves the dialogue
+    to the application (the service suspends it)."""
+
+    PAGE = 16
+
+    def __init__(self, context: ContextManager) -> None:
+        self.context = context
+
+    def recent(self, participant_id: str, budget_bytes: int) -> list[DialogueExchange]:
+        store = self.context.store
+        if self.context.closed or not store.exists(participant_id):
+            return []
+        _, end = store.history(participant_id, limit=0)
+        kept: list[DialogueExchange] = []
+        used = 0
+        while end > 0:
+            start = max(end - self.PAGE, 0)
+            records, _ = store.history(participant_id, offset=start, limit=end - start)
+            for r in reversed([r for r in records if r.kind == "exchange"]):
+                exchange = DialogueExchange(r.id, r.user, r.assistant, r.timestamp_us)
+                if used + exchange.size > budget_bytes:
+                    return kept[::-1]
+                kept.append(exchange)
+                used += exchange.size
+            end = start
+        return kept[::-1]
+
+    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
+        await self.context.record_exchange(
+            participant_id,
+            exchange.user,
+            exchange.assistant,
+            timestamp_us=exchange.timestamp_us,
+            exchange_id=exchange.exchange_id,
+        )
+
+    async def forget(self, participant_id: str) -> None:
+        """Nothing: the application suspends or clears the participant's context."""
+
+
 class Conversation:
     """Answers routed turns with the model, using a shared :class:`ContextManager`.
 
-    The request is three messages: ``system_prompt`` followed by ``instructions``; the
-    participant's context (summaries, then entries in recorded-time order, then the
-    current time); and the current request. The answer streams as
+    The request is three messages: the config's ``system_prompt`` followed by its
+    ``instructions``; the participant's context (summaries, then entries in recorded-time
+    order, then the current time); and the current request. The answer streams as
     :class:`~edge.interaction.ResponseOutput` frames on ``output_topic`` of ``runtime``
-    (a reply to the turn id, with ``name`` as source and the turn's timestamp). Without a
-    runtime the answer is only returned. Each completed exchange is recorded in the
-    context; a cancelled or failed answer records nothing.
+    (a reply to the turn id, with the config's ``name`` as source and the turn's
+    timestamp). Without a runtime the answer is only returned. Each completed exchange is
+    recorded in the context under the turn's ``exchange_id``; a cancelled or failed answer
+    records nothing. The context owns the dialogue: :attr:`dialogue` is the router's view of
+    it.
 
     What the model writes passes a :class:`ReplyFilter` before it is published or
     recorded: lines echoing the prompt's structure (``Current time: …``, an
     ``Assistant:`` prefix, …) are dropped, and the reply ends at the sentence boundary
-    where ``max_sentences`` is reached (by default the number the instructions state, "one
-    to three short sentences": 3; None: no bound), generation stopping there.
+    where the config's ``max_sentences`` is reached, generation stopping there.
 
     Each answer reuses the participant's KV prefix (``cache_key`` = participant id); with
-    ``seed_key`` (a cache key holding the system message's state, which the application
-    warms), a participant with no state of their own yet starts from that one.
+    ``seed_key`` (which the application warms), a participant with no state of their own
+    yet starts from the system message's state.
     """
 
     def __init__(
@@ -89,19 +168,10 @@ class Conversation:
         llm: LLMService,
         *,
         context: ContextManager,
-        instructions: str = "",
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        config: ConversationConfig | None = None,
         runtime: AgentRuntime | None = None,
         output_topic: Topic[ResponseOutput] | None = None,
-        name: str = "conversation",
-        description: str = DEFAULT_DESCRIPTION,
-        examples: tuple[str, ...] = ROUTE_EXAMPLES,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stop: tuple[str, ...] = DEFAULT_STOP,
         clock: Callable[[], int] = now_us,
-        seed_key: str | None = None,
-        max_sentences: int | Literal["instructions"] | None = "instructions",
     ) -> None:
         if not isinstance(context, ContextManager):
             raise TypeError("context must be an edge.conversation.ContextManager")
@@ -109,25 +179,16 @@ class Conversation:
             raise ValueError("pass runtime and output_topic together (or neither)")
         if output_topic is not None and output_topic.payload is not ResponseOutput:
             raise TypeError(f"output_topic {output_topic.name!r} must carry ResponseOutput")
-        if not name:
-            raise ValueError("a conversation needs a non-empty name")
+        self.config = config = config if config is not None else ConversationConfig()
         self.llm = llm
         self.context = context
-        self.instructions = instructions.strip()
-        self.system_prompt = system_prompt.strip()
+        self.dialogue = ContextDialogue(context)
         self.runtime = runtime
         self.output_topic = output_topic
-        self.name = name
-        self.description = description
-        self.examples = tuple(examples)
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.stop = tuple(stop)
-        self.seed_key = seed_key
-        self.max_sentences = (
-            sentence_bound(self.instructions) if max_sentences == "instructions" else max_sentences
-        )
-        ReplyFilter(self.max_sentences)  # a bad bound fails here, not at the first answer
+        self.name = config.name
+        self.stop = tuple(config.stop)
+        self.max_tokens = config.max_tokens
+        self.max_sentences = config.reply_bound
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
@@ -136,37 +197,31 @@ class Conversation:
     def system_message(self) -> str:
         """The system prompt followed by the application instructions (no clock in it, so it
         is an identical prefix across requests)."""
-        return "\n\n".join(p for p in (self.system_prompt, self.instructions) if p)
+        parts = (self.config.system_prompt.strip(), self.config.instructions.strip())
+        return "\n\n".join(p for p in parts if p)
 
     # ----------------------------------------------------------------- RoutableAgent
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         return RoutingAid(
             self.name,
-            self.description,
+            self.config.description,
             eligible=not self._closed,
             eligibility="closed" if self._closed else "available",
-            examples=self.examples,
+            examples=tuple(self.config.examples),
         )
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
         return Admission("decline" if self._closed else "accept")
 
     async def answer(self, turn: AgentTurn, *, started: StartedSignal) -> DestinationResult:
-        """Answer ``turn``: reconcile the router's history, stream the reply, record it."""
+        """Answer ``turn`` from the participant's context: stream the reply, record it."""
         if self._closed:
             raise RuntimeError(f"conversation {self.name!r} is closed")
         if not isinstance(turn.participant_id, str) or not turn.participant_id:
             raise ValueError("the turn needs a participant id")
         if not isinstance(turn.query, str) or not turn.query.strip():
             raise ValueError("the turn needs a non-empty query")
-        routed = current_turn_context()
-        await self.context.reconcile(
-            turn.participant_id,
-            turn.history,
-            exchange_ids=routed.history_exchange_ids,
-            timestamps=routed.history_timestamps,
-        )
         messages = self.request_messages(turn.participant_id, turn.query)
         with self.context.answering():
             text = await self._stream(turn, messages, started)
@@ -175,7 +230,7 @@ class Conversation:
             turn.query,
             text,
             timestamp_us=turn.timestamp_us,
-            exchange_id=routed.exchange_id,
+            exchange_id=turn.exchange_id,
         )
         return DestinationResult("answer", text)
 
@@ -194,11 +249,11 @@ class Conversation:
         adopted by the turn must ask with the same options)."""
         return GenerationOptions(
             max_tokens=self.max_tokens,
-            temperature=self.temperature,
+            temperature=self.config.temperature,
             stop=self.stop,
             priority=Priority.INTERACTIVE,
             cache_key=participant_id,
-            seed_key=self.seed_key,
+            seed_key=self.config.seed_key,
         )
 
     async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncIterator[str]:

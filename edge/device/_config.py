@@ -1,6 +1,6 @@
 """``load_device_config``: profile + detected hardware + calibration -> budgets, the
-keyword arguments the service passes to the LLM and the router, and the context
-manager's :class:`~edge.conversation.ContextConfig`."""
+keyword arguments the service passes to the LLM, the context manager's
+:class:`~edge.conversation.ContextConfig` and the router's :class:`~edge.routing.RouterConfig`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edge.catalogue import Catalogue, ModelEntry, ModelMissingError
 from edge.conversation import ContextConfig
+from edge.routing import RouterConfig
 
 from ._budgets import BudgetInputs, Budgets, derive_budgets
 from ._calibration import (
@@ -81,9 +82,9 @@ class DeviceConfig(BaseModel):
         device (the topics and the rest keep their defaults; ``with_options`` sets them)."""
         return ContextConfig(**self.context_budgets())
 
-    def router_kwargs(self) -> dict[str, int]:
-        """For ``AgentRouter(..., **config.router_kwargs())``."""
-        return {"context_budget_bytes": self.budgets.router_context_budget_bytes}
+    def router_config(self) -> RouterConfig:
+        """For ``AgentRouter(destinations, decisions, config.router_config())``."""
+        return RouterConfig(context_budget_bytes=self.budgets.router_context_budget_bytes)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready view of the whole configuration (``edge device --json``)."""
@@ -102,7 +103,7 @@ class DeviceConfig(BaseModel):
             "budgets": self.budgets.model_dump(mode="json"),
             "llm_kwargs": self.llm_kwargs(),
             "context_budgets": self.context_budgets(),
-            "router_kwargs": self.router_kwargs(),
+            "router_config": {"context_budget_bytes": self.router_config().context_budget_bytes},
             "notes": self.notes,
         }
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from edge.conversation import ContextManager, Conversation
+from edge.conversation import ContextManager, Conversation, ConversationConfig
 from edge.llm import LLMService
 from edge.routing import AgentTurn
 
@@ -248,9 +248,8 @@ async def run_case(
         **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(
-        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
-    )
+    config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
+    conversation = Conversation(llm, context=ctx, config=config, clock=lambda: now[0])
     pid = f"eval-{case.name}"
     started = time.perf_counter()
     answer, error, ttft, context_bytes = "", "", None, 0

@@ -33,7 +33,7 @@ from datetime import UTC
 from importlib import resources
 from typing import Any
 
-from edge.conversation import ContextManager, Conversation
+from edge.conversation import ContextManager, Conversation, ConversationConfig
 from edge.llm import LLMService
 
 from ._harness import _mentions, score, settle
@@ -222,9 +222,8 @@ def recall_session(
         clock=lambda: now[0],
         **budgets,
     )
-    conv = Conversation(
-        llm, context=ctx, max_tokens=max_tokens, temperature=0.0, clock=lambda: now[0]
-    )
+    config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
+    conv = Conversation(llm, context=ctx, config=config, clock=lambda: now[0])
     return ctx, conv
 
 

@@ -1,8 +1,16 @@
 """Participant-scoped routing among agents: admission before speech, explicit focus,
 bounded rerouting, a default fallback and clarification."""
 
-from ._router import _DEFAULT_CONTEXT_BUDGET_BYTES, AgentRouter
+from ._config import (
+    DEFAULT_CONTEXT_BUDGET_BYTES,
+    ParticipantHooks,
+    RouterConfig,
+    RouterTopics,
+)
+from ._history import DialogueExchange, DialogueHistory, RecentExchanges
+from ._router import AgentRouter
 from ._state import TurnCancelled
+from ._turn_context import RoutingTurnContext, current_turn_context
 from ._types import (
     Admission,
     AgentExchange,
@@ -12,12 +20,8 @@ from ._types import (
     Resumable,
     RoutableAgent,
     RoutingAid,
-    RoutingTurnContext,
     StartedSignal,
-    current_turn_context,
 )
-
-DEFAULT_CONTEXT_BUDGET_BYTES = _DEFAULT_CONTEXT_BUDGET_BYTES
 
 __all__ = [
     "DEFAULT_CONTEXT_BUDGET_BYTES",
@@ -26,9 +30,15 @@ __all__ = [
     "AgentRouter",
     "AgentTurn",
     "DestinationResult",
+    "DialogueExchange",
+    "DialogueHistory",
     "LeaveAware",
+    "ParticipantHooks",
+    "RecentExchanges",
     "Resumable",
     "RoutableAgent",
+    "RouterConfig",
+    "RouterTopics",
     "RoutingAid",
     "RoutingTurnContext",
     "StartedSignal",

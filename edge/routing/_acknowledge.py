@@ -60,12 +60,14 @@ class FirstResponseTimes:
 
 def validate_acknowledgment_config(llm: object, delay: float | None) -> None:
     if (llm is None) != (delay is None):
-        raise ValueError("acknowledgment_llm and acknowledgment_delay_secs must be given together")
+        raise ValueError(
+            "acknowledgment_llm and RouterConfig.acknowledgment_delay_s must be given together"
+        )
     if delay is not None:
         if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise TypeError("acknowledgment_delay_secs must be a number of seconds")
+            raise TypeError("acknowledgment_delay_s must be a number of seconds")
         if not math.isfinite(delay) or delay <= 0:
-            raise ValueError(f"acknowledgment_delay_secs must be finite and positive, got {delay}")
+            raise ValueError(f"acknowledgment_delay_s must be finite and positive, got {delay}")
 
 
 class Acknowledger:

@@ -4,12 +4,12 @@ into a route or a clarification."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from edge.decisions import ChoiceAnswer, ChoiceQuestion, Criterion
 
-from ._history import Exchange, as_lines
-from ._types import RoutingAid
+from ._history import DialogueExchange, as_lines
+from ._types import RoutableAgent, RoutingAid
 
 UNAVAILABLE_TEXT = "Sorry, I can't help with that right now."
 CLARIFY_TEXT = "Sorry, I'm not sure what you'd like me to do."
@@ -19,7 +19,7 @@ def routing_question(
     text: str,
     candidates: list[str],
     aids: Mapping[str, RoutingAid],
-    history: list[Exchange],
+    history: Sequence[DialogueExchange],
     asker: str = "",
 ) -> ChoiceQuestion:
     """The decision question for ``candidates``, options sorted by route name so the same
@@ -66,3 +66,16 @@ def clarification(aids: Mapping[str, RoutingAid], declined: set[str]) -> str:
     if len(options) == 1:
         return f"{CLARIFY_TEXT} I can help with this: {options[0]}."
     return f"{CLARIFY_TEXT} I can help with these: {'; '.join(options)}."
+
+
+def aids_of(
+    destinations: Mapping[str, RoutableAgent], participant_id: str
+) -> dict[str, RoutingAid]:
+    """Every destination's routing aid for ``participant_id``, checked."""
+    aids: dict[str, RoutingAid] = {}
+    for name, destination in destinations.items():
+        aid = destination.routing_aid(participant_id)
+        if not isinstance(aid, RoutingAid):
+            raise TypeError(f"destination {name!r} returned {aid!r} from routing_aid()")
+        aids[name] = aid
+    return aids

@@ -1,71 +1,120 @@
-"""Validation of the router's runtime configuration (topics and their payloads)."""
+"""The router's configuration: one frozen value, checked once when it is made."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+DEFAULT_CONTEXT_BUDGET_BYTES = 8000
+"""Bytes of completed history shown to destinations and routing per participant. About
+2,400 tokens of a small model: a cold prompt of that size takes seconds on a 2-core CPU,
+so device profiles usually pass a smaller budget (see ``edge device``)."""
+
+PREPARE_DELAY_S = 0.5
+"""Seconds after an exchange before the participant's next decision is prepared: their
+conversation's re-warm (after 0.25 s of quiet, ``ContextManager(rewarm_quiet_s=)``) takes
+the model first, since every next answer uses it and only some decisions ask the model."""
+
+StatusCallback = Callable[[Literal["processing", "idle"], str], Awaitable[None]]
+ParticipantCallback = Callable[[str], Awaitable[None]]
 
 
-def validate_runtime_topics(
-    *,
-    query_topic: Any,
-    output_topic: Any,
-    participant_joined_topic: Any,
-    participant_left_topic: Any,
-    interrupted_topic: Any,
-) -> bool:
-    """Check the runtime topics; True when runtime mode is configured.
+def _payloads() -> dict[str, type]:
+    from edge.interaction import (
+        Interrupted,
+        ParticipantJoined,
+        ParticipantLeft,
+        ResponseOutput,
+        UserQuery,
+    )
 
-    Incomplete configuration raises ValueError, a wrong payload class or a non-topic
-    TypeError, and a missing runtime package ImportError.
-    """
-    given = {
-        "query_topic": query_topic,
-        "output_topic": output_topic,
-        "participant_joined_topic": participant_joined_topic,
-        "participant_left_topic": participant_left_topic,
-        "interrupted_topic": interrupted_topic,
+    return {
+        "query": UserQuery,
+        "output": ResponseOutput,
+        "joined": ParticipantJoined,
+        "left": ParticipantLeft,
+        "interrupted": Interrupted,
     }
-    supplied = {name: topic for name, topic in given.items() if topic is not None}
-    if not supplied:
-        return False
-    if (query_topic is None) != (output_topic is None):
-        raise ValueError("query_topic and output_topic must be supplied together")
-    if query_topic is None:
-        names = ", ".join(sorted(supplied))
-        raise ValueError(f"{names} need query_topic and output_topic as well")
-    if participant_left_topic is not None and participant_joined_topic is None:
-        raise ValueError(
-            "participant_left_topic requires participant_joined_topic, so that a departed "
-            "participant can be readmitted"
-        )
-    try:
-        from edge.interaction import (
-            Interrupted,
-            ParticipantJoined,
-            ParticipantLeft,
-            ResponseOutput,
-            UserQuery,
-        )
+
+
+@dataclass(frozen=True)
+class RouterTopics:
+    """The runtime topics a router serves: turns arrive on ``query`` and its own control
+    text leaves on ``output``; ``joined`` reopens admission after a departure on ``left``
+    (so ``left`` needs ``joined``); ``interrupted`` cancels turns. A wrong payload class or
+    a non-topic raises TypeError, a ``left`` without ``joined`` or two topics with one
+    name ValueError."""
+
+    query: Any
+    output: Any
+    joined: Any = None
+    left: Any = None
+    interrupted: Any = None
+
+    def __post_init__(self) -> None:
         from edge.runtime import Topic
-    except ImportError as exc:  # pragma: no cover - the runtime ships with the package
-        raise ImportError(f"runtime topics need edge.runtime and edge.interaction: {exc}") from exc
-    payloads = {
-        "query_topic": UserQuery,
-        "output_topic": ResponseOutput,
-        "participant_joined_topic": ParticipantJoined,
-        "participant_left_topic": ParticipantLeft,
-        "interrupted_topic": Interrupted,
-    }
-    for name, topic in supplied.items():
-        if not isinstance(topic, Topic):
-            raise TypeError(f"{name} must be an edge.runtime.Topic, got {type(topic).__name__}")
-        expected = payloads[name]
-        if topic.payload is not expected:
-            raise TypeError(
-                f"{name} {topic.name!r} carries {topic.payload.__name__}; "
-                f"it must carry exactly {expected.__name__}"
+
+        if self.left is not None and self.joined is None:
+            raise ValueError(
+                "the left topic requires a joined topic, so that a departed participant "
+                "can be readmitted"
             )
-    names = [topic.name for topic in supplied.values()]
-    if len(set(names)) != len(names):
-        raise ValueError(f"configured topic names must be distinct, got {names}")
-    return True
+        payloads = _payloads()
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        supplied = {name: topic for name, topic in given.items() if topic is not None}
+        for name, topic in supplied.items():
+            if not isinstance(topic, Topic):
+                raise TypeError(f"{name} must be an edge.runtime.Topic, got {type(topic).__name__}")
+            if topic.payload is not payloads[name]:
+                raise TypeError(
+                    f"{name} topic {topic.name!r} carries {topic.payload.__name__}; "
+                    f"it must carry exactly {payloads[name].__name__}"
+                )
+        names = [topic.name for topic in supplied.values()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"configured topic names must be distinct, got {names}")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How a router behaves (device profiles derive ``context_budget_bytes``).
+
+    ``default_destination`` answers once after the selected routes declined;
+    ``context_budget_bytes`` bounds the completed history shown to destinations and
+    routing; ``acknowledgment_delay_s`` (with an acknowledgment model on the router) is the
+    silence before a brief intention acknowledgment; ``prepare_delay_s`` is how long after
+    an exchange the participant's next decision is prepared; ``topics`` puts the router on
+    a runtime (see :meth:`AgentRouter.runtime_subscriber`)."""
+
+    default_destination: str = "conversation"
+    context_budget_bytes: int = DEFAULT_CONTEXT_BUDGET_BYTES
+    acknowledgment_delay_s: float | None = None
+    prepare_delay_s: float = PREPARE_DELAY_S
+    topics: RouterTopics | None = None
+
+    def __post_init__(self) -> None:
+        budget = self.context_budget_bytes
+        if isinstance(budget, bool) or not isinstance(budget, int):
+            raise TypeError("context_budget_bytes must be an int")
+        if budget < 0:
+            raise ValueError(f"context_budget_bytes must be >= 0, got {budget}")
+        if not self.prepare_delay_s >= 0:
+            raise ValueError(f"prepare_delay_s must be >= 0, got {self.prepare_delay_s!r}")
+        if self.topics is not None and not isinstance(self.topics, RouterTopics):
+            raise TypeError("topics must be a RouterTopics")
+
+
+@dataclass(frozen=True)
+class ParticipantHooks:
+    """The application's callbacks around a participant's turns, all optional.
+
+    ``initialize`` is awaited once before a participant's first turn (again after an
+    interrupted one); ``cleanup`` runs after their destinations were released on departure
+    (idempotent, retried after a failure); ``status`` receives ``processing`` / ``idle``
+    around each runtime turn (its failures are logged). They run on the delivery event loop
+    and must not reenter the router."""
+
+    initialize: ParticipantCallback | None = None
+    cleanup: ParticipantCallback | None = None
+    status: StatusCallback | None = None

@@ -1,16 +1,19 @@
-"""Completed exchanges kept per participant, selected newest first within a byte budget."""
+"""Completed exchanges as the router sees them: the :class:`DialogueHistory` protocol the
+dialogue's owner implements, and the newest ones within a byte budget."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from ._types import AgentExchange
 
 
 @dataclass(frozen=True)
-class Exchange:
-    """A completed exchange with the identity and time the router tracks for it."""
+class DialogueExchange:
+    """A completed exchange with its identity (a turn's ``exchange_id``, or the owner's own)
+    and the time of its request (None: unknown)."""
 
     exchange_id: object
     user: str
@@ -30,14 +33,16 @@ def exchange_bytes(user: str, assistant: str) -> int:
     return len(user.encode("utf-8")) + len(assistant.encode("utf-8"))
 
 
-def newest_within(exchanges: Sequence[Exchange], budget_bytes: int) -> list[Exchange]:
+def newest_within(
+    exchanges: Sequence[DialogueExchange], budget_bytes: int
+) -> list[DialogueExchange]:
     """The newest whole exchanges whose total size fits ``budget_bytes``, oldest first.
 
     Selection stops at the first exchange that does not fit, so the result is always a
     contiguous, most recent run of the history (never an older exchange without the
     newer ones).
     """
-    kept: list[Exchange] = []
+    kept: list[DialogueExchange] = []
     used = 0
     for exchange in reversed(exchanges):
         size = exchange.size
@@ -49,7 +54,7 @@ def newest_within(exchanges: Sequence[Exchange], budget_bytes: int) -> list[Exch
     return kept
 
 
-def as_lines(exchanges: Iterable[Exchange]) -> tuple[str, ...]:
+def as_lines(exchanges: Iterable[DialogueExchange]) -> tuple[str, ...]:
     """History as short transcript lines for a routing decision."""
     lines: list[str] = []
     for exchange in exchanges:
@@ -57,3 +62,45 @@ def as_lines(exchanges: Iterable[Exchange]) -> tuple[str, ...]:
         if exchange.assistant:
             lines.append(f"Assistant: {exchange.assistant}")
     return tuple(lines)
+
+
+@runtime_checkable
+class DialogueHistory(Protocol):
+    """The owner of the participants' completed exchanges, as the router reads and adds to
+    them. The application's context side implements it (``Conversation.dialogue``, over
+    its ``ContextManager``); without one the router keeps a :class:`RecentExchanges`."""
+
+    def recent(self, participant_id: str, budget_bytes: int) -> Sequence[DialogueExchange]:
+        """The participant's newest whole exchanges within ``budget_bytes``, oldest first
+        (:func:`newest_within`)."""
+        ...
+
+    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
+        """Add a completed exchange; one whose ``exchange_id`` is already there (the
+        destination recorded it itself) is not added again."""
+        ...
+
+    async def forget(self, participant_id: str) -> None:
+        """The participant left the router; the owner decides what it keeps."""
+        ...
+
+
+class RecentExchanges:
+    """A :class:`DialogueHistory` in memory: the newest exchanges within ``budget_bytes``
+    per participant, forgotten on departure."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._exchanges: dict[str, list[DialogueExchange]] = {}
+
+    def recent(self, participant_id: str, budget_bytes: int) -> list[DialogueExchange]:
+        return newest_within(self._exchanges.get(participant_id, []), budget_bytes)
+
+    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
+        kept = self._exchanges.setdefault(participant_id, [])
+        if all(e.exchange_id != exchange.exchange_id for e in kept):
+            kept.append(exchange)
+            self._exchanges[participant_id] = newest_within(kept, self.budget_bytes)
+
+    async def forget(self, participant_id: str) -> None:
+        self._exchanges.pop(participant_id, None)

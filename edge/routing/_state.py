@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from ._history import Exchange
 from ._types import AgentTurn
 
 
@@ -27,11 +26,11 @@ class Run:
 
 @dataclass(eq=False)
 class Participant:
-    """What the router keeps for one participant: history, focus, the destinations it
-    used (released on departure), lifecycle flags and its turns (serialized by ``lock``)."""
+    """What the router keeps for one participant: focus, the destinations it used
+    (released on departure), lifecycle flags and its turns (serialized by ``lock``). Their
+    completed exchanges live with the dialogue's owner (``DialogueHistory``)."""
 
     participant_id: str
-    history: list[Exchange] = field(default_factory=list)
     focus: str | None = None
     used: set[str] = field(default_factory=set)
     initialized: bool = False

@@ -1,13 +1,20 @@
-"""The runtime agent that delivers the router's configured topics to it."""
+"""The runtime agent that delivers the router's configured topics to it and runs the
+turns that arrive that way."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Literal
+
+import anyio
 
 from edge.interaction import Interrupted, ParticipantJoined, ParticipantLeft, UserQuery
-from edge.runtime import Agent, HandlerContext
+from edge.runtime import Agent, AgentRuntime, HandlerContext
 
+from ._config import RouterTopics, StatusCallback
+from ._output import ControlOutput, TopicOutput
+from ._state import Run, TurnCancelled
 from ._types import AgentExchange, AgentTurn
 
 if TYPE_CHECKING:
@@ -18,11 +25,25 @@ log = logging.getLogger(__name__)
 
 class RouterSubscriber(Agent):
     """Handlers return quickly: a query's turn runs in the router's task group (when the
-    router is entered with ``async with``), so the publisher is not held for the turn."""
+    router is entered with ``async with``), so the publisher is not held for the turn;
+    ``status`` hears ``processing`` / ``idle`` around it."""
 
-    def __init__(self, router: AgentRouter) -> None:
+    def __init__(
+        self, router: AgentRouter, topics: RouterTopics, status: StatusCallback | None
+    ) -> None:
         super().__init__()
         self.router = router
+        self._topics = topics
+        self._status_callback = status
+        self._warned_inline = False
+        self.add_handler(topics.query, self.on_query)
+        for topic, handler in (
+            (topics.joined, self.on_joined),
+            (topics.left, self.on_left),
+            (topics.interrupted, self.on_interrupted),
+        ):
+            if topic is not None:
+                self.add_handler(topic, handler)
 
     async def on_query(self, message: UserQuery, ctx: HandlerContext) -> None:
         meta = ctx.metadata
@@ -38,13 +59,13 @@ class RouterSubscriber(Agent):
             if message.timestamp_us is not None
             else meta.timestamp_us,
         )
-        inline = self.router._spawn_runtime_turn(turn, ctx.runtime)
+        inline = self._spawn(turn, ctx.runtime)
         if inline is not None:
             await inline
 
     async def on_joined(self, message: ParticipantJoined, ctx: HandlerContext) -> None:
         if ctx.metadata.participant_id is not None:
-            await self.router._joined(ctx.metadata.participant_id)
+            await self.router._participants.joined(ctx.metadata.participant_id)
 
     async def on_left(self, message: ParticipantLeft, ctx: HandlerContext) -> None:
         pid = ctx.metadata.participant_id
@@ -56,18 +77,46 @@ class RouterSubscriber(Agent):
             log.exception("departure of participant %s failed (retry participant_left)", pid)
 
     async def on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
-        await self.router._interrupted(ctx.metadata.participant_id, message.request_id)
+        await self.router._participants.interrupted(ctx.metadata.participant_id, message.request_id)
 
+    def _spawn(self, turn: AgentTurn, runtime: AgentRuntime) -> Awaitable[None] | None:
+        """Register a runtime turn and start it in the router's task group; returns the
+        coroutine to await inline when the router was not entered."""
+        router = self.router
+        try:
+            run = router._participants.arrive(turn)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            log.warning("dropping query %s: %s", turn.turn_id, exc)
+            return None
+        out = TopicOutput(runtime, self._topics.output, turn)
+        if router._tasks.running:
+            router._tasks.start_soon(self._turn, run, out)
+            return None
+        if not self._warned_inline:
+            self._warned_inline = True
+            log.warning(
+                "router used by a runtime without `async with router`: turns run inline and "
+                "hold up their publisher"
+            )
+        return self._turn(run, out)
 
-def build_subscriber(router: AgentRouter) -> RouterSubscriber:
-    agent = RouterSubscriber(router)
-    handlers: list[tuple[Any, Any]] = [
-        (router._query_topic, agent.on_query),
-        (router._joined_topic, agent.on_joined),
-        (router._left_topic, agent.on_left),
-        (router._interrupted_topic, agent.on_interrupted),
-    ]
-    for topic, handler in handlers:
-        if topic is not None:
-            agent.add_handler(topic, handler)
-    return agent
+    async def _turn(self, run: Run, out: ControlOutput) -> None:
+        pid = run.turn.participant_id
+        await self._status("processing", pid)
+        try:
+            await self.router._execute(run, out)
+        except TurnCancelled:
+            pass
+        except Exception:
+            log.exception("turn %s of participant %s failed", run.turn.turn_id, pid)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._status("idle", pid)
+
+    async def _status(self, status: Literal["processing", "idle"], participant_id: str) -> None:
+        if self._status_callback is None:
+            return
+        try:
+            await self._status_callback(status, participant_id)
+        except Exception:
+            log.exception("set_status(%r, %r) failed", status, participant_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -33,13 +32,18 @@ class AgentExchange:
 
 @dataclass(frozen=True)
 class AgentTurn:
-    """The current turn and the completed exchanges selected for a destination."""
+    """The current turn and the completed exchanges selected for a destination.
+
+    ``exchange_id`` identifies the exchange this turn completes (the router sets it): a
+    destination that records the exchange itself records it under this id, and the
+    router's own record of it then adds nothing."""
 
     participant_id: str
     turn_id: str
     query: str
     history: tuple[AgentExchange, ...] = ()
     timestamp_us: int | None = None
+    exchange_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,26 +108,3 @@ class Resumable(Protocol):
     async def resume(self, participant_id: str) -> bool:
         """Restore the participant's state; True when this destination should hold their
         focus again."""
-
-
-@dataclass(frozen=True)
-class RoutingTurnContext:
-    """Read-only metadata of the active routed turn (a stable snapshot).
-
-    Outside a routed turn the identifiers are None and the tuples empty.
-    """
-
-    exchange_id: object | None = None
-    history_exchange_ids: tuple[object | None, ...] = ()
-    history_timestamps: tuple[int | None, ...] = ()
-
-
-_OUTSIDE_TURN = RoutingTurnContext()
-_TURN_CONTEXT: ContextVar[RoutingTurnContext | None] = ContextVar(
-    "edge_routing_turn_context", default=None
-)
-
-
-def current_turn_context() -> RoutingTurnContext:
-    """The metadata of the routed turn running in this asynchronous context."""
-    return _TURN_CONTEXT.get() or _OUTSIDE_TURN

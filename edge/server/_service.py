@@ -16,12 +16,19 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import tzinfo
 from typing import Any, Literal
 from urllib.parse import quote
 
 from edge import __version__
-from edge.conversation import SYSTEM_PROMPT_KEY, ContextConfig, ContextManager, Conversation
+from edge.conversation import (
+    SYSTEM_PROMPT_KEY,
+    ContextConfig,
+    ContextManager,
+    Conversation,
+    ConversationConfig,
+)
 from edge.decisions import DecisionService, LocalDecisionService
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -32,7 +39,7 @@ from edge.interaction import (
 )
 from edge.llm import LLMService, Loadable
 from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
-from edge.routing import AgentRouter, RoutableAgent
+from edge.routing import AgentRouter, ParticipantHooks, RoutableAgent, RouterConfig, RouterTopics
 from edge.runtime import AgentRuntime, now_us
 from edge.speculation import Guess, TurnSpeculator, prefetching, speculative_answers
 from edge.store import STORE_FILE, Retention, SessionStore, private_dir
@@ -115,12 +122,14 @@ class EdgeService:
         self.conversation = Conversation(
             self.answers,
             context=self.context,
-            instructions=self.settings.instructions,
+            config=ConversationConfig(
+                instructions=self.settings.instructions,
+                seed_key=SYSTEM_PROMPT_KEY,
+                max_sentences=_reply_bound(self.settings.reply_sentences),
+            ),
             runtime=self.runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
             clock=clock,
-            seed_key=SYSTEM_PROMPT_KEY,
-            max_sentences=_reply_bound(self.settings.reply_sentences),
         )
         self.notes = (
             NotesAgent(
@@ -258,19 +267,21 @@ class EdgeService:
         destinations: dict[str, RoutableAgent] = {"conversation": self.conversation}
         if self.notes is not None:
             destinations[self.notes.route_name] = self.notes
-        kwargs = self.device.router_kwargs() if self.device is not None else {}
+        config = self.device.router_config() if self.device is not None else RouterConfig()
+        topics = RouterTopics(
+            query=USER_QUERY_TOPIC,
+            output=VOICE_OUTPUT_TOPIC,
+            joined=PARTICIPANT_JOINED_TOPIC,
+            left=PARTICIPANT_LEFT_TOPIC,
+            interrupted=INTERRUPTED_TOPIC,
+        )
         return AgentRouter(
             destinations,
             prefetching(self.decisions),  # a turn's decision may be asked early
-            default_destination="conversation",
-            query_topic=USER_QUERY_TOPIC,
-            output_topic=VOICE_OUTPUT_TOPIC,
-            participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
-            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
-            interrupted_topic=INTERRUPTED_TOPIC,
-            cleanup_participant=self.context.suspend,  # a departure suspends; forget erases
-            set_status=self.hub.status,
-            **kwargs,
+            replace(config, default_destination="conversation", topics=topics),
+            dialogue=self.conversation.dialogue,  # the context manager owns the dialogue
+            # a departure suspends the context; forget erases it
+            hooks=ParticipantHooks(cleanup=self.context.suspend, status=self.hub.status),
         )
 
     def _register_agents(self) -> None:

@@ -1,0 +1,109 @@
+"""Decisions ahead of their turn: a participant's next question prepared after an
+exchange, and where a turn would most likely go before it runs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import anyio
+
+from edge.decisions import (
+    DecisionError,
+    DecisionService,
+    PrefetchDecisions,
+    PreparingDecisions,
+    validate_answer,
+)
+
+from ._choice import aids_of, best_scored, routing_question
+from ._config import RouterConfig
+from ._history import DialogueExchange, DialogueHistory
+from ._state import Participant
+from ._types import RoutableAgent
+
+log = logging.getLogger(__name__)
+
+
+class DecisionPreparer:
+    """Asks the decision service ahead of a turn, with the question the turn would ask
+    (the participant's recent exchanges from ``dialogue`` included)."""
+
+    def __init__(
+        self,
+        destinations: Mapping[str, RoutableAgent],
+        decisions: DecisionService,
+        dialogue: DialogueHistory,
+        config: RouterConfig,
+        state_of: Callable[[str], Participant | None],
+    ) -> None:
+        self._destinations = destinations
+        self._decisions = decisions
+        self._dialogue = dialogue
+        self._config = config
+        self._state_of = state_of
+        self.scopes: set[anyio.CancelScope] = set()  # cancelled when the router closes
+
+    @property
+    def enabled(self) -> bool:
+        return isinstance(self._decisions, PreparingDecisions)
+
+    def _history(self, participant_id: str) -> list[DialogueExchange]:
+        """The history the participant's next turn would see."""
+        return list(self._dialogue.recent(participant_id, self._config.context_budget_bytes))
+
+    async def prepare(self, participant_id: str) -> None:
+        """See :meth:`AgentRouter.prepare_decisions`."""
+        if not isinstance(self._decisions, PreparingDecisions):
+            return
+        aids = aids_of(self._destinations, participant_id)
+        eligible = sorted(name for name, aid in aids.items() if aid.eligible)
+        if len(eligible) > 1:
+            history = self._history(participant_id)
+            question = routing_question("", eligible, aids, history, participant_id)
+            await self._decisions.prepare(question)
+
+    async def prepare_next(self, participant_id: str, completed: int) -> None:
+        """After an exchange (the participant's ``completed``-th): prepare their next
+        decision once ``prepare_delay_s`` has passed, unless their focus skips it or
+        another exchange of theirs completed meanwhile (its own preparation follows). Best
+        effort (a closing model, a failed evaluation): logged, never raised; closing the
+        router cancels it."""
+        with anyio.CancelScope() as scope:
+            self.scopes.add(scope)
+            try:
+                await anyio.sleep(self._config.prepare_delay_s)
+                state = self._state_of(participant_id)
+                if state is None or state.completed != completed:
+                    return
+                if state.focus is None:
+                    await self.prepare(participant_id)
+            except Exception as exc:  # warming only: the turn decides anyway
+                log.debug("preparing the next decision of %r failed: %s", participant_id, exc)
+            finally:
+                self.scopes.discard(scope)
+
+    def cancel(self) -> None:
+        for scope in self.scopes:  # preparations are best effort: not waited for
+            scope.cancel()
+
+    async def likely_destination(self, participant_id: str, text: str) -> str | None:
+        """See :meth:`AgentRouter.likely_destination`."""
+        state = self._state_of(participant_id)
+        aids = aids_of(self._destinations, participant_id)
+        if state is not None and state.focus in aids and aids[state.focus].eligible:
+            return state.focus
+        candidates = [name for name, aid in aids.items() if aid.eligible]
+        if len(candidates) < 2:
+            return candidates[0] if candidates else None
+        history = self._history(participant_id)
+        question = routing_question(text, candidates, aids, history, participant_id)
+        decisions = self._decisions
+        ask = decisions.prefetch if isinstance(decisions, PrefetchDecisions) else decisions.decide
+        try:
+            answer = validate_answer(question, await ask(question))
+        except DecisionError:
+            return None
+        if answer.label is not None:
+            return answer.label
+        return best_scored(answer, candidates, aids, self._config.default_destination)
