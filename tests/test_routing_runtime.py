@@ -121,6 +121,49 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
     assert dests["notes"].turns[0].timestamp_us == 42
 
 
+async def test_the_routing_specs_constructor_keywords_still_work() -> None:
+    """``shared/spec/routing.md`` names the constructor's keywords; they fold into the
+    config and hooks and a runtime turn runs as with ``config=CONFIG``."""
+    rec = Recorder()
+    statuses: list[tuple[str, str]] = []
+
+    async def status(s, pid):
+        statuses.append((s, pid))
+
+    router = AgentRouter(
+        agents(rec),
+        ScriptedDecisions(["conversation"]),
+        default_destination="notes",
+        context_budget_bytes=500,
+        query_topic=USER_QUERY_TOPIC,
+        output_topic=TEXT_OUTPUT_TOPIC,
+        participant_joined_topic=PARTICIPANT_JOINED_TOPIC,
+        participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        set_status=status,
+    )
+    assert router.config.topics == TOPICS and router.config.default_destination == "notes"
+    assert router.config.context_budget_bytes == 500
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with runtime, router:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hello"), participant_id="p1")
+        await _until(lambda: len(statuses) >= 2)
+    assert statuses == [("processing", "p1"), ("idle", "p1")]
+    with pytest.raises(ValueError, match="together"):
+        AgentRouter(agents(rec), ScriptedDecisions(), query_topic=USER_QUERY_TOPIC)
+    with pytest.raises(ValueError, match="joined"):
+        AgentRouter(
+            agents(rec),
+            ScriptedDecisions(),
+            query_topic=USER_QUERY_TOPIC,
+            output_topic=TEXT_OUTPUT_TOPIC,
+            participant_left_topic=PARTICIPANT_LEFT_TOPIC,
+        )
+    with pytest.raises(TypeError, match="unexpected"):
+        AgentRouter(agents(rec), ScriptedDecisions(), query_topics=USER_QUERY_TOPIC)  # type: ignore[call-arg]
+
+
 async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> None:
     rec = Recorder()
     dests = agents(rec)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, TypedDict
 
 DEFAULT_CONTEXT_BUDGET_BYTES = 8000
 """Bytes of completed history shown to destinations and routing per participant. About
@@ -118,3 +118,60 @@ class ParticipantHooks:
     initialize: ParticipantCallback | None = None
     cleanup: ParticipantCallback | None = None
     status: StatusCallback | None = None
+
+
+class SpecKeywords(TypedDict, total=False):
+    """The routing spec's constructor keywords (``shared/spec/routing.md``), accepted by
+    :class:`~edge.routing.AgentRouter` beside ``config`` and ``hooks`` and folded into them
+    by :func:`fold_spec_keywords`."""
+
+    default_destination: str
+    context_budget_bytes: int
+    acknowledgment_delay_secs: float | None
+    query_topic: Any
+    output_topic: Any
+    participant_joined_topic: Any
+    participant_left_topic: Any
+    interrupted_topic: Any
+    initialize_participant: ParticipantCallback | None
+    cleanup_participant: ParticipantCallback | None
+    set_status: StatusCallback | None
+
+
+_SPEC_TOPICS = {
+    "query_topic": "query",
+    "output_topic": "output",
+    "participant_joined_topic": "joined",
+    "participant_left_topic": "left",
+    "interrupted_topic": "interrupted",
+}
+_SPEC_HOOKS = {
+    "initialize_participant": "initialize",
+    "cleanup_participant": "cleanup",
+    "set_status": "status",
+}
+
+
+def fold_spec_keywords(
+    config: RouterConfig, hooks: ParticipantHooks, spec: SpecKeywords
+) -> tuple[RouterConfig, ParticipantHooks]:
+    """``config`` and ``hooks`` with the spec's keywords applied over them (the spec's
+    names, checked as the config checks them: ``query_topic`` and ``output_topic`` come
+    together, a left topic needs a joined one)."""
+    unknown = set(spec) - set(SpecKeywords.__annotations__)
+    if unknown:
+        raise TypeError(f"AgentRouter got unexpected keyword(s): {', '.join(sorted(unknown))}")
+    given: dict[str, Any] = dict(spec)
+    changes: dict[str, Any] = {}
+    for name in ("default_destination", "context_budget_bytes"):
+        if name in given:
+            changes[name] = given[name]
+    if "acknowledgment_delay_secs" in given:
+        changes["acknowledgment_delay_s"] = given["acknowledgment_delay_secs"]
+    topics = {new: given[old] for old, new in _SPEC_TOPICS.items() if given.get(old) is not None}
+    if topics:
+        if "query" not in topics or "output" not in topics:
+            raise ValueError("query_topic and output_topic must be supplied together")
+        changes["topics"] = RouterTopics(**topics)
+    callbacks = {new: given[old] for old, new in _SPEC_HOOKS.items() if old in given}
+    return replace(config, **changes), replace(hooks, **callbacks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 from uuid import uuid4
 
 import anyio
@@ -20,7 +20,7 @@ from edge.runtime import BackgroundTasks
 
 from ._acknowledge import Acknowledger, validate_acknowledgment_config
 from ._answering import Answerer
-from ._config import ParticipantHooks, RouterConfig
+from ._config import ParticipantHooks, RouterConfig, SpecKeywords, fold_spec_keywords
 from ._history import DialogueExchange, DialogueHistory, RecentExchanges
 from ._output import ROUTER_SOURCE, CallbackOutput, ControlOutput, OutputCallback
 from ._participants import Participants
@@ -71,6 +71,9 @@ class AgentRouter:
     (default: the router keeps the newest within ``config.context_budget_bytes`` in
     memory); ``acknowledgment_llm`` (with ``config.acknowledgment_delay_s``) makes brief
     intention acknowledgments; ``hooks`` are the application's participant callbacks.
+    The routing spec's keywords (``query_topic=``, ``default_destination=``,
+    ``cleanup_participant=`` …, :class:`SpecKeywords`) are accepted too, applied over
+    ``config`` and ``hooks``.
     Use ``async with router:`` (or :meth:`stop`) for its lifecycle: runtime turns run in
     the router's own task group, drained by :meth:`stop`.
     """
@@ -85,11 +88,13 @@ class AgentRouter:
         dialogue: DialogueHistory | None = None,
         acknowledgment_llm: LLMService | None = None,
         hooks: ParticipantHooks | None = None,
+        **spec: Unpack[SpecKeywords],
     ) -> None:
         _check_destinations(destinations, decisions)
         config = config if config is not None else RouterConfig()
         if not isinstance(config, RouterConfig):
             raise TypeError("config must be a RouterConfig")
+        config, hooks = fold_spec_keywords(config, hooks or ParticipantHooks(), spec)
         if output is not None and not callable(output):
             raise TypeError("output must be an async callable (turn, route, text)")
         if dialogue is not None and not isinstance(dialogue, DialogueHistory):
