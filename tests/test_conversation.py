@@ -276,6 +276,29 @@ class CountingLLM(ScriptedLLM):
         return len(text.encode()) // 4
 
 
+async def test_the_conversation_specs_keyword_form_still_works() -> None:
+    """``shared/spec/conversation.md`` builds ``Conversation(llm, context=...,
+    instructions=..., runtime=..., output_topic=...)``: the keywords fold into the config."""
+    llm = ScriptedLLM()
+    ctx = manager(llm)
+    runtime = AgentRuntime()
+    conv = Conversation(
+        llm,
+        context=ctx,
+        instructions="Answer general questions about the lab.",
+        runtime=runtime,
+        output_topic=TEXT_OUTPUT_TOPIC,
+    )
+    assert conv.config.instructions == "Answer general questions about the lab."
+    assert conv.system_message.endswith("Answer general questions about the lab.")
+    both = Conversation(
+        llm, context=ctx, config=ConversationConfig(system_prompt="S"), instructions="I"
+    )
+    assert (both.config.system_prompt, both.config.instructions) == ("S", "I")
+    with pytest.raises(TypeError, match="unknown conversation option"):
+        Conversation(llm, context=ctx, instruction="typo")  # type: ignore[call-arg]
+
+
 async def test_request_is_fitted_to_the_model_window_oldest_first(caplog) -> None:
     llm = CountingLLM()
     ctx = manager(llm)

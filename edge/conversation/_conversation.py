@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 import anyio
 
@@ -96,6 +96,33 @@ class ConversationConfig:
         return self.max_sentences
 
 
+class ConversationOptions(TypedDict, total=False):
+    """:class:`ConversationConfig`'s fields as keywords: the conversation spec's
+    ``Conversation(llm, context=..., instructions=..., ...)`` form."""
+
+    instructions: str
+    system_prompt: str
+    name: str
+    description: str
+    examples: tuple[str, ...]
+    max_tokens: int | None
+    temperature: float | None
+    stop: tuple[str, ...]
+    seed_key: str | None
+    max_sentences: int | Literal["instructions"] | None
+
+
+def configured(
+    config: ConversationConfig | None, options: ConversationOptions
+) -> ConversationConfig:
+    """``config`` (default: the defaults) with ``options`` applied over it."""
+    unknown = sorted(set(options) - set(ConversationOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"unknown conversation option(s): {', '.join(unknown)}")
+    base = config if config is not None else ConversationConfig()
+    return replace(base, **options) if options else base
+
+
 class ContextDialogue:
     """The router's view of the dialogue a :class:`ContextManager` owns (an
     :class:`edge.routing.DialogueHistory`): the newest recorded exchanges, each identified
@@ -172,6 +199,7 @@ class Conversation:
         runtime: AgentRuntime | None = None,
         output_topic: Topic[ResponseOutput] | None = None,
         clock: Callable[[], int] = now_us,
+        **options: Unpack[ConversationOptions],
     ) -> None:
         if not isinstance(context, ContextManager):
             raise TypeError("context must be an edge.conversation.ContextManager")
@@ -179,7 +207,7 @@ class Conversation:
             raise ValueError("pass runtime and output_topic together (or neither)")
         if output_topic is not None and output_topic.payload is not ResponseOutput:
             raise TypeError(f"output_topic {output_topic.name!r} must carry ResponseOutput")
-        self.config = config = config if config is not None else ConversationConfig()
+        self.config = config = configured(config, options)
         self.llm = llm
         self.context = context
         self.dialogue = ContextDialogue(context)
