@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-import edge.server._service as service_module
+import edge.server._service_parts as service_module
 from edge.conversation import ContextManager
 from edge.decisions import ScriptedDecisions
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply

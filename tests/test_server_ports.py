@@ -12,7 +12,7 @@ import pytest
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeService
-from edge.server._service import WILDCARD_HOSTS
+from edge.server._service_addresses import WILDCARD_HOSTS
 from tests.server_helpers import answer_for, settings
 
 EDGE = [sys.executable, "-m", "edge"]
