@@ -354,6 +354,30 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
         assert len(late) <= 1  # at most the chunk being published when it stopped
 
 
+async def test_a_turn_typed_while_the_previous_one_still_answers_gets_its_reply() -> None:
+    # the new turn cancels the one still streaming, whose end (its status: idle) then
+    # arrives after the new turn's query: it must not read as the new turn's end
+    llm = ScriptedLLM(
+        [ScriptedReply("One two three four five six seven.", delay_s=0.2)],
+        default="Short answer.",
+    )
+    service = EdgeService(settings(), llm=llm, decisions=ScriptedDecisions(default="conversation"))
+    async with service, EdgeClient(service.websocket_url, participant_id="p") as client:
+        await client.send({"type": "text", "text": "tell me a long story"})
+        with anyio.fail_after(5):
+            while not isinstance((await client.receive())[0], Reply):
+                pass  # the first answer is streaming
+        states: list[str] = []
+
+        def status(message: object) -> None:
+            if isinstance(message, Status):
+                states.append(message.state)
+
+        turn = await client.ask("and now?", limit_s=5, on_message=status)
+    assert turn.text == "Short answer."
+    assert states == ["processing", "idle"]
+
+
 async def test_health_over_plain_http() -> None:
     import httpx
 

@@ -92,6 +92,7 @@ class OutputHub(Agent):
         super().__init__()
         self._sinks: dict[str, Sink] = {}  # where output goes
         self._present: dict[str, _Presence] = {}  # attached, or departing: arrivals wait
+        self._running: dict[str, int] = {}  # turns started and not finished, per participant
         self.add_handler(VOICE_OUTPUT_TOPIC, self._on_voice_reply)
         self.add_handler(TEXT_OUTPUT_TOPIC, self._on_text_reply)
         self.add_handler(USER_QUERY_TOPIC, self._on_query)
@@ -228,8 +229,17 @@ class OutputHub(Agent):
         )
 
     async def status(self, state: Literal["processing", "idle"], participant_id: str) -> None:
-        """The router's ``set_status`` callback."""
-        self._send(participant_id, Status(state=state))
+        """The router's ``set_status`` callback. It brackets each turn, and one
+        participant's turns overlap (a new one starts while the one it cancels drains),
+        so ``idle`` is sent only when the participant's last running turn has finished:
+        an earlier turn's ``idle`` would end the new turn before its reply."""
+        running = self._running.get(participant_id, 0) + (1 if state == "processing" else -1)
+        if running > 0:
+            self._running[participant_id] = running
+        else:
+            self._running.pop(participant_id, None)
+        if state == "processing" or running <= 0:
+            self._send(participant_id, Status(state=state))
 
 
 def _reply(frame: ResponseOutput) -> Reply:
