@@ -6,7 +6,8 @@ In `edge/`: no function over 60 lines (from its ``def`` line to its last, docstr
 included; a nested function counts in its parent too), no class over 300 lines, no
 constructor over 8 parameters (``self``, ``*args`` and ``**kwargs`` not counted). In
 `edge/`, `benchmarks/` and `tools/`: no import of a private module (``edge.x._y``) from
-outside its package ``edge.x`` (tests may reach into internals).
+outside its package ``edge.x`` (tests may reach into internals). Between the packages of
+`edge/`: no loop (no package imports one that imports it back, directly or not).
 """
 
 from __future__ import annotations
@@ -71,6 +72,46 @@ def private_imports(path: Path, tree: ast.AST) -> Iterator[str]:
                 break
 
 
+def package_imports(root: Path) -> dict[str, set[str]]:
+    """``edge`` package name -> the other ``edge`` packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / "edge").rglob("*.py")):
+        own = owning_package(path.relative_to(root))
+        if own is None:
+            continue
+        uses = graph.setdefault(own.split(".")[1], set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "edge" and len(parts) > 1 and f"edge.{parts[1]}" != own:
+                    uses.add(parts[1])
+    return graph
+
+
+def package_loops(graph: dict[str, set[str]]) -> Iterator[str]:
+    """One line per loop found: ``a -> b -> a``."""
+    seen: set[tuple[str, ...]] = set()
+
+    def walk(package: str, path: list[str]) -> Iterator[str]:
+        for used in sorted(graph.get(package, ())):
+            if used == path[0]:
+                loop = path + [used]
+                key = tuple(sorted(set(loop)))
+                if key not in seen:
+                    seen.add(key)
+                    yield "package loop: " + " -> ".join(loop)
+            elif used not in path and used > path[0]:
+                yield from walk(used, path + [used])
+
+    for start in sorted(graph):
+        yield from walk(start, [start])
+
+
 def breaches(root: Path) -> list[str]:
     found: list[str] = []
     for top in sorted(set(SIZED) | set(NO_PRIVATE_IMPORTS)):
@@ -81,7 +122,7 @@ def breaches(root: Path) -> list[str]:
                 found += size_breaches(relative, tree)
             if top in NO_PRIVATE_IMPORTS:
                 found += private_imports(relative, tree)
-    return found
+    return found + list(package_loops(package_imports(root)))
 
 
 def main() -> int:
