@@ -46,3 +46,21 @@ async def test_each_case_runs_compacts_and_scores_the_models_answer(case) -> Non
 def test_cli_lists_cases(capsys) -> None:
     assert main(["eval", "conversation", "--list"]) == 0
     assert "oversized-update" in capsys.readouterr().out
+
+
+def test_the_results_file_names_the_code_it_measured(tmp_path) -> None:
+    """``--json`` records the commit (from git, ``-dirty`` for changed tracked files), the
+    time, the load and the options, so a committed results file says what it measured."""
+    import argparse
+    import subprocess
+
+    from edge.cli._eval import run_info
+
+    args = argparse.Namespace(model="m", threads=2, json=tmp_path / "r.json", func=print)
+    info = run_info(args)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert info["code"].split("-dirty")[0] == head
+    assert info["options"] == {"model": "m", "threads": 2}
+    assert info["measured_at"].endswith("Z") and info["load_average_1m"] >= 0

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import subprocess
+import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
 from rich.table import Table
 
+from edge import __version__
 from edge.llm import LLMService
 
 # edge.eval's LATER_SETS, not imported here: the CLI loads the eval package (and the
@@ -129,8 +134,34 @@ def run_conversation(args: argparse.Namespace) -> int:
         f"10 and 30 turns; threshold {args.threshold})"
     )
     if args.json:
+        out["run"] = run_info(args)
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return 1 if mean < args.threshold else 0
+
+
+def run_info(args: argparse.Namespace) -> dict[str, Any]:
+    """What a results file needs to be read later: the code measured (from git, with
+    ``-dirty`` when tracked files differ from the commit), when, the load, the options."""
+    source = Path(__file__).resolve().parent
+
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *argv], cwd=source, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "json")}
+    return {
+        "code": f"{head}-dirty" if head and dirty else head or f"edge {__version__}",
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_1m": os.getloadavg()[0],
+        "options": options,
+    }
 
 
 async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[list, list]:
