@@ -49,6 +49,7 @@ from ._mdns import (
 )
 from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
+from ._remote_speech import Backends
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
@@ -107,6 +108,7 @@ class EdgeService:
         self._clock = clock
         self._timezone = timezone
         self.device = self._load_device(device, llm, stt, tts)
+        self.backends = Backends(self.settings, self.instance_name)  # remote models' health
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
         self.runtime = AgentRuntime(clock)
@@ -138,6 +140,7 @@ class EdgeService:
             self._make_voice(stt, tts, voice_config, vad_factory) if self.settings.voice else None
         )
         self._vad_factory = vad_factory
+        self.backends.watch(self.voice, self.llm)
         self.warmer = PrefixWarmer(
             self.llm, lambda: self.conversation.system_message, shared_key=SYSTEM_PROMPT_KEY
         )
@@ -215,11 +218,12 @@ class EdgeService:
 
             device = load_device_config(s.profile)
         if device is not None:
+            local = s.fallback == "local"
             _check_models(
                 device,
                 llm=llm is None and not s.llm_url,
-                stt=stt is None and s.voice,
-                tts=tts is None and s.voice,
+                stt=stt is None and s.voice and (not s.stt_url or local),
+                tts=tts is None and s.voice and (not s.tts_url or local),
             )
         return device
 
@@ -298,6 +302,7 @@ class EdgeService:
             models=self.models,
             speculation=self.answers.stats,
             sessions=self.sessions,
+            backends=self.backends.health,
         )
 
     def _make_websocket(self) -> WebSocketServer:
@@ -372,6 +377,9 @@ class EdgeService:
             names = {role: entry.id for role, entry in self.device.models.items()}
         if self.settings.llm_url:
             names["llm"] = f"{self.settings.llm_model or 'remote'} @ {self.settings.llm_url}"
+        for role in ("stt", "tts"):
+            if getattr(self.settings, f"{role}_url"):
+                names[role] = f"Wyoming {getattr(self.settings, f'{role}_url')}"
         return names
 
     def _make_voice(self, stt: Any, tts: Any, voice_config: Any, vad_factory: Any) -> Any:
@@ -379,21 +387,13 @@ class EdgeService:
 
         paths = self.device.model_paths if self.device is not None else {}
         audio = self.device.profile.audio if self.device is not None else None
+        remote_stt, remote_tts = self.backends.speech_models(  # --stt-url / --tts-url
+            lambda: self._local_stt(WhisperSTT, paths, audio), lambda: PiperTTS(paths.get("tts"))
+        )
+        stt = stt if stt is not None else remote_stt
+        tts = tts if tts is not None else remote_tts
         if stt is None:
-            extra: dict[str, Any] = {}
-            if audio is not None:
-                compute = audio.stt_compute_type
-                hardware = self.device.hardware
-                if "float16" in compute and hardware is not None and not hardware.cuda:
-                    log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
-                    compute = "int8"
-                # Whisper gets the cores the LLM gets (CTranslate2's own default is 4).
-                extra = {
-                    "compute_type": compute,
-                    "beam_size": audio.stt_beam_size,
-                    "cpu_threads": self.device.threads,
-                }
-            stt = WhisperSTT(paths.get("stt"), **extra)
+            stt = self._local_stt(WhisperSTT, paths, audio)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
         if voice_config is None and audio is not None:
@@ -414,6 +414,22 @@ class EdgeService:
             vad_factory=vad_factory,
             wants_audio=self.hub.wants_audio,
         )
+
+    def _local_stt(self, whisper: Any, paths: dict[str, Any], audio: Any) -> Any:
+        extra: dict[str, Any] = {}
+        if audio is not None:
+            compute = audio.stt_compute_type
+            hardware = self.device.hardware
+            if "float16" in compute and hardware is not None and not hardware.cuda:
+                log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)
+                compute = "int8"
+            # Whisper gets the cores the LLM gets (CTranslate2's own default is 4).
+            extra = {
+                "compute_type": compute,
+                "beam_size": audio.stt_beam_size,
+                "cpu_threads": self.device.threads,
+            }
+        return whisper(paths.get("stt"), **extra)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -444,6 +460,7 @@ class EdgeService:
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
+            await stack.enter_async_context(self.backends.running())  # auto: found over mDNS
             if self.voice is not None:
                 await stack.enter_async_context(self.voice)  # outlives the runtime
                 if preload:
@@ -589,6 +606,7 @@ class EdgeService:
             },
             "context_topics": list(self.gateway.context_topics),
             "voice": self.voice is not None,
+            "backends": self.backends.banner(),
             "websocket": self.websocket_url if self._stack is not None else None,
             "wyoming": self.wyoming_uri if self._stack is not None else None,
             "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],

@@ -33,6 +33,7 @@ from ._audio import (
 )
 from ._config import VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
+from ._fallback import FallbackSTT, FallbackTTS
 from ._listener import Listener, UtteranceStats
 from ._messages import (
     AUDIO_INPUT_TOPIC,
@@ -40,15 +41,26 @@ from ._messages import (
     END_OF_UTTERANCE_TOPIC,
     HOLD_FLOOR_TOPIC,
     SPECULATION_TOPIC,
+    SPEECH_FAILED_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
     EndOfUtterance,
     HoldFloor,
     Speculation,
+    SpeechFailed,
     Transcript,
 )
 from ._pipeline import VoicePipeline
+from ._remote import (
+    REMOTE_ERRORS,
+    RemoteBackend,
+    RemoteSpeechError,
+    RemoteSpeechMismatch,
+    parse_wyoming_url,
+)
+from ._remote_stt import WyomingSTT, pick_asr
+from ._remote_tts import WyomingTTS, pick_voice
 from ._sentences import SentenceSplitter, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
@@ -67,8 +79,10 @@ __all__ = [
     "AUDIO_OUTPUT_TOPIC",
     "END_OF_UTTERANCE_TOPIC",
     "HOLD_FLOOR_TOPIC",
+    "REMOTE_ERRORS",
     "ROUTER_SOURCE",
     "SPECULATION_TOPIC",
+    "SPEECH_FAILED_TOPIC",
     "STT_RATE",
     "TRANSCRIPT_TOPIC",
     "Answer",
@@ -77,17 +91,23 @@ __all__ = [
     "AudioOutput",
     "EndOfUtterance",
     "Endpointer",
+    "FallbackSTT",
+    "FallbackTTS",
     "FullWindowSpeechToText",
     "HoldFloor",
     "Listener",
     "NothingToSpeakError",
     "PiperTTS",
     "Recognition",
+    "RemoteBackend",
+    "RemoteSpeechError",
+    "RemoteSpeechMismatch",
     "SentenceSplitter",
     "SileroVAD",
     "SimulatedSpeaker",
     "Speaker",
     "Speculation",
+    "SpeechFailed",
     "SpeechPaused",
     "SpeechResumed",
     "SpeechStarted",
@@ -106,11 +126,16 @@ __all__ = [
     "VoicePipeline",
     "WavAudio",
     "WhisperSTT",
+    "WyomingSTT",
+    "WyomingTTS",
     "check_format",
     "chunk_pcm",
     "default_vad_path",
     "float_to_pcm16",
+    "parse_wyoming_url",
     "pcm16_to_float",
+    "pick_asr",
+    "pick_voice",
     "read_wav",
     "resample",
     "sounds_complete",

@@ -43,6 +43,7 @@ from ._endpoint import (
     UtteranceEnded,
 )
 from ._messages import Transcript
+from ._remote import REMOTE_ERRORS
 from ._sentences import clearly_continues, end_verdict
 from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
 
@@ -93,6 +94,7 @@ class _Pass:
     queued_at: float = field(default_factory=time.perf_counter)
     speculative: bool = False  # its words are the pause's guess (reported when done)
     guess: bool = False  # a partial whose words are offered as a guess when done
+    error: str | None = None  # a remote recognizer's failure (named in the final transcript)
 
 
 @dataclass
@@ -304,6 +306,9 @@ class Listener:
             job.result = await anyio.to_thread.run_sync(
                 self._transcribe, job, audio, limiter=self._limiter
             )
+        except REMOTE_ERRORS as exc:
+            job.error = str(exc)
+            log.warning("transcription failed for %s: %s", self.participant_id, exc)
         except Exception:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
@@ -456,6 +461,7 @@ class Listener:
                     final=True,
                     truncated=event.truncated,
                     speech_start_us=start_us,
+                    error=job.error if job.result is None else None,
                 ),
             )
             if text:
