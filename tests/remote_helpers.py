@@ -24,6 +24,7 @@ from edge.server import AudioFormat, EdgeClient, EdgeService
 from edge.voice import RemoteBackend, WyomingTTS, resample
 
 RATE = 16_000
+LLAMA_SHARED = ["--interrupt_requests", "False"]
 NAMES = {"whisper": "wyoming-faster-whisper", "piper": "wyoming-piper", "llama": "llama server"}
 
 
@@ -33,6 +34,9 @@ class Servers:
     def __init__(self, work: Path, names: tuple[str, ...]) -> None:
         self.ports = {name: free_port() for name in ("whisper", "piper", "llama")}
         argv = chain_argv(sys.executable, self.ports, work)
+        # llama-cpp-python's server cuts a running answer short when another request
+        # arrives (its default); the service asks ahead (warm-up, speculation) and in turn.
+        argv["llama"] += LLAMA_SHARED
         self.services = {
             name: Service(NAMES[name], argv[name], self.ports[name], work / f"{name}.log")
             for name in names

@@ -236,3 +236,84 @@ async def test_auto_finds_the_speech_servers_over_mdns_and_never_an_edge_service
         assert f"found over mDNS: {servers.url('piper')} (piper box" in chosen["tts backend"]
         await client.speak(question, realtime=False)
         assert heard_as((await client.collect_turn(limit_s=60)).query, QUESTION)
+
+
+@pytest.fixture(scope="module")
+def llama(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """llama-cpp-python's OpenAI-compatible server with our default model."""
+    found = Servers(tmp_path_factory.mktemp("llama"), ("llama",))
+    try:
+        found.start()
+        yield found
+    finally:
+        found.stop()
+
+
+def all_remote(servers: Servers, llama: Servers) -> EdgeService:
+    return EdgeService(
+        settings(
+            voice=True,
+            stt_url=servers.url("whisper"),
+            tts_url=servers.url("piper"),
+            llm_url=llama.url("llama"),
+            remote_timeout_s=10.0,
+        ),
+        decisions=ScriptedDecisions("conversation"),
+        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+    )
+
+
+async def test_a_spoken_turn_through_remote_stt_llm_and_tts(
+    servers: Servers, llama: Servers, question: bytes
+) -> None:
+    service = all_remote(servers, llama)
+    async with service, speaker(service) as client:
+        await client.speak(question, realtime=False)
+        turn = await client.collect_turn(limit_s=90)
+        assert heard_as(turn.query, QUESTION), turn.query
+        assert turn.text.strip() and len(turn.pcm) > 16_000, turn.text  # the model's words
+        assert not turn.errors
+        report = (await health(service))["backends"]
+    assert {role: entry["where"] for role, entry in report.items()} == {
+        "stt": "remote",
+        "tts": "remote",
+        "llm": "remote",
+    }
+    assert all(entry["state"] == "ok" for entry in report.values()), report
+    assert report["llm"]["latency_p50_ms"] > 0
+
+
+async def test_the_remote_llm_killed_mid_reply_ends_the_turn_and_the_service_goes_on(
+    servers: Servers, llama: Servers
+) -> None:
+    service = all_remote(servers, llama)
+    try:
+        async with service, speaker(service) as client:
+            assert (await client.ask("My name is Ada. Say hello.", limit_s=60)).text
+            killed = False
+
+            def kill_at_first_reply(message: object) -> None:
+                nonlocal killed
+                if not killed and getattr(message, "type", "") == "reply":
+                    llama.kill("llama")
+                    killed = True
+
+            broken = await client.ask(
+                "Tell me a long story about a heron.", limit_s=60, on_message=kill_at_first_reply
+            )
+            assert killed and broken.replies and broken.replies[-1].final  # the turn ended
+            assert service.backends.llm is not None
+            await service.backends.llm.probe()
+            report = (await health(service))["backends"]["llm"]
+            assert report["state"] == "down" and llama.url("llama") in report["url"]
+            assert report["last_error"], report
+            llama.start("llama")
+            await service.backends.llm.probe()
+            assert backends(service)["llm"]["state"] == "degraded"  # answering again
+            again = await client.ask("What is my name?", limit_s=60)
+            assert again.text.strip() and not again.errors
+            history = str((await client.history()).entries)
+            assert "My name is Ada" in history and "What is my name?" in history  # kept
+    finally:
+        if llama.services["llama"].proc.poll() is not None:  # type: ignore[union-attr]
+            llama.start("llama")
