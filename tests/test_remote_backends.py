@@ -14,8 +14,11 @@ import numpy as np
 import pydantic
 import pytest
 
+from edge.catalogue import REPO_ROOT
+from edge.device import ProfileError
 from edge.interaction import ResponseOutput
-from edge.server import ServiceSettings
+from edge.llm import ScriptedLLM
+from edge.server import EdgeService, ServiceSettings
 from edge.voice import (
     AudioOutput,
     RemoteBackend,
@@ -26,6 +29,7 @@ from edge.voice import (
     WyomingTTS,
     parse_wyoming_url,
 )
+from tests.server_helpers import answer_for, settings
 from tests.voice_helpers import ToneTTS
 
 pytestmark = pytest.mark.anyio
@@ -155,3 +159,24 @@ async def test_the_speaker_goes_on_after_the_sentences_in_reach_are_spoken() -> 
         tg.cancel_scope.cancel()
     spoken = [c.text for c in chunks if c.text]
     assert len(spoken) == 5, spoken
+
+
+def test_a_profile_names_remote_models_and_the_settings_win(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    shipped = (REPO_ROOT / "firmware-config" / "ci-2core-24gb.toml").read_text()
+    lab = tmp_path / "lab-box.toml"
+    lab.write_text(
+        shipped.replace('name = "ci-2core-24gb"', 'name = "lab-box"')
+        + '\n[remote]\nstt_url = "tcp://gpu-box:10300"\ntts_url = "auto"\n'
+    )
+    service = EdgeService(
+        settings(voice=True, profile=str(lab), tts_url="tcp://other:10200"),
+        llm=ScriptedLLM(answer_for),
+    )
+    assert service.settings.stt_url == "tcp://gpu-box:10300"  # from the profile
+    assert service.settings.tts_url == "tcp://other:10200"  # the setting wins
+    assert service.models["stt"] == "Wyoming tcp://gpu-box:10300"
+    assert service.backends.stt is not None and service.backends.tts is not None
+    bad = tmp_path / "bad-box.toml"
+    bad.write_text(shipped.replace('"ci-2core-24gb"', '"bad-box"') + '\n[remote]\nstt_url = "x"\n')
+    with pytest.raises(ProfileError, match="remote.stt_url"):
+        EdgeService(settings(voice=True, profile=str(bad)), llm=ScriptedLLM(answer_for))

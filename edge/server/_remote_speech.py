@@ -276,6 +276,13 @@ class Backends:
         return any(entry.get("state") == "down" for entry in self.health().values())
 
 
+def profile_remotes(settings: ServiceSettings, remote: Any) -> ServiceSettings:
+    """``settings`` with the profile's ``[remote]`` entries where no setting is given."""
+    given = {k: v for k, v in remote.model_dump().items() if v is not None}
+    update = {k: v for k, v in given.items() if getattr(settings, k) is None}
+    return settings.model_copy(update=update) if update else settings
+
+
 def _kind(role: str) -> str:
     return "asr" if role == "stt" else "tts"
 

@@ -49,7 +49,7 @@ from ._mdns import (
 )
 from ._ports import check_port_free
 from ._protocol import PROTOCOL_VERSION
-from ._remote_speech import Backends
+from ._remote_speech import Backends, profile_remotes
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._speculation import TurnSpeculator
@@ -218,6 +218,7 @@ class EdgeService:
 
             device = load_device_config(s.profile)
         if device is not None:
+            self.settings = s = profile_remotes(s, device.profile.remote)
             local = s.fallback == "local"
             _check_models(
                 device,
