@@ -17,8 +17,9 @@ import pytest
 from edge.catalogue import REPO_ROOT
 from edge.device import ProfileError
 from edge.interaction import ResponseOutput
-from edge.llm import ScriptedLLM
+from edge.llm import LLMHealth, ScriptedLLM
 from edge.server import EdgeService, ServiceSettings
+from edge.server._remote_speech import LlmProbe
 from edge.voice import (
     AudioOutput,
     RemoteBackend,
@@ -180,3 +181,24 @@ def test_a_profile_names_remote_models_and_the_settings_win(tmp_path) -> None:  
     bad.write_text(shipped.replace('"ci-2core-24gb"', '"bad-box"') + '\n[remote]\nstt_url = "x"\n')
     with pytest.raises(ProfileError, match="remote.stt_url"):
         EdgeService(settings(voice=True, profile=str(bad)), llm=ScriptedLLM(answer_for))
+
+
+async def test_the_remote_llm_probe_shows_down_then_degraded_then_ok() -> None:
+    class Flaky:
+        ok = False
+
+        async def health(self) -> LLMHealth:
+            return LLMHealth(self.ok, "openai", "m", "" if self.ok else "connection refused")
+
+    now = [0.0]
+    llm = Flaky()
+    probe = LlmProbe(llm, "http://gpu-box:8000/v1", clock=lambda: now[0])
+    await probe.probe()
+    assert probe.health()["state"] == "down"
+    assert probe.health()["last_error"] == "connection refused"
+    llm.ok = True
+    await probe.probe()
+    assert probe.health()["state"] == "degraded" and probe.health()["latency_p50_ms"] >= 0
+    now[0] += 61
+    await probe.probe()
+    assert probe.health()["state"] == "ok"

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from edge.voice import (
+    DEGRADED_FOR_S,
     FallbackSTT,
     FallbackTTS,
     RemoteBackend,
@@ -56,12 +57,14 @@ class NoSpeechServerFound(RuntimeError):
 class LlmProbe:
     """A remote LLM's state from its model list (``GET /models``), asked periodically."""
 
-    def __init__(self, llm: Any, url: str) -> None:
+    def __init__(self, llm: Any, url: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.llm = llm
         self.url = url
         self.state = "unknown"
         self.last_error: str | None = None
         self._latencies: deque[float] = deque(maxlen=50)
+        self._clock = clock
+        self._failed_at: float | None = None
 
     async def probe(self) -> None:
         started = time.perf_counter()
@@ -72,9 +75,13 @@ class LlmProbe:
             detail = str(exc) or type(exc).__name__
         if health is not None and health.ok:
             self._latencies.append(time.perf_counter() - started)
-            self.state = "degraded" if self.state == "down" else "ok"
+            recent = self._failed_at is not None and (
+                self._clock() - self._failed_at < DEGRADED_FOR_S
+            )
+            self.state = "degraded" if recent else "ok"
             return
         self.state = "down"
+        self._failed_at = self._clock()
         self.last_error = health.detail if health is not None else detail
 
     async def run(self, every_s: float = LLM_PROBE_S) -> None:

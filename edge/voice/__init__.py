@@ -53,6 +53,7 @@ from ._messages import (
 )
 from ._pipeline import VoicePipeline
 from ._remote import (
+    DEGRADED_FOR_S,
     REMOTE_ERRORS,
     RemoteBackend,
     RemoteSpeechError,
@@ -77,6 +78,7 @@ from ._vad import SileroVAD, VadModelMissingError, default_vad_path
 __all__ = [
     "AUDIO_INPUT_TOPIC",
     "AUDIO_OUTPUT_TOPIC",
+    "DEGRADED_FOR_S",
     "END_OF_UTTERANCE_TOPIC",
     "HOLD_FLOOR_TOPIC",
     "REMOTE_ERRORS",
