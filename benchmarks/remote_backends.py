@@ -6,7 +6,8 @@ The real servers run on 127.0.0.1 from the ``bench`` extra with our default mode
 ``benchmarks/chain_services.py`` starts them: ``wyoming-faster-whisper`` (speech
 recognition), ``wyoming-piper`` (synthesis) and llama-cpp-python's OpenAI-compatible
 server (the LLM, with ``--interrupt_requests False`` so that the service's early requests
-do not cut each other short). Then ``edge serve`` instances run in this process, one per
+do not cut each other short, and ``--cache True`` so that a prompt's evaluated prefix is
+kept, as our in-process llama.cpp keeps it). Then ``edge serve`` instances run in this process, one per
 path: everything in process (*local*); one model behind its server (*stt*, *tts*,
 *llm*: ``--stt-url``, ``--tts-url``, ``--llm-url``); both speech models behind theirs
 (*speech*); all three (*all*). Piper speaks the benchmark's questions
@@ -15,7 +16,8 @@ every instance in turn (interleaved, so machine noise hits all alike), hands-fre
 the last voiced sample to the first reply audio. Prints the p50 / max of each path with
 its ratio to the local p50 (the cost of the hops, and of the server's engine where it
 differs from ours: ``wyoming-faster-whisper`` decodes Whisper's whole 30 s window), and
-each backend's latency p50 as ``/health`` reports it; writes
+each backend's latency p50 as ``/health`` reports it, and the hop alone (a request that
+asks no model's work: Wyoming ``describe``, ``GET /v1/models``); writes
 ``benchmarks/results/<machine class>/remote_backends.json``.
 """
 
@@ -27,10 +29,12 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 from chain_paths import RATE, ws_turn
 from chain_services import (
     Service,
@@ -47,7 +51,7 @@ from server_latency import base_settings
 from versus_chain import speak_questions
 
 from edge.server import AudioFormat, EdgeClient, EdgeService
-from edge.voice import PiperTTS
+from edge.voice import PiperTTS, RemoteBackend
 
 PATHS = {
     "local": (),
@@ -57,7 +61,7 @@ PATHS = {
     "speech": ("stt", "tts"),
     "all": ("stt", "tts", "llm"),
 }
-LLAMA_SHARED = ["--interrupt_requests", "False"]
+LLAMA_SHARED = ["--interrupt_requests", "False", "--cache", "True"]
 
 
 def start_servers(work: Path) -> dict[str, Service]:
@@ -108,7 +112,31 @@ async def run(args: argparse.Namespace, console: Console, ports: dict[str, int])
                     await anyio.sleep(0.5)
         backends = {name: svc.backends.health() for name, svc in services.items()}
         info = services["all"].describe()
-    return {"samples": samples, "backends": backends, "service": info}
+    trips = await round_trips(ports)
+    return {"samples": samples, "backends": backends, "service": info, "round_trip_ms": trips}
+
+
+async def round_trips(ports: dict[str, int], n: int = 20) -> dict[str, float]:
+    """The hop alone, without a model's work: the p50 (ms) of ``n`` Wyoming ``describe``
+    → ``info`` round trips per speech server (a new connection each, as every request
+    makes) and of ``n`` ``GET /v1/models`` to the LLM server."""
+    out: dict[str, float] = {}
+    for role, name in (("stt", "whisper"), ("tts", "piper")):
+        backend = RemoteBackend(role, f"tcp://127.0.0.1:{ports[name]}")
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            await anyio.to_thread.run_sync(backend.describe)
+            times.append(time.perf_counter() - started)
+        out[role] = round(p50(times) * 1000, 2)
+    async with httpx.AsyncClient() as http:
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            (await http.get(f"http://127.0.0.1:{ports['llama']}/v1/models")).raise_for_status()
+            times.append(time.perf_counter() - started)
+    out["llm"] = round(p50(times) * 1000, 2)
+    return out
 
 
 def p50(values: list[float]) -> float:
@@ -150,6 +178,7 @@ def report(result: dict[str, Any], console: Console) -> None:
         )
     console.print(table)
     console.print(f"request latency p50 per remote backend (ms): {result['hop_p50_ms']}")
+    console.print(f"round trip without a model's work, p50 (ms): {result['round_trip_ms']}")
 
 
 def main() -> None:

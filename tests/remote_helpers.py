@@ -24,7 +24,7 @@ from edge.server import AudioFormat, EdgeClient, EdgeService
 from edge.voice import RemoteBackend, WyomingTTS, resample
 
 RATE = 16_000
-LLAMA_SHARED = ["--interrupt_requests", "False"]
+LLAMA_SHARED = ["--interrupt_requests", "False", "--cache", "True"]
 NAMES = {"whisper": "wyoming-faster-whisper", "piper": "wyoming-piper", "llama": "llama server"}
 
 
@@ -36,6 +36,7 @@ class Servers:
         argv = chain_argv(sys.executable, self.ports, work)
         # llama-cpp-python's server cuts a running answer short when another request
         # arrives (its default); the service asks ahead (warm-up, speculation) and in turn.
+        # Its prompt cache keeps an evaluated prefix, as our in-process llama.cpp does.
         argv["llama"] += LLAMA_SHARED
         self.services = {
             name: Service(NAMES[name], argv[name], self.ports[name], work / f"{name}.log")
