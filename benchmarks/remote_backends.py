@@ -7,8 +7,8 @@ The real servers run on 127.0.0.1 from the ``bench`` extra with our default mode
 recognition), ``wyoming-piper`` (synthesis) and llama-cpp-python's OpenAI-compatible
 server (the LLM, with ``--interrupt_requests False`` so that the service's early requests
 do not cut each other short, and ``--cache True`` so that a prompt's evaluated prefix is
-kept, as our in-process llama.cpp keeps it). Then ``edge serve`` instances run in this process, one per
-path: everything in process (*local*); one model behind its server (*stt*, *tts*,
+kept, as our in-process llama.cpp keeps it). Then ``edge serve`` instances run in this
+process, one per path: everything in process (*local*); one model behind its server (*stt*, *tts*,
 *llm*: ``--stt-url``, ``--tts-url``, ``--llm-url``); both speech models behind theirs
 (*speech*); all three (*all*). Piper speaks the benchmark's questions
 (``versus_chain.QUESTIONS``); each question is streamed in real time over WebSocket to

@@ -257,6 +257,7 @@ def all_remote(servers: Servers, llama: Servers) -> EdgeService:
             tts_url=servers.url("piper"),
             llm_url=llama.url("llama"),
             remote_timeout_s=10.0,
+            reply_sentences=1,  # short answers: the small model on a loaded CPU is slow
         ),
         decisions=ScriptedDecisions("conversation"),
         voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
