@@ -16,7 +16,8 @@ every instance in turn (interleaved, so machine noise hits all alike), hands-fre
 the last voiced sample to the first reply audio. Prints the p50 / max of each path with
 its ratio to the local p50 (the cost of the hops, and of the server's engine where it
 differs from ours: ``wyoming-faster-whisper`` decodes Whisper's whole 30 s window), and
-each backend's latency p50 as ``/health`` reports it, and the hop alone (a request that
+each backend's latency p50 as ``/health`` reports it, the running average of one
+transcription pass on each path (in process, or a remote request), and the hop alone (a request that
 asks no model's work: Wyoming ``describe``, ``GET /v1/models``); writes
 ``benchmarks/results/<machine class>/remote_backends.json``.
 """
@@ -111,9 +112,23 @@ async def run(args: argparse.Namespace, console: Console, ports: dict[str, int])
                     console.print(f"[dim]{name:7} {utt.qid:14} {row.get('total_s')}[/]")
                     await anyio.sleep(0.5)
         backends = {name: svc.backends.health() for name, svc in services.items()}
+        passes = {name: pass_ms(svc) for name, svc in services.items()}
         info = services["all"].describe()
     trips = await round_trips(ports)
-    return {"samples": samples, "backends": backends, "service": info, "round_trip_ms": trips}
+    return {
+        "samples": samples,
+        "backends": backends,
+        "stt_pass_ms": passes,
+        "service": info,
+        "round_trip_ms": trips,
+    }
+
+
+def pass_ms(svc: EdgeService) -> float:
+    """The listener's running average of one transcription pass (ms): the in-process
+    recognizer's, or a remote request's, hop included."""
+    assert svc.voice is not None
+    return round(svc.voice.stt_cost.seconds * 1000, 1)
 
 
 async def round_trips(ports: dict[str, int], n: int = 20) -> dict[str, float]:
@@ -179,6 +194,7 @@ def report(result: dict[str, Any], console: Console) -> None:
     console.print(table)
     console.print(f"request latency p50 per remote backend (ms): {result['hop_p50_ms']}")
     console.print(f"round trip without a model's work, p50 (ms): {result['round_trip_ms']}")
+    console.print(f"one transcription pass, running average (ms): {result['stt_pass_ms']}")
 
 
 def main() -> None:
