@@ -81,6 +81,7 @@ bench: setup
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/long_session.py
 	$(BIN)/python benchmarks/tls_cost.py --repeat 20
+	$(BIN)/python benchmarks/remote_backends.py --repeat 2
 	$(BIN)/python benchmarks/device_budgets.py
 
 # Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200

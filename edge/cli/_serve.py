@@ -119,6 +119,8 @@ def _show(console: Console, info: dict[str, Any]) -> None:
         table.add_row(key.replace("_", " "), f"{value:,}")
     table.add_row("context topics", ", ".join(info["context_topics"]) or "none")
     table.add_row("voice", "on" if info["voice"] else "off (text only)")
+    for key, value in info.get("backends", {}).items():
+        table.add_row(key, value)
     table.add_row("websocket", info["websocket"] or "-")
     table.add_row("wyoming", info["wyoming"] or "off")
     table.add_row("mdns", ", ".join(info["mdns"]) or "off")

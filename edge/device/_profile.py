@@ -168,6 +168,17 @@ class BudgetOverrides(_Strict):
     warm_participants: int | None = Field(default=None, ge=0)
 
 
+class RemoteModels(_Strict):
+    """Models behind servers on the network, for a deployment's own profile (see
+    docs/deploy.md); the ``--stt-url`` / ``--tts-url`` / ``--llm-url`` settings win."""
+
+    stt_url: str | None = Field(default=None, pattern=r"^(auto|tcp://[^:/]+:\d+)$")
+    tts_url: str | None = Field(default=None, pattern=r"^(auto|tcp://[^:/]+:\d+)$")
+    tts_voice: str | None = None
+    llm_url: str | None = Field(default=None, pattern=r"^https?://")
+    llm_model: str | None = None
+
+
 class DeviceProfile(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     description: str = ""
@@ -178,6 +189,7 @@ class DeviceProfile(_Strict):
     latency: LatencyTargets
     audio: AudioSettings = AudioSettings()
     budgets: BudgetOverrides = BudgetOverrides()
+    remote: RemoteModels = RemoteModels()
 
     @property
     def service_memory_bytes(self) -> int:

@@ -8,6 +8,7 @@ message naming the problem, so the protocol adapters can answer an error and go 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,7 @@ class Gateway:
     audio_out_rate: int | None = None
     speculation: SpeculationStats | None = None  # answers started before the endpoint
     sessions: Sessions | None = None  # durable sessions (resume, history, export, ...)
+    backends: Callable[[], dict[str, Any]] | None = None  # each model's backend, for /health
 
     async def _publish(
         self, topic: Topic[Any], message: Any, participant_id: str, source: str

@@ -27,7 +27,14 @@ from edge.interaction import (
     UserQuery,
 )
 from edge.runtime import Agent, HandlerContext
-from edge.voice import AUDIO_OUTPUT_TOPIC, TRANSCRIPT_TOPIC, AudioOutput, Transcript
+from edge.voice import (
+    AUDIO_OUTPUT_TOPIC,
+    SPEECH_FAILED_TOPIC,
+    TRANSCRIPT_TOPIC,
+    AudioOutput,
+    SpeechFailed,
+    Transcript,
+)
 
 from ._protocol import (
     NO_SPEECH,
@@ -48,6 +55,8 @@ NO_SPEECH_ERROR = ErrorMessage(
     in_reply_to="audio",
     code=NO_SPEECH,
 )
+BACKEND_FAILED = "backend_failed"
+"""The ``code`` of the ``error`` naming a model's server that failed on a turn."""
 
 
 class Sink(Protocol):
@@ -99,6 +108,7 @@ class OutputHub(Agent):
         self.add_handler(TRANSCRIPT_TOPIC, self._on_transcript)
         self.add_handler(AUDIO_OUTPUT_TOPIC, self._on_audio)
         self.add_handler(INTERRUPTED_TOPIC, self._on_interrupted)
+        self.add_handler(SPEECH_FAILED_TOPIC, self._on_speech_failed)
 
     # -- connections --------------------------------------------------------------------
 
@@ -207,7 +217,10 @@ class OutputHub(Agent):
                 truncated=message.truncated,
             ),
         )
-        if message.final and not message.text.strip():  # the utterance ends with no turn
+        if message.final and message.error:  # the recognizer failed: say which, and why
+            failed = ErrorMessage(message=message.error, in_reply_to="audio", code=BACKEND_FAILED)
+            self._send(participant_id, failed)
+        elif message.final and not message.text.strip():  # the utterance ends with no turn
             self._send(participant_id, NO_SPEECH_ERROR)
 
     async def _on_audio(self, chunk: AudioOutput, ctx: HandlerContext) -> None:
@@ -221,6 +234,11 @@ class OutputHub(Agent):
             bytes=len(chunk.pcm),
         )
         self._send(ctx.metadata.participant_id, header, chunk.pcm or None)
+
+    async def _on_speech_failed(self, message: SpeechFailed, ctx: HandlerContext) -> None:
+        self._send(
+            ctx.metadata.participant_id, ErrorMessage(message=message.message, code=BACKEND_FAILED)
+        )
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         self._send(

@@ -123,9 +123,11 @@ async def discover(
     *,
     interfaces: Sequence[str] | None = None,
     wait_s: float = 3.0,
+    settle_s: float = 0.0,
 ) -> list[ServiceInfo]:
-    """Browse for ``service_type`` for up to ``wait_s`` seconds (returning as soon as one
-    answers) and resolve what was found."""
+    """Browse for ``service_type`` for up to ``wait_s`` seconds (returning ``settle_s``
+    after the first one answers, so others answering with it are seen too) and resolve
+    what was found."""
     from zeroconf.asyncio import AsyncServiceBrowser
 
     zc = AsyncZeroconf(
@@ -144,6 +146,7 @@ async def discover(
     try:
         with anyio.move_on_after(wait_s):
             await found.wait()
+            await anyio.sleep(settle_s)
         infos = []
         for name in names:
             info = await zc.async_get_service_info(service_type, name, 3000)

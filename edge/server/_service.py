@@ -38,6 +38,7 @@ from ._mdns import (
     MdnsAdvertiser,
 )
 from ._ports import check_port_free
+from ._remote_speech import Backends
 from ._service_addresses import ServiceAddresses
 from ._service_parts import ServiceParts
 from ._settings import ServiceSettings
@@ -97,6 +98,7 @@ class EdgeService(ServiceParts, ServiceAddresses):
         self._timezone = timezone
         llm, stt, tts = injected.get("llm"), injected.get("stt"), injected.get("tts")
         self.device = self._load_device(injected.get("device"), llm, stt, tts)
+        self.backends = Backends(self.settings, self.instance_name)  # remote models' health
         self.llm: LLMService = llm if llm is not None else self._make_llm()
         self.models = self._model_names()
         self.runtime = AgentRuntime(clock)
@@ -106,6 +108,7 @@ class EdgeService(ServiceParts, ServiceAddresses):
         self._make_agents(injected.get("decisions"))
         self._vad_factory = injected.get("vad_factory")
         self.voice = self._make_voice(stt, tts, injected.get("voice_config"), self._vad_factory)
+        self.backends.watch(self.voice, self.llm)
         self.warmer = self.context.prefix_warmer(lambda: self.conversation.system_message)
         self.speculator = TurnSpeculator(
             self.router,
@@ -174,6 +177,7 @@ class EdgeService(ServiceParts, ServiceAddresses):
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
+            await stack.enter_async_context(self.backends.running())  # auto: found over mDNS
             if self.voice is not None:
                 await stack.enter_async_context(self.voice)  # outlives the runtime
                 if preload:

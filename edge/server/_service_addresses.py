@@ -19,6 +19,7 @@ from ._mdns import (
     advertised_addresses,
 )
 from ._protocol import PROTOCOL_VERSION
+from ._remote_speech import Backends
 from ._settings import ServiceSettings
 from ._tls import CertificateKeeper
 from ._websocket import WebSocketServer
@@ -41,6 +42,7 @@ class ServiceAddresses:
     wyoming: WyomingServer | None
     mdns: MdnsAdvertiser | None
     _stack: contextlib.AsyncExitStack | None
+    backends: Backends
 
     instance_name: str
     profile_name: str | None
@@ -153,6 +155,7 @@ class ServiceAddresses:
             },
             "context_topics": list(self.gateway.context_topics),
             "voice": self.voice is not None,
+            "backends": self.backends.banner(),
             "websocket": self.websocket_url if self._stack is not None else None,
             "wyoming": self.wyoming_uri if self._stack is not None else None,
             "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],

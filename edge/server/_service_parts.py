@@ -43,6 +43,7 @@ from ._mdns import (
     advertised_addresses,
     mdns_host_name,
 )
+from ._remote_speech import Backends, profile_remotes
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._tls import CertificateKeeper, local_names
@@ -83,6 +84,7 @@ class ServiceParts:
     _clock: Callable[[], int]
     _timezone: tzinfo | None
     _vad_factory: Any
+    backends: Backends
 
     # -- construction helpers -----------------------------------------------------------
 
@@ -143,11 +145,13 @@ class ServiceParts:
 
             device = load_device_config(s.profile)
         if device is not None:
+            self.settings = s = profile_remotes(s, device.profile.remote)
+            local = s.fallback == "local"
             _check_models(
                 device,
                 llm=llm is None and not s.llm_url,
-                stt=stt is None and s.voice,
-                tts=tts is None and s.voice,
+                stt=stt is None and s.voice and (not s.stt_url or local),
+                tts=tts is None and s.voice and (not s.tts_url or local),
             )
         return device
 
@@ -229,6 +233,7 @@ class ServiceParts:
             models=self.models,
             speculation=self.answers.stats,
             sessions=self.sessions,
+            backends=self.backends.health,
         )
 
     def _make_websocket(self) -> WebSocketServer:
@@ -311,6 +316,9 @@ class ServiceParts:
             names = {role: entry.id for role, entry in self.device.models.items()}
         if self.settings.llm_url:
             names["llm"] = f"{self.settings.llm_model or 'remote'} @ {self.settings.llm_url}"
+        for role in ("stt", "tts"):
+            if url := getattr(self.settings, f"{role}_url"):
+                names[role] = f"Wyoming {url}"
         return names
 
     def _make_voice(self, stt: Any, tts: Any, voice_config: Any, vad_factory: Any) -> Any:
@@ -318,20 +326,18 @@ class ServiceParts:
         profile's, sized to the device."""
         if not self.settings.voice:
             return None
-        from edge.voice import PiperTTS, SttSettings, VoiceConfig, VoicePipeline, WhisperSTT
+        from edge.voice import PiperTTS, VoiceConfig, VoicePipeline, WhisperSTT
 
         device = self.device
         paths = device.model_paths if device is not None else {}
         audio = device.profile.audio if device is not None else None
+        remote_stt, remote_tts = self.backends.speech_models(  # --stt-url / --tts-url
+            lambda: _local_stt(device, WhisperSTT, paths, audio), lambda: PiperTTS(paths.get("tts"))
+        )
+        stt = stt if stt is not None else remote_stt
+        tts = tts if tts is not None else remote_tts
         if stt is None:
-            settings: dict[str, Any] = {}
-            if audio is not None:
-                cpu_only = device.hardware is not None and not device.hardware.cuda
-                stt_settings = SttSettings.for_device(
-                    audio, threads=device.threads, cpu_only=cpu_only
-                )
-                settings = stt_settings.model_dump()
-            stt = WhisperSTT(paths.get("stt"), **settings)
+            stt = _local_stt(device, WhisperSTT, paths, audio)
         if tts is None:
             tts = PiperTTS(paths.get("tts"))
         if voice_config is None and audio is not None:
@@ -343,6 +349,18 @@ class ServiceParts:
             vad_factory=vad_factory,
             wants_audio=self.hub.wants_audio,
         )
+
+
+def _local_stt(device: Any, whisper: Any, paths: dict[str, Any], audio: Any) -> Any:
+    """Whisper in this process, sized to the device (its cores, compute type, beam)."""
+    from edge.voice import SttSettings
+
+    settings: dict[str, Any] = {}
+    if audio is not None:
+        cpu_only = device.hardware is not None and not device.hardware.cuda
+        stt_settings = SttSettings.for_device(audio, threads=device.threads, cpu_only=cpu_only)
+        settings = stt_settings.model_dump()
+    return whisper(paths.get("stt"), **settings)
 
 
 def _check_models(device: Any, **needed: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,34 @@ class ServiceSettings(BaseSettings):
     )
     llm_url: str | None = Field(default=None, description="OpenAI-compatible server base URL")
     llm_model: str | None = Field(default=None, description="model name on the remote server")
+    # -- remote speech (docs/deploy.md) --------------------------------------------------
+    stt_url: str | None = Field(
+        default=None,
+        description="Wyoming speech recognition server, tcp://HOST:PORT, or auto (found "
+        "over mDNS); none: in process",
+        json_schema_extra={"metavar": "URL"},
+    )
+    tts_url: str | None = Field(
+        default=None,
+        description="Wyoming speech synthesis server, tcp://HOST:PORT, or auto (found over "
+        "mDNS); none: in process",
+        json_schema_extra={"metavar": "URL"},
+    )
+    tts_voice: str | None = Field(
+        default=None, description="voice on the --tts-url server (none: its default voice)"
+    )
+    remote_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="longest wait for a remote speech server's answer",
+        json_schema_extra={"metavar": "SECONDS"},
+    )
+    fallback: Literal["none", "local"] = Field(
+        default="none",
+        description="local: the in-process model answers while a remote speech server is down",
+        json_schema_extra={"metavar": "none|local"},
+    )
     voice: bool = Field(default=True, description="run the voice pipeline (STT, TTS, VAD)")
     notes: bool = Field(default=True, description="offer the notes destination")
     speculative_answers: bool = Field(
@@ -169,6 +198,18 @@ class ServiceSettings(BaseSettings):
         if self.tls_cert is not None and not self.tls:
             raise ValueError("--tls-cert/--tls-key contradict --no-tls")
         return self
+
+    @field_validator("stt_url", "tts_url")
+    @classmethod
+    def _speech_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if value != "auto":
+            from edge.voice import parse_wyoming_url
+
+            parse_wyoming_url(value)
+        return value
 
     @field_validator("host")
     @classmethod

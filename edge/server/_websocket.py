@@ -419,8 +419,10 @@ class WebSocketServer:
 
     def health(self) -> dict[str, Any]:
         g = self.gateway
+        backends = g.backends() if g.backends is not None else None
+        down = backends is not None and any(b.get("state") == "down" for b in backends.values())
         return {
-            "status": "ok",
+            "status": "degraded" if down else "ok",  # up; a model's server is down
             "server": g.server,
             "profile": g.profile,
             "models": g.models,
@@ -430,6 +432,7 @@ class WebSocketServer:
             **({"speculation": g.speculation.as_dict()} if g.speculation is not None else {}),
             **({"store": g.sessions.health()} if g.sessions is not None else {}),
             **({"tls": self.tls.certificate.describe()} if self.tls is not None else {}),
+            **({"backends": backends} if backends is not None else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:

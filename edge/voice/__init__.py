@@ -33,6 +33,7 @@ from ._audio import (
 )
 from ._config import AudioProfile, SttSettings, VadConfig, VoiceConfig
 from ._endpoint import Endpointer, SpeechPaused, SpeechResumed, SpeechStarted, UtteranceEnded
+from ._fallback import FallbackSTT, FallbackTTS
 from ._listener import Listener, UtteranceStats
 from ._messages import (
     AUDIO_INPUT_TOPIC,
@@ -40,15 +41,27 @@ from ._messages import (
     END_OF_UTTERANCE_TOPIC,
     HOLD_FLOOR_TOPIC,
     SPECULATION_TOPIC,
+    SPEECH_FAILED_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
     EndOfUtterance,
     HoldFloor,
     Speculation,
+    SpeechFailed,
     Transcript,
 )
 from ._pipeline import VoicePipeline, VoiceTopics
+from ._remote import (
+    DEGRADED_FOR_S,
+    REMOTE_ERRORS,
+    RemoteBackend,
+    RemoteSpeechError,
+    RemoteSpeechMismatch,
+    parse_wyoming_url,
+)
+from ._remote_stt import WyomingSTT, pick_asr
+from ._remote_tts import WyomingTTS, pick_voice
 from ._sentences import SentenceSplitter, first_piece, sounds_complete, speakable
 from ._simulated_speaker import Answer, SimulatedSpeaker
 from ._speaker import ROUTER_SOURCE, Speaker
@@ -65,10 +78,13 @@ from ._vad import SileroVAD, VadModelMissingError, default_vad_path
 __all__ = [
     "AUDIO_INPUT_TOPIC",
     "AUDIO_OUTPUT_TOPIC",
+    "DEGRADED_FOR_S",
     "END_OF_UTTERANCE_TOPIC",
     "HOLD_FLOOR_TOPIC",
+    "REMOTE_ERRORS",
     "ROUTER_SOURCE",
     "SPECULATION_TOPIC",
+    "SPEECH_FAILED_TOPIC",
     "STT_RATE",
     "TRANSCRIPT_TOPIC",
     "Answer",
@@ -78,17 +94,23 @@ __all__ = [
     "AudioProfile",
     "EndOfUtterance",
     "Endpointer",
+    "FallbackSTT",
+    "FallbackTTS",
     "FullWindowSpeechToText",
     "HoldFloor",
     "Listener",
     "NothingToSpeakError",
     "PiperTTS",
     "Recognition",
+    "RemoteBackend",
+    "RemoteSpeechError",
+    "RemoteSpeechMismatch",
     "SentenceSplitter",
     "SileroVAD",
     "SimulatedSpeaker",
     "Speaker",
     "Speculation",
+    "SpeechFailed",
     "SpeechPaused",
     "SpeechResumed",
     "SpeechStarted",
@@ -109,12 +131,17 @@ __all__ = [
     "VoiceTopics",
     "WavAudio",
     "WhisperSTT",
+    "WyomingSTT",
+    "WyomingTTS",
     "check_format",
     "chunk_pcm",
     "default_vad_path",
     "first_piece",
     "float_to_pcm16",
+    "parse_wyoming_url",
     "pcm16_to_float",
+    "pick_asr",
+    "pick_voice",
     "read_wav",
     "resample",
     "sounds_complete",

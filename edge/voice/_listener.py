@@ -44,6 +44,7 @@ from ._endpoint import (
     UtteranceEnded,
 )
 from ._messages import Transcript
+from ._remote import REMOTE_ERRORS
 from ._sentences import clearly_continues, end_verdict
 from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
 
@@ -54,6 +55,15 @@ class VoiceActivity(Protocol):
     window: int
 
     def process(self, audio: np.ndarray) -> np.ndarray: ...
+
+
+async def _publish_guess(
+    hooks: ListenerHooks, participant_id: str, text: str, utterance: int
+) -> None:
+    try:
+        await hooks.speculate(participant_id, text, utterance)
+    except Exception:
+        log.exception("publishing a guess for %s failed", participant_id)
 
 
 class ListenerHooks(Protocol):
@@ -94,6 +104,7 @@ class _Pass:
     queued_at: float = field(default_factory=time.perf_counter)
     speculative: bool = False  # its words are the pause's guess (reported when done)
     guess: bool = False  # a partial whose words are offered as a guess when done
+    error: str | None = None  # a remote recognizer's failure (named in the final transcript)
 
 
 @dataclass
@@ -273,7 +284,10 @@ class Listener:
     def _handle(self, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, SpeechStarted):
-                self._speech_start_us = self._wall_us(event.start_sample)
+                base_sample, base_us = self._anchor  # the wall time of the speech's start
+                self._speech_start_us = (
+                    base_us + (event.start_sample - base_sample) * 1_000_000 // self._rate
+                )
                 self._last_partial_covers = event.start_sample
                 self._hooks.speech_started(self.participant_id)
             elif isinstance(event, SpeechPaused):
@@ -284,10 +298,6 @@ class Listener:
             elif isinstance(event, UtteranceEnded):
                 self._spoken_guess = ""  # the query itself confirms or replaces it
                 self._finish(event)
-
-    def _wall_us(self, sample: int) -> int:
-        base_sample, base_us = self._anchor
-        return base_us + (sample - base_sample) * 1_000_000 // self._rate
 
     def _maybe_speculate(self) -> None:
         if self._speculated or not self.config.speculative_final:
@@ -369,6 +379,9 @@ class Listener:
             job.result = await anyio.to_thread.run_sync(
                 self._transcribe, job, audio, limiter=self._limiter
             )
+        except REMOTE_ERRORS as exc:
+            job.error = str(exc)
+            log.warning("transcription failed for %s: %s", self.participant_id, exc)
         except Exception:
             log.exception("transcription failed for %s", self.participant_id)
         finally:
@@ -430,13 +443,9 @@ class Listener:
         elif job.utterance in self._final_pending and self._tg is not None:
             # Ended while this partial ran: its final pass still runs, and the ordered
             # queue holds behind it, so the guess goes out now (still well before the query).
-            self._tg.start_soon(self._speculate_now, text, job.utterance)
-
-    async def _speculate_now(self, text: str, utterance: int) -> None:
-        try:
-            await self._hooks.speculate(self.participant_id, text, utterance)
-        except Exception:
-            log.exception("publishing a guess for %s failed", self.participant_id)
+            self._tg.start_soon(
+                _publish_guess, self._hooks, self.participant_id, text, job.utterance
+            )
 
     def _offer(self, text: str) -> None:
         """Hand out ``text`` as the current pause's guess ("" retracts one)."""
@@ -479,6 +488,7 @@ class Listener:
                     final=True,
                     truncated=event.truncated,
                     speech_start_us=start_us,
+                    error=job.error if job.result is None else None,
                 ),
             )
             if text:

@@ -55,7 +55,10 @@ class Transcript(_Payload):
 
     ``utterance`` counts the participant's utterances from 0. A final transcript with
     empty text means the audio held no recognizable words (no query is published).
-    ``truncated`` marks an utterance cut at the configured length cap.
+    ``truncated`` marks an utterance cut at the configured length cap. ``error`` names
+    the speech recognition backend that failed on a final transcript's audio (a remote
+    server down, stalled or answering garbage): the text is empty, and the utterance is
+    lost, not unheard.
     """
 
     text: str
@@ -63,6 +66,7 @@ class Transcript(_Payload):
     final: bool = False
     truncated: bool = False
     speech_start_us: int | None = None
+    error: str | None = None
 
 
 class Speculation(_Payload):
@@ -87,6 +91,16 @@ class HoldFloor(_Payload):
     length cap."""
 
 
+class SpeechFailed(_Payload):
+    """A speech backend failed on a reply (a remote voice down, stalled or answering
+    garbage): ``message`` names it; the reply's text was delivered, its speech is cut
+    short. One per request."""
+
+    backend: str
+    message: str
+    request_id: str | None = None
+
+
 AUDIO_INPUT_TOPIC: Topic[AudioInput] = Topic("voice.audio.in", AudioInput)
 """Microphone audio from clients; the voice pipeline consumes it."""
 
@@ -104,3 +118,6 @@ END_OF_UTTERANCE_TOPIC: Topic[EndOfUtterance] = Topic("voice.audio.end", EndOfUt
 
 HOLD_FLOOR_TOPIC: Topic[HoldFloor] = Topic("voice.audio.hold", HoldFloor)
 """Push-to-talk presses from clients (the floor is held until the matching release)."""
+
+SPEECH_FAILED_TOPIC: Topic[SpeechFailed] = Topic("voice.failed", SpeechFailed)
+"""A speech backend's failure on a reply, for the participant's client to show."""

@@ -49,14 +49,17 @@ from ._messages import (
     END_OF_UTTERANCE_TOPIC,
     HOLD_FLOOR_TOPIC,
     SPECULATION_TOPIC,
+    SPEECH_FAILED_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
     AudioOutput,
     EndOfUtterance,
     HoldFloor,
     Speculation,
+    SpeechFailed,
     Transcript,
 )
+from ._remote import RemoteSpeechError
 from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import LoadsModel, SpeechToText, WhisperSTT
@@ -146,12 +149,16 @@ class VoicePipeline(Agent):
             if isinstance(model, LoadsModel):
                 await anyio.to_thread.run_sync(model.load)
         await anyio.to_thread.run_sync(self._vad_factory)
-        warm = await anyio.to_thread.run_sync(
-            self.stt.transcribe,
-            np.zeros(self.stt.sample_rate, np.float32),
-            limiter=self._stt_limiter,
-        )
-        self.stt_cost.record(warm.elapsed_s)
+        try:
+            warm = await anyio.to_thread.run_sync(
+                self.stt.transcribe,
+                np.zeros(self.stt.sample_rate, np.float32),
+                limiter=self._stt_limiter,
+            )
+        except RemoteSpeechError as exc:  # a remote recognizer down at start: timed later
+            log.warning("no warm-up transcription: %s", exc)
+        else:
+            self.stt_cost.record(warm.elapsed_s)
 
     async def __aenter__(self) -> VoicePipeline:
         await self._tasks.open()
@@ -190,7 +197,19 @@ class VoicePipeline(Agent):
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
             await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
 
-        speaker = Speaker(participant_id, self.config, self.tts, self._tts_limiter, publish_audio)
+        reported: deque[str | None] = deque(maxlen=32)  # one error per request
+
+        def failed(request_id: str | None, message: str) -> None:
+            if self._tasks.running and request_id not in reported:
+                reported.append(request_id)
+                failure = SpeechFailed(backend="tts", message=message, request_id=request_id)
+                self._tasks.start_soon(
+                    self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
+                )
+
+        speaker = Speaker(
+            participant_id, self.config, self.tts, self._tts_limiter, publish_audio, failed
+        )
         scope = anyio.CancelScope()
         session = _Session(listener, speaker, scope)
         self._sessions[participant_id] = session

@@ -34,6 +34,7 @@ from edge.interaction import ResponseOutput
 from ._audio import float_to_pcm16, resample
 from ._config import VoiceConfig
 from ._messages import AudioOutput
+from ._remote import REMOTE_ERRORS
 from ._sentences import SentenceSplitter, speakable
 from ._tts import NothingToSpeakError, TextToSpeech
 
@@ -44,6 +45,7 @@ _SUPERSEDED_MEMORY = 512
 _PREPARED_KEPT = 4
 
 PublishAudio = Callable[[AudioOutput, "str | None"], Awaitable[None]]
+SpeechFailure = Callable[["str | None", str], None]  # (request id, message)
 
 
 @dataclass
@@ -86,8 +88,10 @@ class Speaker:
         tts: TextToSpeech,
         limiter: anyio.CapacityLimiter,
         publish: PublishAudio,
+        on_failure: SpeechFailure | None = None,
     ) -> None:
         self.participant_id = participant_id
+        self._on_failure = on_failure  # a remote voice failed on a request's sentence
         self.config = config
         self._tts = tts
         self._limiter = limiter
@@ -268,15 +272,19 @@ class Speaker:
                 segment.audio = early.audio  # made while the reply was still being decided
                 self.prepared_used += 1
             else:
-                segment.audio = await self._synthesize(segment.text)
+                segment.audio = await self._synthesize(segment.text, segment.request_id)
             segment.ready.set()
             self._notify()
 
-    async def _synthesize(self, text: str) -> np.ndarray:
+    async def _synthesize(self, text: str, request_id: str | None = None) -> np.ndarray:
         try:
             return await anyio.to_thread.run_sync(self._speak, text, limiter=self._limiter)
         except NothingToSpeakError:
             pass
+        except REMOTE_ERRORS as exc:
+            log.warning("speech synthesis failed for %s: %s", self.participant_id, exc)
+            if request_id is not None and self._on_failure is not None:
+                self._on_failure(request_id, str(exc))
         except Exception:
             log.exception("speech synthesis failed for %s", self.participant_id)
         return np.zeros(0, dtype=np.float32)
@@ -309,6 +317,7 @@ class Speaker:
             await self._play(segment, generation)
             if self._plan and self._plan[0] is segment:
                 self._plan.pop(0)
+                self._notify()  # the synthesizer may now work on the next segment in reach
 
     async def _play(self, segment: _Segment, generation: int) -> None:
         audio = segment.audio if segment.audio is not None else np.zeros(0, np.float32)
