@@ -30,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_model_flags(p, ServiceSettings)
     p.set_defaults(func=run_serve)
+    _register_client(subparsers)
 
+
+def _register_client(subparsers: argparse._SubParsersAction) -> None:
     c = subparsers.add_parser(
         "client",
         help="talk to a running service over WebSocket",
@@ -67,18 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="device access token (default: the ?token= of a console --url, else EDGE_TOKEN, "
         "or read from the data directory for a service on this machine)",
     )
-    c.add_argument(
-        "--tls-ca",
-        metavar="FILE",
-        help="verify a wss:// service's certificate against this CA (PEM) instead of pinning "
-        "its key on first use",
-    )
-    c.add_argument(
-        "--fingerprint",
-        metavar="SHA256",
-        help="the key fingerprint the service must show (as `edge serve` and `edge token` "
-        "print it); checked besides the pin",
-    )
+    _add_trust_flags(c)
     c.add_argument("--name", default="", help="display name")
     c.add_argument(
         "--context",
@@ -92,6 +84,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--fast", action="store_true", help="send --audio faster than real time")
     c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a reply")
     c.set_defaults(func=run_client)
+
+
+def _add_trust_flags(c: argparse.ArgumentParser) -> None:
+    c.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="verify a wss:// service's certificate against this CA (PEM) instead of pinning "
+        "its key on first use",
+    )
+    c.add_argument(
+        "--fingerprint",
+        metavar="SHA256",
+        help="the key fingerprint the service must show (as `edge serve` and `edge token` "
+        "print it); checked besides the pin",
+    )
 
 
 # -- serve ---------------------------------------------------------------------------------
@@ -232,20 +239,8 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
         elif isinstance(message, ErrorMessage):
             console.print(f"[red]server error:[/] {escape(message.message)}")
 
-    if args.discover:
-        from edge.server import discover
-
-        found = await discover(interfaces=args.mdns_interfaces)
-        if not found:
-            console.print("[red]error:[/] no edge service answered over mDNS")
-            return 2
-        info = found[0]
-        tls = (info.properties or {}).get(b"tls", b"none").decode()
-        scheme = "ws" if tls == "none" else "wss"
-        if tls != "none" and not args.fingerprint:  # advertised: checked besides the pin
-            args.fingerprint = tls
-        args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
-        console.print(f"[dim]found {info.name} at {args.url}[/]")
+    if args.discover and not await _discover(args, console):
+        return 2
     args.url, url_token = client_url(args.url or DEFAULT_URL)
     recording = None
     if args.audio:
@@ -280,29 +275,55 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             await client.send({"type": "context", "topic": topic, "text": text})
         if recording is not None:
             return await _spoken_turn(args, console, client, float_to_pcm16(recording.audio), show)
-        pending = list(args.text or [])
-        status = 0
-        while True:
-            if args.text:
-                if not pending:
-                    break
-                text = pending.pop(0)
-            else:  # read in a thread, so the connection keeps answering pings meanwhile
-                line = await anyio.to_thread.run_sync(sys.stdin.readline)
-                if not line:
-                    break
-                text = line.strip()
-            if not text:
-                continue
-            try:
-                turn = await client.ask(text, limit_s=args.timeout, on_message=show)
-            except TimeoutError:
-                console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
-                return 1
-            sys.stdout.write("\n")
-            if turn.errors or not turn.text:
-                status = 1
+        status = await _typed_turns(args, console, client, show)
         await client.send({"type": "bye"})
+    return status
+
+
+async def _discover(args: argparse.Namespace, console: Console) -> bool:
+    """``--discover``: the first service answering over mDNS becomes ``args.url`` (its
+    advertised key fingerprint is checked besides the pin)."""
+    from edge.server import discover
+
+    found = await discover(interfaces=args.mdns_interfaces)
+    if not found:
+        console.print("[red]error:[/] no edge service answered over mDNS")
+        return False
+    info = found[0]
+    tls = (info.properties or {}).get(b"tls", b"none").decode()
+    scheme = "ws" if tls == "none" else "wss"
+    if tls != "none" and not args.fingerprint:
+        args.fingerprint = tls
+    args.url = f"{scheme}://{info.parsed_addresses()[0]}:{info.port}"
+    console.print(f"[dim]found {info.name} at {args.url}[/]")
+    return True
+
+
+async def _typed_turns(args: argparse.Namespace, console: Console, client: Any, show: Any) -> int:
+    """The ``--text`` turns, or one turn per line of standard input; 1 when one got no
+    reply or an error."""
+    pending = list(args.text or [])
+    status = 0
+    while True:
+        if args.text:
+            if not pending:
+                break
+            text = pending.pop(0)
+        else:  # read in a thread, so the connection keeps answering pings meanwhile
+            line = await anyio.to_thread.run_sync(sys.stdin.readline)
+            if not line:
+                break
+            text = line.strip()
+        if not text:
+            continue
+        try:
+            turn = await client.ask(text, limit_s=args.timeout, on_message=show)
+        except TimeoutError:
+            console.print(f"[red]no reply within {args.timeout:.0f} s[/]")
+            return 1
+        sys.stdout.write("\n")
+        if turn.errors or not turn.text:
+            status = 1
     return status
 
 
