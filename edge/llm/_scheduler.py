@@ -58,6 +58,19 @@ class Slot:
         await self._scheduler._acquire(_RANK[self.priority], self._seq)
         self.held = True
 
+    async def lend(self) -> None:
+        """Let waiting work use the model until :meth:`reclaim` (while the holder waits for
+        something else, e.g. its reader); when none waits the model just stays free."""
+        self.held = False
+        self._scheduler._release()
+
+    async def reclaim(self) -> None:
+        """Take the model back after :meth:`lend`, behind work of this priority that
+        arrived meanwhile (so streams of one priority take turns)."""
+        self._seq = next(self._scheduler._seq)
+        await self._scheduler._acquire(_RANK[self.priority], self._seq)
+        self.held = True
+
     async def checkpoint(self) -> bool:
         """Yield if interactive work waits; True when it did (the model state may have
         changed under the caller)."""
