@@ -343,10 +343,15 @@ class BatchScheduler:
         self._stepping = False
         self._progress = anyio.Event()
         self.steps = 0
+        self._steps_by: dict[Priority, int] = {}
 
     @property
     def queued(self) -> int:
         return sum(len(q) for q in self._waiting.values())
+
+    def steps_of(self, priority: Priority) -> int:
+        """How many steps so far included work of ``priority``."""
+        return self._steps_by.get(priority, 0)
 
     # -- admission -----------------------------------------------------------------------
     @asynccontextmanager
@@ -446,13 +451,15 @@ class BatchScheduler:
         try:
             jobs = self._runnable()
             self._mark_paused(jobs)
-            busy = {j.seq for j in self.active if j.seq is not None}
+            active = list(self.active)
             background = all(j.rank >= BACKGROUND_RANK for j in jobs)
             urgent = self._urgent_arrivals
             abort = (lambda: self._urgent_arrivals != urgent) if background else None
             dead, self._dead = self._dead, []
-            await self._run_sync(self._step_sync, jobs, busy, dead, abort)
+            await self._run_sync(self._step_sync, jobs, active, dead, abort)
             self.steps += 1
+            for priority in {j.priority for j in jobs}:
+                self._steps_by[priority] = self._steps_by.get(priority, 0) + 1
         finally:
             self._stepping = False
             self._notify()
@@ -468,12 +475,13 @@ class BatchScheduler:
     def _step_sync(
         self,
         jobs: list[SeqJob],
-        busy: set[int],
+        active: list[SeqJob],
         dead: list[str],
         abort: Callable[[], bool] | None,
     ) -> None:
         ctx = self.ctx
         assert ctx is not None
+        busy = self._busy(active)
         for key in dead:
             ctx.forget(key, busy)
         for job in jobs:
@@ -486,14 +494,19 @@ class BatchScheduler:
         finally:
             ctx.abort_check = None
 
+    def _busy(self, active: list[SeqJob]) -> set[int]:
+        """The sequences admitted jobs hold (a preempted job's may have been given away)."""
+        owner = self.ctx.owner  # type: ignore[union-attr]
+        return {j.seq for j in active if j.seq is not None and owner[j.seq] == j.key}
+
     async def exclusive(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(ctx, busy, *args)`` in the worker thread between steps."""
         while self._stepping:
             await self._wait_progress()
         self._stepping = True
         try:
-            busy = {j.seq for j in self.active if j.seq is not None}
-            return await self._run_sync(fn, self.ctx, busy, *args)
+            active = list(self.active)
+            return await self._run_sync(lambda: fn(self.ctx, self._busy(active), *args))
         finally:
             self._stepping = False
             self._notify()
