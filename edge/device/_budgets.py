@@ -69,6 +69,7 @@ class BudgetInputs(Speed):
     typical_exchange_bytes: int = Field(gt=0)
     context_topics: int = Field(ge=0)
     max_participants: int = Field(ge=1)
+    max_sequences: int = Field(default=1, ge=1)
     memory_bytes: int = Field(gt=0)
     model_bytes: int = Field(ge=0)
     runtime_overhead_bytes: int = Field(default=DEFAULT_RUNTIME_OVERHEAD_BYTES, ge=0)
@@ -117,6 +118,7 @@ class Budgets(BaseModel):
     per_participant_kv_bytes: int
     kv_cache_budget_bytes: int
     warm_participants: int
+    llm_sequences: int = 1
     context_window: int
     reserved_output_tokens: int
     # what the budgets imply
@@ -203,6 +205,7 @@ class Memory:
     warm: int
     kv_budget: int
     explain: dict[str, str] = field(default_factory=dict)
+    sequences: int = 1
 
 
 def _units(x: BudgetInputs) -> tuple[float, float]:
@@ -458,6 +461,7 @@ _EXPLAIN_ORDER = (
     "per_participant_kv_bytes",
     "warm_participants",
     "kv_cache_budget_bytes",
+    "llm_sequences",
 )
 
 
@@ -514,7 +518,20 @@ def _memory(x: BudgetInputs, prompts: Prompts) -> Memory:
         if ov.kv_cache_budget_bytes is not None
         else "warm_participants x per_participant_kv_bytes",
     }
-    return Memory(left, per_participant, warm, kv_budget, explain)
+    sequences, explain["llm_sequences"] = _sequences(x, left - kv_budget, active_kv)
+    return Memory(left, per_participant, warm, kv_budget, explain, sequences)
+
+
+def _sequences(x: BudgetInputs, spare: int, window_kv: int) -> tuple[int, str]:
+    """Step 7: concurrent sequences (continuous batching). Each sequence beyond the first
+    holds the KV of another whole context window, paid from what the cached states left."""
+    fit = 1 + max(0, spare) // window_kv
+    n = max(1, min(x.max_sequences, fit))
+    return n, (
+        f"min({x.max_sequences} max_sequences, 1 + floor({spare / 2**20:.0f} MiB left after "
+        f"the KV cache budget / {window_kv / 2**20:.0f} MiB per window = "
+        f"{x.context_window} tokens x {x.kv_bytes_per_token} B) = min({x.max_sequences}, {fit})"
+    )
 
 
 def derive_budgets(x: BudgetInputs) -> Budgets:
@@ -550,6 +567,9 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
        ``kv_per_token`` plus twice the fixed part of a saved state;
        ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
        at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
+    7. Sequences (requests served at once): each beyond the first holds another window's
+       KV, ``llm_sequences = min(max_sequences, 1 + floor((left - kv_cache_budget) /
+       (context_window * kv_per_token)))``.
        (Step 5b runs before it: see :func:`recall_budget`.)
     """
     sec = _sections(x)
@@ -569,6 +589,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         per_participant_kv_bytes=mem.per_participant,
         kv_cache_budget_bytes=mem.kv_budget,
         warm_participants=mem.warm,
+        llm_sequences=mem.sequences,
         context_window=x.context_window,
         reserved_output_tokens=x.reserved_output_tokens,
         answer_prompt_tokens_max=prompts.answer_tokens,

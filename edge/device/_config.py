@@ -63,6 +63,7 @@ class DeviceConfig(BaseModel):
             "kv_cache_budget_bytes": self.budgets.kv_cache_budget_bytes,
             "default_max_tokens": self.budgets.reserved_output_tokens,
             "temperature": self.profile.llm.temperature,
+            "sequences": self.budgets.llm_sequences,
         }
 
     def context_manager_kwargs(self) -> dict[str, int]:
