@@ -94,6 +94,25 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
         raise ModelLoadError(str(exc)) from exc
 
 
+class _Detokenizer:
+    """Generated tokens to text deltas, holding back a tail that may begin a stop string."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str]) -> None:
+        self._bytes = token_bytes
+        self._stop = list(stop)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
+        self.hit = False
+
+    def feed(self, token: int) -> str:
+        text = self._held + self._decoder.decode(self._bytes(token))
+        emit, self.hit, self._held = split_on_stop(text, self._stop)
+        return emit
+
+    def tail(self) -> str:
+        return "" if self.hit else self._held + self._decoder.decode(b"", final=True)
+
+
 class LlamaConfig(BaseModel):
     """How :class:`LlamaCppLLM` runs its model (every field can also be given to the
     constructor as a keyword).
@@ -117,6 +136,32 @@ class LlamaConfig(BaseModel):
     sequences: int = Field(default=1, ge=1, le=64)
     prefill_chunk_tokens: int = Field(default=64, ge=1)
     max_waiting_per_key: int = Field(default=4, ge=1)
+
+
+def _make_runner(
+    cfg: LlamaConfig,
+    engine: LlamaEngine,
+    scheduler: ModelScheduler,
+    limiter: anyio.CapacityLimiter,
+    closed: Callable[[], bool],
+) -> Runner:
+    """One request at a time (``sequences`` 1), or batched."""
+    if cfg.sequences == 1:
+        return SerialRunner(
+            engine,
+            scheduler,
+            limiter,
+            background_chunk_tokens=cfg.background_chunk_tokens,
+            is_closed=closed,
+        )
+    return BatchRunner(
+        engine,
+        limiter,
+        n_seq=cfg.sequences,
+        prefill_chunk=cfg.prefill_chunk_tokens,
+        max_waiting_per_key=cfg.max_waiting_per_key,
+        is_closed=closed,
+    )
 
 
 class LlamaCppLLM(StreamingLLM):
@@ -166,25 +211,8 @@ class LlamaCppLLM(StreamingLLM):
         self._loaded = False
         self._closed = False
         self._jobs = itertools.count()
-        self._runner: Runner = self._make_runner()
-
-    def _make_runner(self) -> Runner:
-        cfg, closed = self.config, lambda: self._closed
-        if cfg.sequences == 1:
-            return SerialRunner(
-                self._engine,
-                self.scheduler,
-                self._limiter,
-                background_chunk_tokens=cfg.background_chunk_tokens,
-                is_closed=closed,
-            )
-        return BatchRunner(
-            self._engine,
-            self._limiter,
-            n_seq=cfg.sequences,
-            prefill_chunk=cfg.prefill_chunk_tokens,
-            max_waiting_per_key=cfg.max_waiting_per_key,
-            is_closed=closed,
+        self._runner = _make_runner(
+            cfg, self._engine, self.scheduler, self._limiter, lambda: self._closed
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -333,28 +361,23 @@ class LlamaCppLLM(StreamingLLM):
     ) -> AsyncIterator[str]:
         started = time.perf_counter()
         req = await self._generation(messages, options, metrics)
-        stop = list(options.stop)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        held, hit, first_at = "", False, None
+        text, first_at = _Detokenizer(self._engine.token_bytes, options.stop), None
         try:
             async with aclosing(self._runner.tokens(req)) as tokens:
                 async for token in tokens:
                     metrics.generated_tokens += 1
-                    text = held + decoder.decode(self._engine.token_bytes(token))
-                    emit, hit, held = split_on_stop(text, stop)
-                    if emit:
+                    if emit := text.feed(token):
                         if first_at is None:
                             first_at = time.perf_counter()
                             metrics.ttft_s = first_at - started
                         yield emit
-                    if hit:
+                    if text.hit:
                         break
-            tail = "" if hit else held + decoder.decode(b"", final=True)
-            if tail:
+            if tail := text.tail():
                 yield tail
             if first_at is not None:
                 metrics.generation_s = time.perf_counter() - first_at
-            finish = "stop" if hit or req.eog else "length"
+            finish = "stop" if text.hit or req.eog else "length"
             get_stream().finish_reason = finish  # type: ignore[assignment]
         finally:
             self._finish(metrics, started)
