@@ -81,7 +81,7 @@ class GenJob(SeqJob):
     sampler: Any = None
     budget: int = 1
     is_eog: Callable[[int], bool] = lambda _t: False
-    read_ahead: int = 64
+    read_ahead: int = 4
     produced: int = 0
 
     def wants_step(self) -> bool:
@@ -388,6 +388,7 @@ class BatchScheduler:
             del self._waiting[job.key]
         if job.ephemeral:
             self._dead.append(job.key)
+            self._served.pop(job.key, None)
         self._admit()
         self._notify()
 
