@@ -3,16 +3,16 @@
     python benchmarks/concurrency.py                      # 1, 2, 4, 8 at once, 3 rounds
     python benchmarks/concurrency.py --at-once 1 4 --repeat 2
 
-For each mode — ``off``: the model serves one request at a time (``sequences=1``, the
-path every profile without ``max_sequences`` takes); ``on``: continuous batching with a
-sequence per participant (``sequences=8``) — one service runs with the detected profile's
-budgets and the default models. N participants join (the service warms each one's prompt
-prefix), then each sends a different typed question at the same instant, ``--repeat``
-rounds per N, each round with fresh participants. Per turn: first reply text and whole
-reply (seconds from sending it, as a client sees them over WebSocket) and the answer's
-generated tokens; per round, aggregate tokens/s (all answers' tokens over the round's
-wall time). The reply's words are checked against the question asked (no turn lost, no
-other participant's words).
+Two services run side by side, with the detected profile's budgets and the default
+models, rounds alternating between them: ``off``, the model serves one request at a time
+(``sequences=1``, the path every profile without ``max_sequences`` takes); ``on``,
+continuous batching with a sequence per participant (``sequences=8``). N participants
+join (the service warms each one's prompt prefix), then each sends a different typed
+question at the same instant; ``--repeat`` rounds per N, each with fresh participants.
+Per turn: first reply text and whole reply (seconds from sending it, as a client sees
+them over WebSocket) and the answer's generated tokens; per round, aggregate tokens/s
+(all answers' tokens over the round's wall time). Each reply is checked for the word
+its question expects (no turn lost, no other participant's words).
 
 Prints a table, writes ``benchmarks/results/<machine class>/concurrency.json`` and
 ``.png``.
@@ -103,31 +103,47 @@ async def round_once(service: EdgeService, mode: str, n: int, r: int) -> dict[st
     return {"rows": rows, "wall_s": wall, "tokens_per_s": sum(x["tokens"] for x in rows) / wall}
 
 
-async def bench_mode(mode: str, at_once: list[int], repeat: int, console: Console) -> dict:
+def make_service(mode: str) -> EdgeService:
     device = load_device_config()
     llm = LlamaCppLLM(**{**device.llm_kwargs(), "sequences": MODES[mode]})
     settings = base_settings(voice=False, durable_sessions=False)  # fresh participants
-    service = EdgeService(settings, device=device, llm=llm)
-    out: dict[str, Any] = {}
-    async with service:
-        await round_once(service, mode, 1, -1)  # warm-up, not recorded
+    return EdgeService(settings, device=device, llm=llm)
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [x for rnd in rounds for x in rnd["rows"]]
+    return {
+        "first_reply_s": stats([x["first_reply_s"] for x in rows]),
+        "done_s": stats([x["done_s"] for x in rows]),
+        "tokens_per_s": statistics.median(rnd["tokens_per_s"] for rnd in rounds),
+        "answered": sum(x["answered"] for x in rows),
+        "on_topic": sum(x["on_topic"] for x in rows),
+        "turns": len(rows),
+        "rounds": rounds,
+    }
+
+
+async def bench(at_once: list[int], repeat: int, console: Console) -> dict[str, Any]:
+    """Both services at once; each round runs on one then the other, alternating which
+    goes first, so a change in the machine's load weighs on both alike."""
+    services = {mode: make_service(mode) for mode in MODES}
+    rounds: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in MODES}
+    async with services["off"], services["on"]:
+        for mode, service in services.items():
+            await round_once(service, mode, 1, -1)  # warm-up, not recorded
         for n in at_once:
-            rounds = [await round_once(service, mode, n, r) for r in range(repeat)]
-            rows = [x for rnd in rounds for x in rnd["rows"]]
-            out[str(n)] = {
-                "first_reply_s": stats([x["first_reply_s"] for x in rows]),
-                "done_s": stats([x["done_s"] for x in rows]),
-                "tokens_per_s": statistics.median(rnd["tokens_per_s"] for rnd in rounds),
-                "answered": sum(x["answered"] for x in rows),
-                "turns": len(rows),
-                "rounds": rounds,
-            }
-            f = out[str(n)]["first_reply_s"]
-            console.print(
-                f"[dim]{mode}, {n} at once: first reply p50 {f['p50']:.2f} s, "
-                f"max {f['max']:.2f} s, {out[str(n)]['tokens_per_s']:.0f} tokens/s[/]"
-            )
-    return out
+            for r in range(repeat):
+                order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
+                for mode in order:
+                    rnd = await round_once(services[mode], mode, n, r)
+                    rounds[mode].setdefault(n, []).append(rnd)
+            for mode in MODES:
+                f = summary(rounds[mode][n])["first_reply_s"]
+                console.print(
+                    f"[dim]{mode}, {n} at once: first reply p50 {f['p50']:.2f} s, "
+                    f"max {f['max']:.2f} s[/]"
+                )
+    return {mode: {str(n): summary(rs) for n, rs in rounds[mode].items()} for mode in MODES}
 
 
 def ratios(result: dict[str, Any]) -> dict[str, Any]:
@@ -182,9 +198,7 @@ def print_table(result: dict[str, Any], console: Console) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     console = Console()
-    result: dict[str, Any] = {}
-    for mode in MODES:
-        result[mode] = await bench_mode(mode, args.at_once, args.repeat, console)
+    result: dict[str, Any] = await bench(args.at_once, args.repeat, console)
     result["ratios"] = ratios(result)
     print_table(result, console)
     console.print(result["ratios"])
