@@ -175,3 +175,19 @@ async def test_a_reader_that_stops_reading_holds_nobody_up() -> None:
             got = await generate(sched, gen_job("b", INT, 10), log)
         tg.cancel_scope.cancel()
     assert got == 10 and len(paused.out) == 4  # it stopped 4 tokens ahead of its reader
+
+
+async def test_an_answer_waiting_behind_its_own_background_work_lifts_it() -> None:
+    """A participant's decision waits behind the same key's background scoring: that work
+    runs as interactive instead of sitting out behind everyone else's answers."""
+    sched, ctx = scheduler(n_seq=4)
+    log: list[str] = []
+    prior = gen_job("decisions:a", BG, 6)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, prior, log, "prior")
+        while not ctx.steps:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 40), log, "answer b")
+        await anyio.sleep(0.005)
+        tg.start_soon(generate, sched, gen_job("decisions:a", INT, 2), log, "decision a")
+    assert log.index("end decision a") < log.index("end answer b")

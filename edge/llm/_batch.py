@@ -392,11 +392,17 @@ class BatchScheduler:
         self._admit()
         self._notify()
 
+    def _rank(self, job: SeqJob) -> int:
+        """``job``'s rank, raised to the best of its key's waiting jobs: background work
+        that interactive work of the same key waits behind runs as interactive."""
+        queue = self._waiting.get(job.key, ())
+        return min([job.rank, *(j.rank for j in queue)])
+
     def _admit(self) -> None:
         busy = {j.key for j in self.active}
         heads = sorted(
             (q[0] for k, q in self._waiting.items() if k not in busy and q),
-            key=lambda j: (j.rank, self._served.get(j.key, -1), j.arrival),
+            key=lambda j: (self._rank(j), self._served.get(j.key, -1), j.arrival),
         )
         for job in heads:
             if len(self.active) >= self.n_seq and not self._preempt_for(job):
@@ -407,9 +413,9 @@ class BatchScheduler:
 
     def _preempt_for(self, job: SeqJob) -> bool:
         """Send an admitted background job back to the head of its queue for ``job``."""
-        if job.rank >= BACKGROUND_RANK:
+        if self._rank(job) >= BACKGROUND_RANK:
             return False
-        victims = [j for j in self.active if j.rank >= BACKGROUND_RANK]
+        victims = [j for j in self.active if self._rank(j) >= BACKGROUND_RANK]
         if not victims:
             return False
         victim = victims[-1]
@@ -442,10 +448,10 @@ class BatchScheduler:
             await self._advance()
 
     def _runnable(self) -> list[SeqJob]:
-        wanting = [j for j in self.active if j.wants_step()]
-        if any(j.rank < BACKGROUND_RANK for j in wanting):
-            wanting = [j for j in wanting if j.rank < BACKGROUND_RANK]
-        return sorted(wanting, key=lambda j: (j.rank, j.arrival))
+        ranked = [(self._rank(j), j) for j in self.active if j.wants_step()]
+        if any(rank < BACKGROUND_RANK for rank, _ in ranked):
+            ranked = [(rank, j) for rank, j in ranked if rank < BACKGROUND_RANK]
+        return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].arrival))]
 
     async def _advance(self) -> None:
         self._stepping = True
@@ -453,7 +459,7 @@ class BatchScheduler:
             jobs = self._runnable()
             self._mark_paused(jobs)
             active = list(self.active)
-            background = all(j.rank >= BACKGROUND_RANK for j in jobs)
+            background = all(self._rank(j) >= BACKGROUND_RANK for j in jobs)
             urgent = self._urgent_arrivals
             abort = (lambda: self._urgent_arrivals != urgent) if background else None
             dead, self._dead = self._dead, []
