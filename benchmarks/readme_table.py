@@ -283,18 +283,18 @@ ROWS: list[Row] = [
     ),
     ("through `edge serve`: end of speech → first reply audio", server_spoken, "same", SERVER),
     (
-        "through `edge serve`: 4 ; 8 participants typing at once, first reply text p50 with "
-        "batching on / off (on, as a multiple of one alone)",
-        concurrency,
-        "`benchmarks/concurrency.py --repeat 3`",
-        ("concurrency",),
-    ),
-    (
         "resident memory of the process serving (service, models, the benchmark's clients): "
         "idle / after the turns",
         server_memory,
         "same",
         SERVER,
+    ),
+    (
+        "through `edge serve`: 4 ; 8 participants typing at once, first reply text p50 with "
+        "batching on / off (on, as a multiple of one alone)",
+        concurrency,
+        "`benchmarks/concurrency.py --repeat 3`",
+        ("concurrency",),
     ),
     (
         "through `edge serve`: 4 participants taking 160 typed turns round robin, first reply "
