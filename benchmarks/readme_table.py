@@ -151,6 +151,17 @@ def server_concurrent(m: str) -> str:
     return f"{s(med(firsts))}, {s(max(firsts))}"
 
 
+def concurrency(m: str) -> str:
+    data = load_results("concurrency", m)
+    alone = data["on"]["1"]["first_reply_s"]["p50"]
+    cells = []
+    for n in ("4", "8"):
+        on, off = (data[mode][n]["first_reply_s"] for mode in ("on", "off"))
+        cells.append(f"{s(on['p50'])} / {s(off['p50'])} ({on['p50'] / alone:.1f}x)")
+    tps = data["ratios"]["4"]["tokens_per_s_on_vs_off"]
+    return "; ".join(cells) + f"; tokens/s at 4, on / off {tps:.2f}x"
+
+
 def server_spoken(m: str) -> str:
     return s(med([r["audio"] for r in server(m)["spoken"] if "audio" in r]))
 
@@ -277,6 +288,13 @@ ROWS: list[Row] = [
         server_memory,
         "same",
         SERVER,
+    ),
+    (
+        "through `edge serve`: 4 ; 8 participants typing at once, first reply text p50 with "
+        "batching on / off (on, as a multiple of one alone)",
+        concurrency,
+        "`benchmarks/concurrency.py --repeat 3`",
+        ("concurrency",),
     ),
     (
         "through `edge serve`: 4 participants taking 160 typed turns round robin, first reply "

@@ -439,9 +439,9 @@ async def test_device_config_uses_stored_calibration(tmp_path: Path) -> None:
     assert after.router_config() == RouterConfig(
         context_budget_bytes=after.budgets.router_context_budget_bytes
     )
-    llm = after.llm_kwargs()
-    assert llm["n_ctx"] == 8192 and llm["kv_cache_budget_bytes"] > 0
-    assert llm["model_path"] == str(catalogue.get("smollm2-135m-instruct-q4_1").locate())
+    llm = after.llm_config()
+    assert llm.n_ctx == 8192 and llm.kv_cache_budget_bytes > 0
+    assert after.llm_model_path == str(catalogue.get("smollm2-135m-instruct-q4_1").locate())
 
 
 def test_user_profile_directory_and_path(tmp_path: Path) -> None:

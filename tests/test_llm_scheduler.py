@@ -117,3 +117,35 @@ def test_split_on_stop_holds_back_partial_matches() -> None:
     assert split_on_stop("hello world!", ["world"]) == ("hello ", True, "")
     assert split_on_stop("abc", []) == ("abc", False, "")
     assert split_on_stop("x\n\nUser", ["\nUser:"]) == ("x\n", False, "\nUser")
+
+
+async def test_a_lent_slot_goes_to_interactive_work_only() -> None:
+    """A holder waiting for its reader lends the slot: background work keeps waiting,
+    interactive work arriving meanwhile takes it, and the holder comes back after it."""
+    sched = ModelScheduler()
+    order: list[str] = []
+    lent, resume = anyio.Event(), anyio.Event()
+
+    async def holder() -> None:
+        async with sched.slot(Priority.INTERACTIVE, RequestMetrics()) as slot:
+            await slot.lend()
+            lent.set()
+            await resume.wait()  # its reader is away
+            await slot.reclaim()
+            order.append("holder back")
+
+    async def job(name: str, priority: Priority) -> None:
+        async with sched.slot(priority, RequestMetrics()):
+            order.append(name)
+            if name == "other":
+                resume.set()
+                await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await lent.wait()
+        tg.start_soon(job, "background", Priority.BACKGROUND)
+        await anyio.sleep(0.01)
+        assert order == []  # background did not take the lent slot
+        tg.start_soon(job, "other", Priority.INTERACTIVE)
+    assert order == ["other", "holder back", "background"]

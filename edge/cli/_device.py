@@ -196,6 +196,7 @@ def _budget_table(b: Any) -> Table:
         _mib(b.kv_cache_budget_bytes),
         escape(b.explain["kv_cache_budget_bytes"]),
     )
+    bt.add_row("llm_sequences", str(b.llm_sequences), escape(b.explain["llm_sequences"]))
     return bt
 
 
@@ -230,6 +231,7 @@ def _all_table(rows: dict[str, dict[str, Any]]) -> Table:
         ("router", "router_context_budget_bytes"),
         ("KV/participant MiB", "per_participant_kv_bytes"),
         ("warm", "warm_participants"),
+        ("sequences", "llm_sequences"),
         ("KV budget MiB", "kv_cache_budget_bytes"),
         ("cold s", "expected_cold_ttft_s"),
         ("warm s", "expected_warm_ttft_s"),

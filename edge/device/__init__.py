@@ -2,7 +2,7 @@
 
 ``load_device_config()`` picks the profile (argument, ``EDGE_PROFILE``, or detection),
 applies the detected hardware limits and any stored calibration, and derives the budgets
-the service passes on (``llm_kwargs()``, ``context_config()``, ``router_config()``).
+the service passes on (``llm_config()``, ``context_config()``, ``router_config()``).
 """
 
 from ._budgets import BudgetError, BudgetInputs, Budgets, derive_budgets

@@ -69,6 +69,7 @@ class BudgetInputs(Speed):
     typical_exchange_bytes: int = Field(gt=0)
     context_topics: int = Field(ge=0)
     max_participants: int = Field(ge=1)
+    max_sequences: int = Field(default=1, ge=1)
     memory_bytes: int = Field(gt=0)
     model_bytes: int = Field(ge=0)
     runtime_overhead_bytes: int = Field(default=DEFAULT_RUNTIME_OVERHEAD_BYTES, ge=0)
@@ -117,6 +118,7 @@ class Budgets(BaseModel):
     per_participant_kv_bytes: int
     kv_cache_budget_bytes: int
     warm_participants: int
+    llm_sequences: int = 1
     context_window: int
     reserved_output_tokens: int
     # what the budgets imply
@@ -203,6 +205,7 @@ class Memory:
     warm: int
     kv_budget: int
     explain: dict[str, str] = field(default_factory=dict)
+    sequences: int = 1
 
 
 def _units(x: BudgetInputs) -> tuple[float, float]:
@@ -460,6 +463,7 @@ _EXPLAIN_ORDER = (
     "per_participant_kv_bytes",
     "warm_participants",
     "kv_cache_budget_bytes",
+    "llm_sequences",
 )
 
 
@@ -516,44 +520,61 @@ def _memory(x: BudgetInputs, prompts: Prompts) -> Memory:
         if ov.kv_cache_budget_bytes is not None
         else "warm_participants x per_participant_kv_bytes",
     }
-    return Memory(left, per_participant, warm, kv_budget, explain)
+    sequences, explain["llm_sequences"] = _sequences(x, left - kv_budget, active_kv)
+    return Memory(left, per_participant, warm, kv_budget, explain, sequences)
 
 
+def _sequences(x: BudgetInputs, spare: int, window_kv: int) -> tuple[int, str]:
+    """Step 7: concurrent sequences (continuous batching). Each sequence beyond the first
+    holds the KV of another whole context window, paid from what the cached states left."""
+    fit = 1 + max(0, spare) // window_kv
+    n = max(1, min(x.max_sequences, fit))
+    return n, (
+        f"min({x.max_sequences} max_sequences, 1 + floor({spare / 2**20:.0f} MiB left after "
+        f"the KV cache budget / {window_kv / 2**20:.0f} MiB per window = "
+        f"{x.context_window} tokens x {x.kv_bytes_per_token} B) = min({x.max_sequences}, {fit})"
+    )
+
+
+# How :func:`derive_budgets` derives them (the spec, step by step):
+#
+# Notation: ``b = text_bytes_per_token * TOKEN_MARGIN`` (bytes per token, with margin),
+# ``P`` prompt tokens/s, ``G`` generated tokens/s, ``n`` context topics,
+# ``fixed_answer = prompt_overhead + request`` and
+# ``fixed_routing = routing_overhead + request`` tokens. Sections are sized in units:
+# dialogue 2 units, each topic 1, router history 1.
+#
+# 1. Context window (worst case: every section at its full budget, reserved output):
+#    ``unit_w = (context_window - reserved_output - fixed_answer) / (2 + n)`` tokens.
+# 2. Cold latency (nothing cached: the routing prompt and the answer prompt are both
+#    evaluated, sections at their steady fill of 3/4, then one token is generated):
+#    ``unit_l = ((cold_ttft - 1/G) * P - fixed_answer - fixed_routing) / (0.75 * (3 + n))``.
+# 3. ``unit = min(unit_w, unit_l) * b`` bytes; dialogue = 2 units, topic = 1 unit,
+#    router history = 1 unit, each rounded down to 64 bytes (or the profile's override).
+#    Dialogue under 1,024 or topics under 512 bytes: rejected, naming the binding figure
+#    -- except with ``strict_latency=False`` (measured speeds), where a latency bound
+#    that small yields the minimum sizes and a warning, so a slow machine still starts.
+# 4. Compaction input = ``3/4 * largest section + 256`` (a summary of a quarter plus the
+#    half that triggered compaction, plus one entry's slack), capped so that the
+#    compaction prompt and its summary (a quarter of the largest budget) fit the window;
+#    rejected when below the spec's minimum ``largest/2 + 256``.
+# 5. Warm latency (prefix cached: the previous exchange and the new request, together
+#    ``typical_exchange`` bytes, are new to both the answer and the routing prompt, plus
+#    the time line): ``(2 * typical_exchange / b + 16) / P + 1/G <= warm_ttft``, else
+#    rejected.
+# 6. Memory: ``left = memory - models - runtime overhead - context_window * kv_per_token``
+#    (llama.cpp holds the KV of the whole window); one participant keeps two saved
+#    states, its full answer prompt and its routing prompt: their tokens times
+#    ``kv_per_token`` plus twice the fixed part of a saved state;
+#    ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
+#    at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
+# 7. Sequences (requests served at once): each beyond the first holds another window's
+#    KV, ``llm_sequences = min(max_sequences, 1 + floor((left - kv_cache_budget) /
+#    (context_window * kv_per_token)))``.
+#    (Step 5b runs before it: see :func:`recall_budget`.)
 def derive_budgets(x: BudgetInputs) -> Budgets:
     """Derive every byte budget from the device's figures, or raise :class:`BudgetError`.
-
-    Notation: ``b = text_bytes_per_token * TOKEN_MARGIN`` (bytes per token, with margin),
-    ``P`` prompt tokens/s, ``G`` generated tokens/s, ``n`` context topics,
-    ``fixed_answer = prompt_overhead + request`` and
-    ``fixed_routing = routing_overhead + request`` tokens. Sections are sized in units:
-    dialogue 2 units, each topic 1, router history 1.
-
-    1. Context window (worst case: every section at its full budget, reserved output):
-       ``unit_w = (context_window - reserved_output - fixed_answer) / (2 + n)`` tokens.
-    2. Cold latency (nothing cached: the routing prompt and the answer prompt are both
-       evaluated, sections at their steady fill of 3/4, then one token is generated):
-       ``unit_l = ((cold_ttft - 1/G) * P - fixed_answer - fixed_routing) / (0.75 * (3 + n))``.
-    3. ``unit = min(unit_w, unit_l) * b`` bytes; dialogue = 2 units, topic = 1 unit,
-       router history = 1 unit, each rounded down to 64 bytes (or the profile's override).
-       Dialogue under 1,024 or topics under 512 bytes: rejected, naming the binding figure
-       -- except with ``strict_latency=False`` (measured speeds), where a latency bound
-       that small yields the minimum sizes and a warning, so a slow machine still starts.
-    4. Compaction input = ``3/4 * largest section + 256`` (a summary of a quarter plus the
-       half that triggered compaction, plus one entry's slack), capped so that the
-       compaction prompt and its summary (a quarter of the largest budget) fit the window;
-       rejected when below the spec's minimum ``largest/2 + 256``.
-    5. Warm latency (prefix cached: the previous exchange and the new request, together
-       ``typical_exchange`` bytes, are new to both the answer and the routing prompt, plus
-       the time line): ``(2 * typical_exchange / b + 16) / P + 1/G <= warm_ttft``, else
-       rejected.
-    6. Memory: ``left = memory - models - runtime overhead - context_window * kv_per_token``
-       (llama.cpp holds the KV of the whole window); one participant keeps two saved
-       states, its full answer prompt and its routing prompt: their tokens times
-       ``kv_per_token`` plus twice the fixed part of a saved state;
-       ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
-       at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
-       (Step 5b runs before it: see :func:`recall_budget`.)
-    """
+    (the derivation, step by step, is in the comment above)."""
     sec = _sections(x)
     prompts = _prompts(x, sec)
     comp = _compaction(x, sec)
@@ -571,6 +592,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         per_participant_kv_bytes=mem.per_participant,
         kv_cache_budget_bytes=mem.kv_budget,
         warm_participants=mem.warm,
+        llm_sequences=mem.sequences,
         context_window=x.context_window,
         reserved_output_tokens=x.reserved_output_tokens,
         answer_prompt_tokens_max=prompts.answer_tokens,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edge.catalogue import Catalogue, ModelEntry, ModelMissingError
 from edge.conversation import ContextConfig
+from edge.llm import LlamaConfig
 from edge.routing import RouterConfig
 
 from ._budgets import BudgetInputs, Budgets, derive_budgets
@@ -56,17 +57,24 @@ class DeviceConfig(BaseModel):
     def profile(self) -> DeviceProfile:
         return self.choice.profile
 
-    def llm_kwargs(self) -> dict[str, Any]:
-        """For ``LlamaCppLLM(**config.llm_kwargs())``."""
-        return {
-            "model_path": self.model_paths.get("llm"),
-            "n_ctx": self.budgets.context_window,
-            "n_threads": self.threads,
-            "n_gpu_layers": self.gpu_layers,
-            "kv_cache_budget_bytes": self.budgets.kv_cache_budget_bytes,
-            "default_max_tokens": self.budgets.reserved_output_tokens,
-            "temperature": self.profile.llm.temperature,
-        }
+    @property
+    def llm_model_path(self) -> str | None:
+        """The profile's LLM file (None: not installed)."""
+        return self.model_paths.get("llm")
+
+    def llm_config(self) -> LlamaConfig:
+        """For ``LlamaCppLLM(config.llm_model_path, config.llm_config())``: the window,
+        threads, GPU layers, KV budget, answer length, temperature and sequences sized to
+        this device."""
+        return LlamaConfig(
+            n_ctx=self.budgets.context_window,
+            n_threads=self.threads,
+            n_gpu_layers=self.gpu_layers,
+            kv_cache_budget_bytes=self.budgets.kv_cache_budget_bytes,
+            default_max_tokens=self.budgets.reserved_output_tokens,
+            temperature=self.profile.llm.temperature,
+            sequences=self.budgets.llm_sequences,
+        )
 
     def context_budgets(self) -> dict[str, int]:
         """The context manager's budgets this device gets (bytes, by option name)."""
@@ -101,7 +109,8 @@ class DeviceConfig(BaseModel):
             },
             "inputs": self.inputs.model_dump(mode="json"),
             "budgets": self.budgets.model_dump(mode="json"),
-            "llm_kwargs": self.llm_kwargs(),
+            "llm_model_path": self.llm_model_path,
+            "llm_config": self.llm_config().model_dump(mode="json"),
             "context_budgets": self.context_budgets(),
             "router_config": {"context_budget_bytes": self.router_config().context_budget_bytes},
             "notes": self.notes,

@@ -83,6 +83,13 @@ class LLMSettings(_Strict):
     )
     context_topics: int = Field(default=2, ge=0, description="topic sections in a prompt")
     max_participants: int = Field(default=4, ge=1)
+    max_sequences: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="requests the model serves at once (continuous batching), at most; "
+        "1 = one at a time",
+    )
     temperature: float = Field(default=0.2, ge=0, le=2)
 
 

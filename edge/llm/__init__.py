@@ -3,6 +3,7 @@ and one ``GenerationOptions`` value), a local llama.cpp backend behind a priorit
 an OpenAI-compatible remote backend, and a scripted model for tests."""
 
 from ._activity import ActivityTracker
+from ._batch import QueueFullError
 from ._capabilities import (
     ChatFormatter,
     ForgetsCache,
@@ -13,7 +14,7 @@ from ._capabilities import (
     TokenCounter,
     Warmable,
 )
-from ._llamacpp import LlamaCppLLM, ScoreResult
+from ._llamacpp import LlamaConfig, LlamaCppLLM, ScoreResult
 from ._openai import OpenAICompatLLM
 from ._quantize import quantize_gguf
 from ._scheduler import ModelScheduler, Slot
@@ -55,6 +56,7 @@ __all__ = [
     "LLMHealth",
     "LLMService",
     "LLMUnavailableError",
+    "LlamaConfig",
     "LlamaCppLLM",
     "Loadable",
     "Messages",
@@ -63,6 +65,7 @@ __all__ = [
     "MovesCache",
     "OpenAICompatLLM",
     "Priority",
+    "QueueFullError",
     "RecordedRequest",
     "ReportsActivity",
     "RequestMetrics",

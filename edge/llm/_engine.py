@@ -107,6 +107,29 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def install_abort_callback(ctx: Any, should_abort: Callable[[], bool]) -> Any:
+    """Have llama.cpp ask ``should_abort`` between graph nodes of an evaluation on ``ctx``;
+    returns the callback (keep it alive), or None when this build has no such hook."""
+    from llama_cpp import llama_cpp as capi
+
+    lib = capi._lib
+    if not hasattr(lib, "llama_set_abort_callback"):
+        log.info(
+            "this llama.cpp build has no abort callback; background work yields "
+            "between batches only"
+        )
+        return None
+    lib.llama_set_abort_callback.argtypes = [
+        capi.llama_context_p_ctypes,
+        capi.ggml_abort_callback,
+        ctypes.c_void_p,
+    ]
+    lib.llama_set_abort_callback.restype = None
+    callback = capi.ggml_abort_callback(lambda _data: should_abort())
+    lib.llama_set_abort_callback(ctx, callback, None)
+    return callback
+
+
 class LlamaEngine:
     """One llama.cpp context plus saved states of other cache keys."""
 
@@ -120,8 +143,10 @@ class LlamaEngine:
         seed: int,
         kv_cache_budget_bytes: int,
         n_batch: int = 512,
+        own_context: bool = True,
     ) -> None:
         self.path = path
+        self.own_context = own_context
         self._want_ctx = n_ctx
         self.n_threads = n_threads or len(os.sched_getaffinity(0))
         self.n_gpu_layers = n_gpu_layers
@@ -144,7 +169,7 @@ class LlamaEngine:
         try:
             self.llama = Llama(
                 model_path=str(self.path),
-                n_ctx=self._want_ctx or 0,
+                n_ctx=(self._want_ctx or 0) if self.own_context else 64,
                 n_threads=self.n_threads,
                 n_threads_batch=self.n_threads,
                 n_gpu_layers=self.n_gpu_layers,
@@ -159,7 +184,7 @@ class LlamaEngine:
                 "(the file may be truncated or corrupt, or its architecture unsupported "
                 "by this llama-cpp-python build)"
             ) from exc
-        if self._want_ctx is None and self.llama.n_ctx() > 8192:
+        if self.own_context and self._want_ctx is None and self.llama.n_ctx() > 8192:
             # The model's training context can be huge; size the KV cache sensibly by default.
             self.llama.close()
             self._want_ctx = 8192
@@ -176,7 +201,6 @@ class LlamaEngine:
         bos = model.token_get_text(bos_id) if bos_id >= 0 else ""
         self._formatter = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
         self._eos_text = eos
-        self.n_ctx = self.llama.n_ctx()
         self.n_vocab = self.llama.n_vocab()
         self.model_name = self.llama.metadata.get("general.name", self.path.stem)
         self.n_ctx_train = int(
@@ -185,33 +209,16 @@ class LlamaEngine:
             )
             or 0
         )
+        # Without its own context (batching), the engine only tokenizes; the batch
+        # context gets this many tokens per sequence.
+        default = min(self.n_ctx_train or 8192, 8192)
+        self.n_ctx = self.llama.n_ctx() if self.own_context else self._want_ctx or default
 
     def _install_abort_callback(self) -> None:
         """Let background evaluations stop between graph nodes (see :meth:`eval`)."""
-        import ctypes
-
-        from llama_cpp import llama_cpp as capi
-
-        lib = capi._lib
-        if not hasattr(lib, "llama_set_abort_callback"):
-            log.info(
-                "this llama.cpp build has no abort callback; background work yields "
-                "between batches only"
-            )
-            return
-        lib.llama_set_abort_callback.argtypes = [
-            capi.llama_context_p_ctypes,
-            capi.ggml_abort_callback,
-            ctypes.c_void_p,
-        ]
-        lib.llama_set_abort_callback.restype = None
-
-        def should_abort(_data: Any) -> bool:
-            check = self._abort_check
-            return bool(check is not None and check())
-
-        self._abort_cb = capi.ggml_abort_callback(should_abort)
-        lib.llama_set_abort_callback(self.llama._ctx.ctx, self._abort_cb, None)
+        self._abort_cb = install_abort_callback(
+            self.llama._ctx.ctx, lambda: bool(self._abort_check and self._abort_check())
+        )
 
     @property
     def can_abort(self) -> bool:

@@ -1,4 +1,4 @@
-"""``LlamaCppLLM``: one GGUF model in-process, behind the priority scheduler."""
+"""``LlamaCppLLM``: one GGUF model in-process, one request at a time or batched."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ import itertools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
+from pydantic import BaseModel, ConfigDict, Field
 
-from edge.runtime import COMPUTE_GATE
-
-from ._engine import EvalAborted, LlamaEngine
-from ._scheduler import ModelScheduler, Slot
+from ._batch import BatchRunner
+from ._engine import LlamaEngine
+from ._runner import Generation, Request, Runner
+from ._runner import gated as _gated  # noqa: F401 (the step wrapper, for tests)
+from ._scheduler import ModelScheduler
+from ._serial import SerialRunner
 from ._types import (
     ContextOverflowError,
-    GenerationError,
     GenerationOptions,
     LLMClosedError,
     LLMError,
@@ -32,8 +35,6 @@ from ._types import (
     TextStream,
     as_messages,
 )
-
-T = TypeVar("T")
 
 DEFAULT_KV_CACHE_BUDGET = 256 * 2**20
 
@@ -67,12 +68,6 @@ def split_on_stop(text: str, stop: Sequence[str]) -> tuple[str, bool, str]:
     return text[: len(text) - hold], False, text[len(text) - hold :]
 
 
-def _gated(fn: Callable[..., T], *args: Any) -> T:
-    """One model step, alone among the device's heavy steps (:data:`COMPUTE_GATE`)."""
-    with COMPUTE_GATE.hold():
-        return fn(*args)
-
-
 def resolve_model_path(model_path: str | Path | None) -> Path:
     """The GGUF file for ``model_path``: a path as given; a catalogue id (a bare name that
     is not a file here, e.g. ``"smollm2-135m-instruct-q8_0"``) located through the
@@ -99,16 +94,84 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
         raise ModelLoadError(str(exc)) from exc
 
 
+class _Detokenizer:
+    """Generated tokens to text deltas, holding back a tail that may begin a stop string."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str]) -> None:
+        self._bytes = token_bytes
+        self._stop = list(stop)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
+        self.hit = False
+
+    def feed(self, token: int) -> str:
+        text = self._held + self._decoder.decode(self._bytes(token))
+        emit, self.hit, self._held = split_on_stop(text, self._stop)
+        return emit
+
+    def tail(self) -> str:
+        return "" if self.hit else self._held + self._decoder.decode(b"", final=True)
+
+
+class LlamaConfig(BaseModel):
+    """How :class:`LlamaCppLLM` runs its model (every field can also be given to the
+    constructor as a keyword).
+
+    ``sequences`` > 1 turns on continuous batching: one llama.cpp context with that many
+    sequences of ``n_ctx`` tokens each, every active request a sequence, one
+    ``llama_decode`` per step for all of them (``docs/llm.md``). 1 runs one request at a
+    time in one sequence.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_ctx: int | None = Field(default=None, ge=64, description="tokens per sequence")
+    n_threads: int | None = Field(default=None, ge=1)
+    n_gpu_layers: int = 0
+    kv_cache_budget_bytes: int = Field(default=DEFAULT_KV_CACHE_BUDGET, ge=0)
+    default_max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.2, ge=0)
+    seed: int = 0
+    background_chunk_tokens: int = Field(default=128, ge=1)
+    sequences: int = Field(default=1, ge=1, le=64)
+    prefill_chunk_tokens: int = Field(default=64, ge=1)
+    max_waiting_per_key: int = Field(default=4, ge=1)
+
+
+def _make_runner(
+    cfg: LlamaConfig,
+    engine: LlamaEngine,
+    scheduler: ModelScheduler,
+    limiter: anyio.CapacityLimiter,
+    closed: Callable[[], bool],
+) -> Runner:
+    """One request at a time (``sequences`` 1), or batched."""
+    if cfg.sequences == 1:
+        return SerialRunner(
+            engine,
+            scheduler,
+            limiter,
+            background_chunk_tokens=cfg.background_chunk_tokens,
+            is_closed=closed,
+        )
+    return BatchRunner(
+        engine,
+        limiter,
+        n_seq=cfg.sequences,
+        prefill_chunk=cfg.prefill_chunk_tokens,
+        max_waiting_per_key=cfg.max_waiting_per_key,
+        is_closed=closed,
+    )
+
+
 class LlamaCppLLM(StreamingLLM):
     """A local GGUF model through llama-cpp-python, implementing :class:`LLMService`.
 
-    * One :class:`ModelScheduler` serializes all model work: interactive requests first.
-      Background requests yield whenever interactive work waits — between tokens, and in
-      the middle of a prompt batch through llama.cpp's abort callback, which is checked
-      between graph nodes — then resume from their saved state.
-    * Prompt-prefix reuse: each ``cache_key`` (a participant) keeps its KV state. When
-      another key used the model in between, the state is restored from a byte-bounded LRU
-      store, so a follow-up evaluates only its new tokens.
+    * Requests run one at a time (:class:`SerialRunner`, behind a :class:`ModelScheduler`:
+      interactive first, background preemptible) or, with ``sequences`` > 1, batched
+      (:class:`BatchRunner`: a sequence per request, one decode step for all).
+    * Prompt-prefix reuse: each ``cache_key`` (a participant) keeps its KV state, live or
+      saved in a byte-bounded LRU store, so a follow-up evaluates only its new tokens.
     * The chat template comes from the GGUF metadata and is rendered with
       ``enable_thinking=False`` (templates without that switch ignore it).
     * Cancellation (cancelling the caller, or closing a stream) stops at the next step and
@@ -122,40 +185,35 @@ class LlamaCppLLM(StreamingLLM):
     def __init__(
         self,
         model_path: str | Path | None = None,
-        *,
-        n_ctx: int | None = None,
-        n_threads: int | None = None,
-        n_gpu_layers: int = 0,
-        kv_cache_budget_bytes: int = DEFAULT_KV_CACHE_BUDGET,
-        default_max_tokens: int = 256,
-        temperature: float = 0.2,
-        seed: int = 0,
-        background_chunk_tokens: int = 128,
+        config: LlamaConfig | None = None,
+        **options: Any,
     ) -> None:
-        if n_ctx is not None and n_ctx < 64:
-            raise ValueError("n_ctx must be at least 64 tokens")
-        if default_max_tokens < 1:
-            raise ValueError("default_max_tokens must be positive")
+        config = (config or LlamaConfig()).model_copy(update=options) if options else config
+        self.config = LlamaConfig.model_validate((config or LlamaConfig()).model_dump())
+        cfg = self.config
         self.model_path = resolve_model_path(model_path)
-        self.default_max_tokens = default_max_tokens
-        self.temperature = temperature
-        self.background_chunk_tokens = max(1, background_chunk_tokens)
+        self.default_max_tokens = cfg.default_max_tokens
+        self.temperature = cfg.temperature
         self.scheduler = ModelScheduler()
         self.activity = self.scheduler.activity
         self.metrics_log: deque[RequestMetrics] = deque(maxlen=1000)
         self._engine = LlamaEngine(
             self.model_path,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_gpu_layers=n_gpu_layers,
-            seed=seed,
-            kv_cache_budget_bytes=kv_cache_budget_bytes,
+            n_ctx=cfg.n_ctx,
+            n_threads=cfg.n_threads,
+            n_gpu_layers=cfg.n_gpu_layers,
+            seed=cfg.seed,
+            kv_cache_budget_bytes=cfg.kv_cache_budget_bytes,
+            own_context=cfg.sequences == 1,
         )
         self._limiter = anyio.CapacityLimiter(1)
         self._load_lock = anyio.Lock()
         self._loaded = False
         self._closed = False
         self._jobs = itertools.count()
+        self._runner = _make_runner(
+            cfg, self._engine, self.scheduler, self._limiter, lambda: self._closed
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
     async def load(self) -> None:
@@ -164,12 +222,13 @@ class LlamaCppLLM(StreamingLLM):
             raise LLMClosedError("the LLM service is closed")
         async with self._load_lock:
             if not self._loaded:
-                await anyio.to_thread.run_sync(self._engine.load, limiter=self._limiter)
-                self._loaded = True
+                await anyio.to_thread.run_sync(self._load_sync, limiter=self._limiter)
 
     def _load_sync(self) -> None:
         if not self._loaded:
             self._engine.load()
+            if isinstance(self._runner, BatchRunner):
+                self._runner.loaded()
             self._loaded = True
 
     async def close(self) -> None:
@@ -177,10 +236,7 @@ class LlamaCppLLM(StreamingLLM):
         if self._closed:
             return
         self._closed = True
-        metrics = RequestMetrics()
-        with anyio.CancelScope(shield=True):
-            async with self.scheduler.slot(Priority.INTERACTIVE, metrics):
-                await anyio.to_thread.run_sync(self._engine.close, limiter=self._limiter)
+        await self._runner.close()
 
     async def __aenter__(self) -> LlamaCppLLM:
         await self.load()
@@ -199,8 +255,8 @@ class LlamaCppLLM(StreamingLLM):
             "llama.cpp",
             self._engine.model_name,
             context_length=self._engine.n_ctx,
-            detail=f"{self.model_path} · {self.scheduler.queued} queued · "
-            f"{len(self._engine.store)} cached keys ({self._engine.store.used_bytes} B)",
+            detail=f"{self.model_path} · {self._runner.queued} queued · "
+            f"{self._runner.cache_detail()}",
         )
 
     # -- text helpers --------------------------------------------------------------------
@@ -225,21 +281,15 @@ class LlamaCppLLM(StreamingLLM):
         return len(self._engine.tokenize_plain(text))
 
     def cached_keys(self) -> list[str]:
-        """Cache keys with a saved KV state (least recently used first)."""
-        return self._engine.store.keys()
+        """Cache keys with a KV state (saved ones least recently used first)."""
+        return self._runner.cached_keys()
 
     async def forget_cache(self, *keys: str) -> None:
-        """Drop the KV states saved under ``keys``, after any request using the model; the
-        live context is cleared too when it holds one of them, so none of their tokens
-        stay in memory."""
+        """Drop the KV states of ``keys``, after any request using the model; none of
+        their tokens stay in memory."""
         if self._engine.llama is None:
             return
-        async with self.scheduler.slot(Priority.INTERACTIVE, RequestMetrics()):
-            live = self._engine.owner in keys
-            for key in keys:
-                self._engine.forget(key)
-            if live:
-                await self._step(self._engine.reset)
+        await self._runner.forget(keys)
 
     async def move_cache(self, source: str, target: str) -> bool:
         """Make the KV state evaluated under ``source`` ``target``'s (replacing target's),
@@ -249,13 +299,9 @@ class LlamaCppLLM(StreamingLLM):
             return False
         if any(key.startswith("__job:") for key in (source, target)):
             raise ValueError("cache keys starting with '__job:' are reserved")
-        async with self.scheduler.slot(Priority.INTERACTIVE, RequestMetrics()):
-            return self._engine.move(source, target)
+        return await self._runner.move(source, target)
 
     # -- internals -----------------------------------------------------------------------
-    async def _step(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(_gated, fn, *args, limiter=self._limiter)
-
     def _check_fits(self, tokens: Sequence[int], what: str) -> None:
         n_ctx = self._engine.n_ctx
         if len(tokens) >= n_ctx:
@@ -264,70 +310,18 @@ class LlamaCppLLM(StreamingLLM):
                 "shorten it (smaller context budgets) or load the model with a larger n_ctx"
             )
 
-    async def _ensure(
+    def _request(
         self,
-        slot: Slot,
-        key: str,
-        target: Sequence[int],
-        need_logits: bool = True,
-        seed: str | None = None,
-    ) -> int:
-        """Bring the live context to ``target`` for ``key``; returns the tokens reused.
-
-        Background work stays preemptible while it evaluates: llama.cpp asks between graph
-        nodes whether interactive work waits and, if so, drops the batch in progress
-        (builds without that hook can only yield between ``background_chunk_tokens`` chunks).
-        The request then yields the slot and, once back, plans again from its saved state.
-        A ``key`` without a saved state starts from ``seed``'s (see ``Engine.switch_to``).
-        """
-        chunk = self._engine.n_batch
-        abort_check = None
-        if slot.priority is Priority.BACKGROUND:
-            # Smaller batches bound the work an abort throws away (and, without the hook,
-            # how long an interactive request waits).
-            chunk = min(chunk, self.background_chunk_tokens)
-            if self._engine.can_abort:
-                abort_check = slot.should_yield
-        first_reuse: int | None = None
-        while True:
-            switched_at = time.perf_counter()
-            await self._step(self._engine.switch_to, key, seed)
-            slot.metrics.restore_s += time.perf_counter() - switched_at
-            reuse, pending = self._engine.plan(target, need_logits)
-            first_reuse = reuse if first_reuse is None else first_reuse
-            await self._step(self._engine.truncate, reuse)
-            preempted = False
-            for start in range(0, len(pending), chunk):
-                if await slot.checkpoint():
-                    preempted = True
-                    break
-                try:
-                    await self._step(self._engine.eval, pending[start : start + chunk], abort_check)
-                except EvalAborted:
-                    await slot.yield_()
-                    preempted = True
-                    break
-            if not preempted:
-                return first_reuse
-
-    async def _next_token(self, slot: Slot, key: str, context: Sequence[int], sampler: Any) -> int:
-        """Evaluate the token just generated (the last of ``context``) and sample the next.
-
-        One worker-thread step while the live context is the request's own, one token short
-        of ``context`` (per-step thread hops cost as much as a small model's token); the
-        full path otherwise (background work preempted meanwhile, a switched context)."""
-        engine = self._engine
-        if not slot.should_yield() and engine.holds(key, context[:-1]):
-            return await self._step(engine.advance, context[-1], sampler)
-        await self._ensure(slot, key, context)
-        return await self._step(engine.sample, sampler)
-
-    def _job_key(self, cache_key: str | None) -> tuple[str, bool]:
-        if cache_key is not None:
-            if cache_key.startswith("__job:"):
-                raise ValueError("cache keys starting with '__job:' are reserved")
-            return cache_key, False
-        return f"__job:{next(self._jobs)}", True
+        tokens: list[int],
+        metrics: RequestMetrics,
+        cache_key: str | None,
+        seed_key: str | None = None,
+    ) -> Request:
+        if cache_key is not None and cache_key.startswith("__job:"):
+            raise ValueError("cache keys starting with '__job:' are reserved")
+        ephemeral = cache_key is None
+        key = f"__job:{next(self._jobs)}" if cache_key is None else cache_key
+        return Request(key, tokens, metrics.priority, metrics, seed_key, ephemeral)
 
     def _finish(self, metrics: RequestMetrics, started: float) -> None:
         metrics.total_s = time.perf_counter() - started
@@ -344,6 +338,20 @@ class LlamaCppLLM(StreamingLLM):
         stream = TextStream(self._generate(msgs, options, metrics, lambda: stream), metrics)
         return stream
 
+    async def _generation(
+        self, messages: list[Any], options: GenerationOptions, metrics: RequestMetrics
+    ) -> Generation:
+        await self.load()
+        engine = self._engine
+        prompt = engine.tokenize_prompt(engine.format_chat(messages, True))
+        self._check_fits(prompt, "the prompt")
+        metrics.prompt_tokens = len(prompt)
+        req = self._request(prompt, metrics, options.cache_key, options.seed_key)
+        temperature = self.temperature if options.temperature is None else options.temperature
+        max_tokens = options.max_tokens or self.default_max_tokens
+        budget = min(max_tokens, engine.n_ctx - len(prompt))
+        return Generation(**vars(req), temperature=temperature, budget=budget)
+
     async def _generate(
         self,
         messages: list[Any],
@@ -351,67 +359,28 @@ class LlamaCppLLM(StreamingLLM):
         metrics: RequestMetrics,
         get_stream: Callable[[], TextStream],
     ) -> AsyncIterator[str]:
-        max_tokens = options.max_tokens or self.default_max_tokens
-        temperature = self.temperature if options.temperature is None else options.temperature
-        stop, priority, cache_key = list(options.stop), options.priority, options.cache_key
         started = time.perf_counter()
-        await self.load()
-        engine = self._engine
-        prompt = engine.tokenize_prompt(engine.format_chat(messages, True))
-        self._check_fits(prompt, "the prompt")
-        metrics.prompt_tokens = len(prompt)
-        budget = min(max_tokens, engine.n_ctx - len(prompt))
-        key, ephemeral = self._job_key(cache_key)
-        async with self.scheduler.slot(priority, metrics) as slot:
-            if self._closed:
-                raise LLMClosedError("the LLM service is closed")
-            try:
-                metrics.reused_tokens = await self._ensure(slot, key, prompt, seed=options.seed_key)
-                metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
-                sampler = await self._step(engine.new_sampler, temperature)
-                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-                generated: list[int] = []
-                held = ""
-                finish = "length"
-                first_at: float | None = None
-                token = await self._step(engine.sample, sampler)
-                while len(generated) < budget:
-                    if engine.is_eog(token):
-                        finish = "stop"
-                        break
-                    generated.append(token)
+        req = await self._generation(messages, options, metrics)
+        text, first_at = _Detokenizer(self._engine.token_bytes, options.stop), None
+        try:
+            async with aclosing(self._runner.tokens(req)) as tokens:
+                async for token in tokens:
                     metrics.generated_tokens += 1
-                    emit, hit, held = split_on_stop(
-                        held + decoder.decode(engine.token_bytes(token)), stop
-                    )
-                    if emit:
+                    if emit := text.feed(token):
                         if first_at is None:
                             first_at = time.perf_counter()
                             metrics.ttft_s = first_at - started
                         yield emit
-                    if hit:
-                        finish = "stop"
-                        held = ""
+                    if text.hit:
                         break
-                    if len(generated) < budget:
-                        token = await self._next_token(slot, key, prompt + generated, sampler)
-                tail = held + decoder.decode(b"", final=True)
-                if tail:
-                    yield tail
-                if first_at is not None:
-                    metrics.generation_s = time.perf_counter() - first_at
-                get_stream().finish_reason = finish  # type: ignore[assignment]
-            except (LLMError, ValueError):
-                raise
-            except Exception as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    raise
-                await self._step(engine.reset)
-                raise GenerationError(f"llama.cpp failed while generating: {exc!r}") from exc
-            finally:
-                if ephemeral:
-                    engine.forget(key)
-                self._finish(metrics, started)
+            if tail := text.tail():
+                yield tail
+            if first_at is not None:
+                metrics.generation_s = time.perf_counter() - first_at
+            finish = "stop" if text.hit or req.eog else "length"
+            get_stream().finish_reason = finish  # type: ignore[assignment]
+        finally:
+            self._finish(metrics, started)
 
     # -- extras --------------------------------------------------------------------------
     async def warm(
@@ -429,20 +398,15 @@ class LlamaCppLLM(StreamingLLM):
             raise LLMClosedError("the LLM service is closed")
         started = time.perf_counter()
         msgs = as_messages(messages)
-        priority = Priority(priority)
-        metrics = RequestMetrics(priority=priority, cache_key=cache_key)
+        metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
         prompt = self._engine.tokenize_prompt(self._engine.format_chat(msgs, True))
         self._check_fits(prompt, "the prompt to warm")
         metrics.prompt_tokens = len(prompt)
-        key, _ = self._job_key(cache_key)
-        async with self.scheduler.slot(priority, metrics) as slot:
-            if self._closed:
-                raise LLMClosedError("the LLM service is closed")
-            metrics.reused_tokens = await self._ensure(
-                slot, key, prompt, need_logits=False, seed=seed_key
-            )
-            metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
+        metrics.reused_tokens = await self._runner.warm(
+            self._request(prompt, metrics, cache_key, seed_key)
+        )
+        metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
         self._finish(metrics, started)
         return metrics
 
@@ -454,17 +418,12 @@ class LlamaCppLLM(StreamingLLM):
         if n_tokens < 1:
             raise ValueError("n_tokens must be positive")
         await self.load()
-        engine = self._engine
-        tokens = engine.tokenize_plain("the " * (n_tokens + 8))[:n_tokens]
+        tokens = self._engine.tokenize_plain("the " * (n_tokens + 8))[:n_tokens]
         self._check_fits(tokens, "the state-size probe")
-        key, _ = self._job_key(None)
-        metrics = RequestMetrics(cache_key=key)
-        async with self.scheduler.slot(Priority.INTERACTIVE, metrics) as slot:
-            try:
-                await self._ensure(slot, key, tokens, need_logits=False)
-                return (await self._step(engine.save_state)).llama_state_size
-            finally:
-                engine.forget(key)
+        metrics = RequestMetrics()
+        req = self._request(tokens, metrics, None)
+        metrics.cache_key = req.key
+        return await self._runner.state_bytes(req)
 
     async def score(
         self,
@@ -487,8 +446,7 @@ class LlamaCppLLM(StreamingLLM):
         if not continuations:
             raise ValueError("score needs at least one continuation")
         started = time.perf_counter()
-        priority = Priority(priority)
-        metrics = RequestMetrics(priority=priority, cache_key=cache_key)
+        metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
         engine = self._engine
         tokens = engine.tokenize_prompt(prompt)
@@ -498,21 +456,9 @@ class LlamaCppLLM(StreamingLLM):
                 raise ValueError(f"continuation {text!r} has no tokens")
         self._check_fits(tokens + max(conts, key=len), "the scoring prompt")
         metrics.prompt_tokens = len(tokens)
-        key, ephemeral = self._job_key(cache_key)
-        async with self.scheduler.slot(priority, metrics) as slot:
-            if self._closed:
-                raise LLMClosedError("the LLM service is closed")
-            try:
-                metrics.reused_tokens = await self._ensure(slot, key, tokens, seed=seed_key)
-                metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
-                base = await self._step(engine.logprobs)
-                scores = [float(base[c[0]]) for c in conts]
-                for i, cont in enumerate(conts):
-                    for j in range(1, len(cont)):
-                        await self._ensure(slot, key, tokens + cont[:j])
-                        scores[i] += float((await self._step(engine.logprobs))[cont[j]])
-            finally:
-                if ephemeral:
-                    engine.forget(key)
-                self._finish(metrics, started)
+        req = self._request(tokens, metrics, cache_key, seed_key)
+        try:
+            scores = await self._runner.score(req, conts)
+        finally:
+            self._finish(metrics, started)
         return ScoreResult(scores, [len(c) for c in conts], metrics)

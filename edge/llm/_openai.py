@@ -24,12 +24,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._activity import ActivityTracker
 from ._types import (
@@ -78,6 +80,53 @@ def _error_text(body: str) -> str:
     return body
 
 
+@dataclass
+class _Progress:
+    """How far one streamed request got (for its metrics and its errors)."""
+
+    started: float
+    metrics: RequestMetrics
+    first: float | None = None
+    last: float | None = None
+    counted: int = 0
+    events: int = 0
+    finish: str | None = None
+    done: bool = False
+
+    def arrived(self) -> None:
+        """A delta with text arrived."""
+        self.last = time.perf_counter()
+        if self.first is None:
+            self.first = self.last
+            self.metrics.ttft_s = self.first - self.started
+        self.counted += 1
+
+    def close(self) -> None:
+        metrics = self.metrics
+        if not metrics.generated_tokens:
+            metrics.generated_tokens = self.counted
+        if self.first is not None and self.last is not None:
+            metrics.generation_s = self.last - self.first
+        metrics.total_s = time.perf_counter() - self.started
+
+
+class OpenAIConfig(BaseModel):
+    """How :class:`OpenAICompatLLM` talks to its server (every field can also be given to
+    the constructor as a keyword)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(default=60.0, gt=0, description="timeouts must be positive")
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    default_max_tokens: int = Field(default=256, ge=1)
+    temperature: float = 0.2
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    disable_thinking: bool = True
+    context_length: int | None = None
+
+
 class OpenAICompatLLM(StreamingLLM):
     """The LLM service over an OpenAI-compatible HTTP server.
 
@@ -98,45 +147,30 @@ class OpenAICompatLLM(StreamingLLM):
 
     backend = "openai"
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str | None = None,
-        api_key: str | None = None,
-        timeout_s: float = 60.0,
-        connect_timeout_s: float = 5.0,
-        default_max_tokens: int = 256,
-        temperature: float = 0.2,
-        extra_body: Mapping[str, Any] | None = None,
-        disable_thinking: bool = True,
-        context_length: int | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, config: OpenAIConfig | None = None, **options: Any) -> None:
         try:
             url = httpx.URL(base_url)
         except (httpx.InvalidURL, TypeError) as exc:
             raise ValueError(f"base_url is not a URL: {base_url!r} ({exc})") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"base_url must be an http(s) URL with a host, got {base_url!r}")
-        if timeout_s <= 0 or connect_timeout_s <= 0:
-            raise ValueError("timeouts must be positive")
-        if default_max_tokens < 1:
-            raise ValueError(f"default_max_tokens must be at least 1, got {default_max_tokens}")
+        cfg = config or OpenAIConfig()
+        self.config = cfg = OpenAIConfig.model_validate({**cfg.model_dump(), **options})
         self.base_url = str(base_url).rstrip("/")
-        self.model = model
-        self.default_max_tokens = default_max_tokens
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
-        self.disable_thinking = disable_thinking
-        self.context_length = context_length
+        self.model = cfg.model
+        self.default_max_tokens = cfg.default_max_tokens
+        self.temperature = cfg.temperature
+        self.extra_body = dict(cfg.extra_body)
+        self.disable_thinking = cfg.disable_thinking
+        self.context_length = cfg.context_length
         self.activity = ActivityTracker()
         self.closed = False
         headers = {"Accept": "text/event-stream, application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
         self._client = httpx.AsyncClient(
             headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            timeout=httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s),
         )
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -250,66 +284,55 @@ class OpenAICompatLLM(StreamingLLM):
     async def _run(
         self, body: dict[str, Any], metrics: RequestMetrics, stream: TextStream
     ) -> AsyncIterator[str]:
-        started = time.perf_counter()
-        first = last = None
-        counted = events = 0
-        finish: str | None = None
-        done = False
+        p = _Progress(time.perf_counter(), metrics)
         url = f"{self.base_url}/chat/completions"
-
-        def arrived() -> None:
-            nonlocal first, last, counted
-            last = time.perf_counter()
-            if first is None:
-                first = last
-                metrics.ttft_s = first - started
-            counted += 1
-
         try:
             self._check_open()
             model = await self._model_name()
             if model is not None:
                 body = {"model": model, **body}
-            async with self._open(url, body) as response:
-                try:
-                    async for sse in _events(response):
-                        if sse.data.strip() == "[DONE]":
-                            done = True
-                            break
-                        events += 1
-                        chunk = _parse_chunk(url, sse.event, sse.data, counted)
-                        _read_usage(chunk, metrics)
-                        text, reason = _first_choice(chunk)
-                        if text:
-                            arrived()
-                            yield text
-                        finish = reason or finish
-                except (httpx.HTTPError, httpx.StreamError) as exc:
-                    raise GenerationError(
-                        f"the stream from {url} broke after {counted} deltas: "
-                        f"{type(exc).__name__} {exc}".rstrip()
-                    ) from exc
-            if not events and not done:
+            async with aclosing(self._stream(url, body, p)) as texts:
+                async for text in texts:
+                    yield text
+            if not p.events and not p.done:
                 # llama-cpp-python's server answers a request that fails (a prompt over the
                 # context, say) with "200 OK" and an empty stream; asking once more without
                 # streaming gets the real error, or the answer in one piece.
-                text, finish = await self._complete(url, body, metrics)
+                text, p.finish = await self._complete(url, body, metrics)
                 if text:
-                    arrived()
+                    p.arrived()
                     yield text
-            elif finish is None:
-                why = "interrupted" if done else "cut off"
+            elif p.finish is None:
+                why = "interrupted" if p.done else "cut off"
                 raise GenerationError(
-                    f"the stream from {url} ended after {counted} deltas without a finish "
+                    f"the stream from {url} ended after {p.counted} deltas without a finish "
                     f"reason (the answer was {why})"
                 )
-            stream.finish_reason = _map_finish(url, finish)
+            stream.finish_reason = _map_finish(url, p.finish)
         finally:
-            if not metrics.generated_tokens:
-                metrics.generated_tokens = counted
-            if first is not None and last is not None:
-                metrics.generation_s = last - first
-            metrics.total_s = time.perf_counter() - started
+            p.close()
+
+    async def _stream(self, url: str, body: dict[str, Any], p: _Progress) -> AsyncIterator[str]:
+        """The streamed deltas' text, recording the stream's progress in ``p``."""
+        async with self._open(url, body) as response:
+            try:
+                async for sse in _events(response):
+                    if sse.data.strip() == "[DONE]":
+                        p.done = True
+                        break
+                    p.events += 1
+                    chunk = _parse_chunk(url, sse.event, sse.data, p.counted)
+                    _read_usage(chunk, p.metrics)
+                    text, reason = _first_choice(chunk)
+                    if text:
+                        p.arrived()
+                        yield text
+                    p.finish = reason or p.finish
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                raise GenerationError(
+                    f"the stream from {url} broke after {p.counted} deltas: "
+                    f"{type(exc).__name__} {exc}".rstrip()
+                ) from exc
 
     async def _complete(
         self, url: str, body: dict[str, Any], metrics: RequestMetrics

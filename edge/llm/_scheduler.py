@@ -58,6 +58,29 @@ class Slot:
         await self._scheduler._acquire(_RANK[self.priority], self._seq)
         self.held = True
 
+    async def lend(self) -> None:
+        """Let interactive work use the model until :meth:`reclaim` (while the holder waits
+        for something else, e.g. its reader): handed over now when some waits, else taken
+        over by the next interactive request to arrive before the holder is back.
+        Background work keeps waiting for the holder, as if it had not lent."""
+        self.held = False
+        scheduler = self._scheduler
+        if scheduler.interactive_waiting:
+            scheduler._release()
+        else:
+            scheduler._lent = self
+
+    async def reclaim(self) -> None:
+        """Take the model back after :meth:`lend`: at once unless it was taken over, else
+        behind the interactive work that arrived meanwhile (streams take turns)."""
+        scheduler = self._scheduler
+        if scheduler._lent is self:
+            scheduler._lent = None
+        else:
+            self._seq = next(scheduler._seq)
+            await scheduler._acquire(_RANK[self.priority], self._seq)
+        self.held = True
+
     async def checkpoint(self) -> bool:
         """Yield if interactive work waits; True when it did (the model state may have
         changed under the caller)."""
@@ -76,6 +99,7 @@ class ModelScheduler:
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         self._interactive_waiting = 0  # an int, so worker threads can read it safely
+        self._lent: Slot | None = None  # a holder waiting for its reader (Slot.lend)
 
     @property
     def interactive_waiting(self) -> bool:
@@ -100,12 +124,18 @@ class ModelScheduler:
             try:
                 yield slot
             finally:
-                if slot.held:
+                if self._lent is slot:
+                    self._lent = None
+                    self._release()
+                elif slot.held:
                     self._release()
 
     async def _acquire(self, rank: int, seq: int) -> None:
         if not self._busy and not self._waiters:
             self._busy = True
+            return
+        if rank == 0 and self._lent is not None:
+            self._lent = None  # taken over from a holder waiting for its reader
             return
         waiter = _Waiter(rank, seq)
         heapq.heappush(self._waiters, waiter)

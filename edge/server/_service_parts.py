@@ -307,8 +307,9 @@ class ServiceParts:
             return OpenAICompatLLM(s.llm_url, **kwargs)
         from edge.llm import LlamaCppLLM
 
-        kwargs = self.device.llm_kwargs() if self.device is not None else {}
-        return LlamaCppLLM(**kwargs)
+        if self.device is None:
+            return LlamaCppLLM()
+        return LlamaCppLLM(self.device.llm_model_path, self.device.llm_config())
 
     def _model_names(self) -> dict[str, str]:
         names: dict[str, str] = {}

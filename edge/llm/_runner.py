@@ -1,0 +1,66 @@
+"""What :class:`~edge.llm.LlamaCppLLM` asks of the model's runner, one request at a time
+(:class:`~edge.llm._serial.SerialRunner`) or batched (:class:`~edge.llm._batch.BatchRunner`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from edge.runtime import COMPUTE_GATE
+
+from ._types import Priority, RequestMetrics
+
+T = TypeVar("T")
+
+
+def gated(fn: Callable[..., T], *args: Any) -> T:
+    """One model step, alone among the device's heavy steps (:data:`COMPUTE_GATE`)."""
+    with COMPUTE_GATE.hold():
+        return fn(*args)
+
+
+@dataclass
+class Request:
+    """One request's use of the model: its tokens under a cache key (a participant; a
+    temporary ``__job:`` key, ``ephemeral``, when the caller named none)."""
+
+    key: str
+    tokens: list[int]
+    priority: Priority
+    metrics: RequestMetrics
+    seed: str | None = None
+    ephemeral: bool = False
+
+
+@dataclass
+class Generation(Request):
+    """A generating request: ``budget`` tokens at most; ``eog`` is set when the model
+    ended the answer itself."""
+
+    temperature: float = 0.2
+    budget: int = 1
+    eog: bool = False
+
+
+class Runner(Protocol):
+    @property
+    def queued(self) -> int: ...
+
+    def tokens(self, req: Generation) -> AsyncIterator[int]: ...
+
+    async def warm(self, req: Request) -> int: ...
+
+    async def score(self, req: Request, conts: Sequence[list[int]]) -> list[float]: ...
+
+    async def state_bytes(self, req: Request) -> int: ...
+
+    async def forget(self, keys: Sequence[str]) -> None: ...
+
+    async def move(self, source: str, target: str) -> bool: ...
+
+    def cached_keys(self) -> list[str]: ...
+
+    def cache_detail(self) -> str: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,185 @@
+"""Several participants at once on the real default model: continuous batching (one
+context, a sequence per request) and the one-at-a-time path's fair hand-over."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from edge.llm import GenerationOptions, LlamaCppLLM, Priority
+from edge.speculation import Guess, SpeculativeAnswers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+SYSTEM = "You are a concise assistant in a robotics lab. Answer in one short sentence."
+QUESTIONS = [
+    "What is the sun?",
+    "Name three colors.",
+    "Why is the sky blue?",
+    "Tell me a joke.",
+    "What is a robot?",
+]
+
+
+def ask(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def alone() -> dict[str, str]:
+    """Each question's greedy answer with the model to itself (the one-at-a-time path)."""
+    model = LlamaCppLLM(n_ctx=1024, temperature=0.0)
+    answers = {}
+    for q in QUESTIONS:
+        answers[q] = (await model.chat(ask(q), max_tokens=24)).content
+    await model.close()
+    return answers
+
+
+@pytest.fixture(scope="module")
+async def batched():  # type: ignore[no-untyped-def]
+    model = LlamaCppLLM(n_ctx=1024, temperature=0.0, sequences=4)
+    await model.load()
+    yield model
+    await model.close()
+
+
+async def test_one_slow_reader_does_not_hold_the_model_for_others() -> None:
+    """A paused speculative answer (16 deltas ahead, then waiting up to ``hold_s`` for
+    its confirmation) used to keep the model's slot: another participant waited the
+    whole hold."""
+    llm = LlamaCppLLM(n_ctx=1024, temperature=0.0)
+    async with SpeculativeAnswers(llm, hold_s=10.0, ahead_deltas=4) as spec:
+        story = ask("Tell me a long story about a robot.")
+        spec.speculate("a", Guess("a", "story"), story, GenerationOptions(max_tokens=200))
+        with anyio.fail_after(30):
+            while len(spec._pending["a"].deltas) < 4:  # noqa: ASYNC110 (paused after 4)
+                await anyio.sleep(0.01)
+        started = time.perf_counter()
+        r = await spec.chat(ask("Name one color."), max_tokens=8, cache_key="b")
+        waited = time.perf_counter() - started
+        assert r.content.strip() and spec.pending("a")
+        assert waited < 5.0, f"b waited {waited:.1f} s behind a's paused speculation"
+    await llm.close()
+
+
+async def answers_at_once(
+    llm: LlamaCppLLM, questions: list[str], max_tokens: int = 24
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+
+    async def one(i: int, q: str) -> None:
+        out[q] = (await llm.chat(ask(q), max_tokens=max_tokens, cache_key=f"p{i}")).content
+
+    async with anyio.create_task_group() as tg:
+        for i, q in enumerate(questions):
+            tg.start_soon(one, i, q)
+    return out
+
+
+async def test_batched_greedy_answers_equal_each_alone(
+    batched: LlamaCppLLM, alone: dict[str, str]
+) -> None:
+    steps = batched._runner.scheduler.steps  # type: ignore[attr-defined]
+    # five at once on four sequences: the fifth waits for a free one
+    assert await answers_at_once(batched, QUESTIONS) == alone
+    taken = batched._runner.scheduler.steps - steps  # type: ignore[attr-defined]
+    assert taken < 3 * 24  # decoded together, not one after another (5 x 24 tokens)
+    # follow-ups reuse each participant's live (or restored) sequence
+    r = await batched.chat(ask(QUESTIONS[1]), max_tokens=4, cache_key="p1")
+    assert r.metrics.reused_tokens >= r.metrics.prompt_tokens - 1
+
+
+async def test_a_request_joining_mid_batch(batched: LlamaCppLLM, alone: dict[str, str]) -> None:
+    first, late = QUESTIONS[0], QUESTIONS[3]
+    got: dict[str, str] = {}
+
+    async def run_first() -> None:
+        async with batched.stream(ask(first), max_tokens=24, cache_key="j1") as stream:
+            async for delta in stream:
+                got.setdefault(first, "")
+                got[first] += delta
+                if len(got[first]) > 10 and late not in got:
+                    got[late] = ""
+                    tg.start_soon(run_late)
+
+    async def run_late() -> None:
+        got[late] = (await batched.chat(ask(late), max_tokens=24, cache_key="j2")).content
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_first)
+    assert got == {first: alone[first], late: alone[late]}
+
+
+async def test_one_sequence_cancelled_while_others_finish(
+    batched: LlamaCppLLM, alone: dict[str, str]
+) -> None:
+    out: dict[str, str] = {}
+
+    async def cancelled() -> None:
+        async with batched.stream(ask(QUESTIONS[4]), max_tokens=24, cache_key="c0") as s:
+            async for _ in s:
+                break  # barge-in: closed after its first delta
+
+    async def finishes(i: int) -> None:
+        q = QUESTIONS[i]
+        out[q] = (await batched.chat(ask(q), max_tokens=24, cache_key=f"c{i}")).content
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancelled)
+        for i in (1, 2):
+            tg.start_soon(finishes, i)
+    assert out == {QUESTIONS[i]: alone[QUESTIONS[i]] for i in (1, 2)}
+    assert not batched._runner.scheduler.active  # type: ignore[attr-defined]
+
+
+async def test_compaction_is_preempted_by_answers_and_resumes(batched: LlamaCppLLM) -> None:
+    notes = " ".join(f"Note {i}: the sample in rack {i % 7} was checked." for i in range(40))
+    long_prompt = ask(f"Summarise these notes in one sentence.\n{notes}")
+    reference = await batched.chat(long_prompt, max_tokens=16, cache_key="ref")
+    done: list[str] = []
+    results: dict[str, object] = {}
+
+    async def background() -> None:
+        results["bg"] = await batched.chat(
+            long_prompt, max_tokens=16, priority=Priority.BACKGROUND, cache_key="compaction"
+        )
+        done.append("bg")
+
+    async def answer(i: int) -> None:
+        await batched.chat(ask(QUESTIONS[i]), max_tokens=8, cache_key=f"i{i}")
+        done.append(f"i{i}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(background)
+        with anyio.fail_after(30):
+            while not batched._runner.scheduler.steps_of(Priority.BACKGROUND):  # type: ignore[attr-defined]  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+        for i in range(3):
+            tg.start_soon(answer, i)
+    assert done[-1] == "bg"
+    bg = results["bg"]
+    assert bg.metrics.preemptions >= 1  # type: ignore[attr-defined]
+    assert bg.content == reference.content  # type: ignore[attr-defined]
+
+
+async def test_kv_memory_stays_within_the_sequences_and_the_store(batched: LlamaCppLLM) -> None:
+    runner = batched._runner
+    ctx = runner.scheduler.ctx  # type: ignore[attr-defined]
+    for round_ in range(2):  # ten participants on four sequences, twice
+        await answers_at_once(
+            batched, [f"{q} ({round_}, {i})" for i in (1, 2) for q in QUESTIONS], 4
+        )
+    assert len(ctx.live_keys()) <= 4 and ctx.n_seq == 4
+    # one KV stream of n_ctx cells per sequence, allocated once
+    assert ctx.ctx.n_ctx() == 4 * 1024
+    store = batched._engine.store
+    assert store.used_bytes <= store.budget_bytes
+    assert max(len(t) for t in ctx.tokens) < 1024

@@ -1,0 +1,193 @@
+"""The batch scheduler's order, fair share and bounds, with a scripted context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from edge.llm import Priority, QueueFullError, RequestMetrics
+from edge.llm._batch import BatchScheduler, GenJob, SeqJob
+
+pytestmark = pytest.mark.anyio
+
+BG, INT = Priority.BACKGROUND, Priority.INTERACTIVE
+
+
+class Sampler:
+    def sample(self, _ctx: Any, _idx: int) -> int:
+        return 7
+
+
+class ScriptedContext:
+    """Stands in for the llama.cpp context: each step gives every job one token."""
+
+    def __init__(self, n_seq: int) -> None:
+        self.owner: list[str | None] = [None] * n_seq
+        self.steps: list[list[str]] = []
+
+    def forget(self, key: str, busy: set[int]) -> None:
+        if key in self.owner:
+            self.owner[self.owner.index(key)] = None
+
+    def assign(self, job: SeqJob, busy: set[int]) -> None:
+        free = [s for s in range(len(self.owner)) if s not in busy]
+        job.seq = next((s for s in free if self.owner[s] == job.key), free[0])
+        self.owner[job.seq] = job.key
+
+    def step(self, jobs: list[SeqJob], chunk: int) -> bool:
+        self.steps.append([j.key for j in jobs])
+        for job in jobs:
+            job.reused = 0 if job.reused is None else job.reused
+            job.ready = True
+            if job.on_logits is not None:
+                job.on_logits(None, 0)
+        return True
+
+
+def scheduler(n_seq: int, **kw: Any) -> tuple[BatchScheduler, ScriptedContext]:
+    async def run(fn: Callable[..., Any], *args: Any) -> Any:
+        await anyio.sleep(0.002)  # a step takes time
+        return fn(*args)
+
+    sched = BatchScheduler(run, n_seq=n_seq, **kw)
+    ctx = ScriptedContext(n_seq)
+    sched.ctx = ctx  # type: ignore[assignment]
+    return sched, ctx
+
+
+def gen_job(key: str, priority: Priority, budget: int, read_ahead: int = 64) -> GenJob:
+    job = GenJob(
+        key=key,
+        priority=priority,
+        target=[1],
+        metrics=RequestMetrics(priority=priority),
+        sampler=Sampler(),
+        budget=budget,
+        read_ahead=read_ahead,
+    )
+    job.on_logits = job.sample
+    return job
+
+
+async def generate(sched: BatchScheduler, job: GenJob, log: list[str], name: str = "") -> int:
+    got = 0
+    async with sched.admitted(job):
+        log.append(f"start {name or job.key}")
+        while True:
+            await sched.wait(job, lambda: bool(job.out) or job.finished)
+            if not job.out:
+                break
+            job.out.popleft()
+            got += 1
+    log.append(f"end {name or job.key}")
+    return got
+
+
+async def test_a_participants_further_turns_wait_behind_their_own_not_others() -> None:
+    sched, _ = scheduler(n_seq=1)
+    log: list[str] = []
+    async with anyio.create_task_group() as tg:
+        for name in ("a1", "a2", "a3"):
+            tg.start_soon(generate, sched, gen_job("a", INT, 3), log, name)
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 3), log, "b1")
+    starts = [e.split()[1] for e in log if e.startswith("start")]
+    assert starts == ["a1", "b1", "a2", "a3"]
+
+
+async def test_answers_are_decoded_together_one_token_each_per_step() -> None:
+    sched, ctx = scheduler(n_seq=4)
+    log: list[str] = []
+    async with anyio.create_task_group() as tg:
+        for key in "abcd":
+            tg.start_soon(generate, sched, gen_job(key, INT, 5), log)
+    assert len(ctx.steps) <= 6 and sorted(ctx.steps[2]) == list("abcd")
+
+
+async def test_background_sits_out_while_answers_run_then_resumes() -> None:
+    sched, ctx = scheduler(n_seq=2)
+    log: list[str] = []
+    bg = gen_job("compaction", BG, 30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, bg, log)
+        while len(ctx.steps) < 3:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("p1", INT, 5), log)
+    first = next(i for i, s in enumerate(ctx.steps) if "p1" in s)
+    last = max(i for i, s in enumerate(ctx.steps) if "p1" in s)
+    assert all(ctx.steps[i] == ["p1"] for i in range(first, last + 1))
+    assert log.index("end p1") < log.index("end compaction")
+    assert bg.metrics.preemptions == 1 and bg.produced == 30
+
+
+async def test_background_gives_up_its_sequence_when_all_are_taken() -> None:
+    sched, ctx = scheduler(n_seq=1)
+    log: list[str] = []
+    bg = gen_job("warm", BG, 20)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, bg, log)
+        while len(ctx.steps) < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("p1", INT, 3), log)
+    assert log == ["start warm", "start p1", "end p1", "end warm"]
+    assert bg.metrics.preemptions >= 1 and bg.produced == 20
+
+
+async def test_a_full_queue_is_a_clear_error() -> None:
+    sched, _ = scheduler(n_seq=1, max_waiting_per_key=2)
+    hold = anyio.Event()
+
+    async def held(job: SeqJob) -> None:
+        async with sched.admitted(job):
+            await hold.wait()
+
+    def job() -> SeqJob:
+        return SeqJob(key="a", priority=INT, target=[1], metrics=RequestMetrics())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):  # one admitted, two waiting
+            tg.start_soon(held, job())
+            await anyio.sleep(0.01)
+        with pytest.raises(QueueFullError, match="'a' already has 2 requests waiting"):
+            async with sched.admitted(job()):
+                pass
+        hold.set()
+    assert sched.queued == 0 and not sched.active
+
+
+async def test_a_reader_that_stops_reading_holds_nobody_up() -> None:
+    sched, _ = scheduler(n_seq=2)
+    log: list[str] = []
+    paused = gen_job("spec", INT, 200, read_ahead=4)
+    async with anyio.create_task_group() as tg:
+
+        async def stalled() -> None:
+            async with sched.admitted(paused):
+                await sched.wait(paused, lambda: bool(paused.out))
+                await anyio.sleep(3600)  # never reads again
+
+        tg.start_soon(stalled)
+        await anyio.sleep(0.01)
+        with anyio.fail_after(2):
+            got = await generate(sched, gen_job("b", INT, 10), log)
+        tg.cancel_scope.cancel()
+    assert got == 10 and len(paused.out) == 4  # it stopped 4 tokens ahead of its reader
+
+
+async def test_an_answer_waiting_behind_its_own_background_work_lifts_it() -> None:
+    """A participant's decision waits behind the same key's background scoring: that work
+    runs as interactive instead of sitting out behind everyone else's answers."""
+    sched, ctx = scheduler(n_seq=4)
+    log: list[str] = []
+    prior = gen_job("decisions:a", BG, 6)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, prior, log, "prior")
+        while not ctx.steps:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 40), log, "answer b")
+        await anyio.sleep(0.005)
+        tg.start_soon(generate, sched, gen_job("decisions:a", INT, 2), log, "decision a")
+    assert log.index("end decision a") < log.index("end answer b")

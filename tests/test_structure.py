@@ -1,0 +1,69 @@
+"""The code keeps the shape `docs/architecture.md` promises (`tools/structure.py`)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.structure import breaches, package_imports, package_loops, private_imports, size_breaches
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_tree_has_no_long_function_big_class_long_constructor_or_private_reach() -> None:
+    assert breaches(ROOT) == []
+
+
+def test_the_check_names_each_kind_of_breach() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(61))
+    params = ", ".join(f"a{i}" for i in range(9))
+    wide = f"class Wide:\n    def __init__(self, {params}):\n        pass\n"
+    source = f"def long():\n{body}\n\n{wide}"
+    found = list(size_breaches(Path("edge/x/_y.py"), ast.parse(source)))
+    assert any("function long: 62 lines" in line for line in found), found
+    assert any("constructor has 9 parameters" in line for line in found), found
+    reach = ast.parse("from edge.voice._audio import x\nfrom edge.voice import y\n")
+    assert [*private_imports(Path("benchmarks/b.py"), reach)] == [
+        "benchmarks/b.py:1 imports private edge.voice._audio"
+    ]
+    assert [*private_imports(Path("edge/voice/_z.py"), reach)] == []
+    loop = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert [*package_loops(loop)] == ["package loop: a -> b -> c -> a"]
+
+
+def test_the_command_exits_nonzero_only_on_a_breach() -> None:
+    done = subprocess.run(
+        [sys.executable, "tools/structure.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == (1 if done.stdout else 0), done.stdout
+
+
+def _table_imports() -> dict[str, str]:
+    """``docs/architecture.md``'s package table: package -> its "imports" cell."""
+    rows = {}
+    text = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    for line in text.split("## Packages", 1)[1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[2]
+    return rows
+
+
+def test_the_architecture_table_says_what_each_package_imports() -> None:
+    graph = package_imports(ROOT)
+    table = _table_imports()
+    assert set(table) == set(graph), set(table) ^ set(graph)
+    above: set[str] = set()
+    for package, cell in table.items():
+        actual = graph[package]
+        if cell.startswith("everything above"):
+            assert actual <= above - {"eval"}, (package, actual - above)
+        elif "…" in cell:
+            listed = {name.strip() for name in cell.split(",") if name.strip() != "…"}
+            assert listed <= actual, (package, listed - actual)
+        else:
+            listed = set() if cell == "—" else {name.strip() for name in cell.split(",")}
+            assert listed == actual, (package, "table", listed, "code", actual)
+        above.add(package)
