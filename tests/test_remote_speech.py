@@ -303,6 +303,8 @@ async def test_the_remote_llm_killed_mid_reply_ends_the_turn_and_the_service_goe
                 "Tell me a long story about a heron.", limit_s=60, on_message=kill_at_first_reply
             )
             assert killed and broken.replies and broken.replies[-1].final  # the turn ended
+            named = [e for e in broken.errors if e.code == "backend_failed"]
+            assert named and f":{llama.ports['llama']}" in named[0].message, broken.errors
             assert service.backends.llm is not None
             await service.backends.llm.probe()
             report = (await health(service))["backends"]["llm"]

@@ -44,6 +44,8 @@ async def test_model_raising_mid_stream_ends_that_turn_and_others_go_on() -> Non
     async with service, EdgeClient(service.websocket_url, participant_id="a") as a:
         broken = await a.ask("please explode", limit_s=10)
         assert broken.replies and broken.replies[-1].final  # the stream still ends
+        assert [e.code for e in broken.errors] == ["backend_failed"], broken.errors
+        assert "language model failed" in broken.errors[0].message
         assert (await a.ask("and now?", limit_s=10)).text == "You said: and now?. That is all."
 
 

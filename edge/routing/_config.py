@@ -18,6 +18,7 @@ the model first, since every next answer uses it and only some decisions ask the
 
 StatusCallback = Callable[[Literal["processing", "idle"], str], Awaitable[None]]
 ParticipantCallback = Callable[[str], Awaitable[None]]
+FailureCallback = Callable[[str, str, Exception], Awaitable[None]]
 
 
 def _payloads() -> dict[str, type]:
@@ -112,12 +113,14 @@ class ParticipantHooks:
     ``initialize`` is awaited once before a participant's first turn (again after an
     interrupted one); ``cleanup`` runs after their destinations were released on departure
     (idempotent, retried after a failure); ``status`` receives ``processing`` / ``idle``
-    around each runtime turn (its failures are logged). They run on the delivery event loop
-    and must not reenter the router."""
+    around each runtime turn (its failures are logged); ``failed`` hears ``(participant,
+    turn id, exception)`` of a runtime turn that ended with an error, before its ``idle``.
+    They run on the delivery event loop and must not reenter the router."""
 
     initialize: ParticipantCallback | None = None
     cleanup: ParticipantCallback | None = None
     status: StatusCallback | None = None
+    failed: FailureCallback | None = None
 
 
 class SpecKeywords(TypedDict, total=False):

@@ -222,7 +222,7 @@ class AgentRouter:
         if self._subscriber is None:
             from ._subscriber import RouterSubscriber
 
-            self._subscriber = RouterSubscriber(self, topics, self._hooks.status)
+            self._subscriber = RouterSubscriber(self, topics, self._hooks)
         return self._subscriber
 
     # ------------------------------------------------------------------ a turn

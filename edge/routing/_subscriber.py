@@ -12,7 +12,7 @@ import anyio
 from edge.interaction import Interrupted, ParticipantJoined, ParticipantLeft, UserQuery
 from edge.runtime import Agent, AgentRuntime, HandlerContext
 
-from ._config import RouterTopics, StatusCallback
+from ._config import ParticipantHooks, RouterTopics
 from ._output import ControlOutput, TopicOutput
 from ._state import Run, TurnCancelled
 from ._types import AgentExchange, AgentTurn
@@ -26,15 +26,15 @@ log = logging.getLogger(__name__)
 class RouterSubscriber(Agent):
     """Handlers return quickly: a query's turn runs in the router's task group (when the
     router is entered with ``async with``), so the publisher is not held for the turn;
-    ``status`` hears ``processing`` / ``idle`` around it."""
+    ``hooks.status`` hears ``processing`` / ``idle`` around it and ``hooks.failed`` a turn
+    that ended with an error, before its ``idle``."""
 
-    def __init__(
-        self, router: AgentRouter, topics: RouterTopics, status: StatusCallback | None
-    ) -> None:
+    def __init__(self, router: AgentRouter, topics: RouterTopics, hooks: ParticipantHooks) -> None:
         super().__init__()
         self.router = router
         self._topics = topics
-        self._status_callback = status
+        self._status_callback = hooks.status
+        self._failed_callback = hooks.failed
         self._warned_inline = False
         self.add_handler(topics.query, self.on_query)
         for topic, handler in (
@@ -107,11 +107,21 @@ class RouterSubscriber(Agent):
             await self.router._execute(run, out)
         except TurnCancelled:
             pass
-        except Exception:
+        except Exception as exc:
             log.exception("turn %s of participant %s failed", run.turn.turn_id, pid)
+            await self._failed(pid, run.turn.turn_id, exc)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._status("idle", pid)
+
+    async def _failed(self, participant_id: str, turn_id: str, exc: Exception) -> None:
+        if self._failed_callback is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._failed_callback(participant_id, turn_id, exc)
+            except Exception:
+                log.exception("failed(%r, %r) failed", participant_id, turn_id)
 
     async def _status(self, status: Literal["processing", "idle"], participant_id: str) -> None:
         if self._status_callback is None:

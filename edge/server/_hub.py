@@ -26,6 +26,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
+from edge.llm import LLMError
 from edge.runtime import Agent, HandlerContext
 from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
@@ -245,6 +246,14 @@ class OutputHub(Agent):
             ctx.metadata.participant_id,
             InterruptedMessage(reason=message.reason, request_id=message.request_id),
         )
+
+    async def turn_failed(self, participant_id: str, turn_id: str, exc: Exception) -> None:
+        """The router's ``failed`` hook: a turn its model failed on gets an ``error`` naming
+        the model (and its server, for a remote one; code ``backend_failed``) before its
+        ``idle``. Other failures are the router's own message (sent before the answer)."""
+        if isinstance(exc, LLMError):
+            message = f"the language model failed on this turn: {exc}"
+            self._send(participant_id, ErrorMessage(message=message, code=BACKEND_FAILED))
 
     async def status(self, state: Literal["processing", "idle"], participant_id: str) -> None:
         """The router's ``set_status`` callback. It brackets each turn, and one

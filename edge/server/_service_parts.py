@@ -207,7 +207,9 @@ class ServiceParts:
             replace(config, default_destination="conversation", topics=topics),
             dialogue=self.conversation.dialogue,  # the context manager owns the dialogue
             # a departure suspends the context; forget erases it
-            hooks=ParticipantHooks(cleanup=self.context.suspend, status=self.hub.status),
+            hooks=ParticipantHooks(
+                cleanup=self.context.suspend, status=self.hub.status, failed=self.hub.turn_failed
+            ),
         )
 
     def _register_agents(self) -> None:
