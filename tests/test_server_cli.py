@@ -131,8 +131,12 @@ def test_serve_answers_a_client_and_stops_on_ctrl_c(monkeypatch: pytest.MonkeyPa
             text=True,
             timeout=60,
         )
-        assert client.returncode == 0, client.stderr
+        # no LLM answers at that URL: each turn gets the router's apology and an error naming
+        # the server, and the client exits 1 (a turn failed)
+        assert client.returncode == 1, client.stderr
         assert client.stdout.count("Sorry, something went wrong") == 2
+        assert client.stderr.count("language model failed") == 2, client.stderr
+        assert "http://127.0.0.1:9/v1" in client.stderr
         assert "connected as cli" in client.stderr
         serve.send_signal(signal.SIGINT)
         _, err = serve.communicate(timeout=30)
