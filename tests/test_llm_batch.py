@@ -51,12 +51,16 @@ async def batched():  # type: ignore[no-untyped-def]
     await model.close()
 
 
+HOLD_S = 30.0
+
+
 async def test_one_slow_reader_does_not_hold_the_model_for_others() -> None:
     """A paused speculative answer (16 deltas ahead, then waiting up to ``hold_s`` for
     its confirmation) used to keep the model's slot: another participant waited the
-    whole hold."""
+    whole hold. The bound is half the hold, not a speed: a loaded machine is slow, but
+    it does not make b wait for a's confirmation."""
     llm = LlamaCppLLM(n_ctx=1024, temperature=0.0)
-    async with SpeculativeAnswers(llm, hold_s=10.0, ahead_deltas=4) as spec:
+    async with SpeculativeAnswers(llm, hold_s=HOLD_S, ahead_deltas=4) as spec:
         story = ask("Tell me a long story about a robot.")
         spec.speculate("a", Guess("a", "story"), story, GenerationOptions(max_tokens=200))
         with anyio.fail_after(30):
@@ -66,7 +70,7 @@ async def test_one_slow_reader_does_not_hold_the_model_for_others() -> None:
         r = await spec.chat(ask("Name one color."), max_tokens=8, cache_key="b")
         waited = time.perf_counter() - started
         assert r.content.strip() and spec.pending("a")
-        assert waited < 5.0, f"b waited {waited:.1f} s behind a's paused speculation"
+        assert waited < HOLD_S / 2, f"b waited {waited:.1f} s behind a's paused speculation"
     await llm.close()
 
 
