@@ -8,9 +8,9 @@ from typing import Any
 import anyio
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.client import AsyncClient
+from wyoming.client import AsyncClient, AsyncTcpClient
 from wyoming.event import Event
-from wyoming.handle import HandledChunk, HandledStart, HandledStop
+from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
 from wyoming.tts import SynthesizeStopped
 
 from edge.decisions import ScriptedDecisions
@@ -167,3 +167,20 @@ def make_service(**kw: object) -> EdgeService:
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
     )
+
+
+def wyoming_client(svc: EdgeService, read_timeout: float) -> AsyncTcpClient:
+    """A client of the service's Wyoming server (on 127.0.0.1)."""
+    assert svc.wyoming is not None
+    return AsyncTcpClient("127.0.0.1", svc.wyoming.bound_port, read_timeout=read_timeout)
+
+
+async def ask_handled(
+    svc: EdgeService, text: str, context: dict[str, Any], read_timeout: float
+) -> str:
+    """A Home Assistant ``transcript`` (for ``handle``) and the answer's ``handled`` text."""
+    async with wyoming_client(svc, read_timeout) as c:
+        await c.write_event(Transcript(text=text, context=context).event())
+        _, event = await read_answer(c)
+    assert event is not None and Handled.is_type(event.type), event
+    return Handled.from_event(event).text

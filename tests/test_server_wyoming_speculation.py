@@ -8,17 +8,23 @@ from __future__ import annotations
 import anyio
 import numpy as np
 import pytest
-from wyoming.asr import Transcribe, Transcript
+from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
-from wyoming.handle import Handled
 from wyoming.tts import Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.voice import float_to_pcm16
-from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
+from tests.server_helpers import (
+    ask_handled,
+    read_spoken,
+    read_transcript,
+    settings,
+    wait_for,
+    wyoming_client,
+)
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
 
 pytestmark = pytest.mark.anyio
@@ -42,16 +48,11 @@ def service(llm: ScriptedLLM) -> EdgeService:
 
 
 def client(svc: EdgeService) -> AsyncTcpClient:
-    assert svc.wyoming is not None
-    return AsyncTcpClient("127.0.0.1", svc.wyoming.bound_port, read_timeout=10)
+    return wyoming_client(svc, read_timeout=10)
 
 
 async def ask(svc: EdgeService, text: str) -> str:
-    async with client(svc) as c:
-        await c.write_event(Transcript(text=text, context=CONTEXT).event())
-        _, event = await read_answer(c)
-    assert event is not None and Handled.is_type(event.type), event
-    return Handled.from_event(event).text
+    return await ask_handled(svc, text, CONTEXT, read_timeout=10)
 
 
 async def transcribe(
