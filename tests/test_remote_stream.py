@@ -1,0 +1,136 @@
+"""Speech streamed to remote Wyoming servers as it happens: the utterance sent to the
+recognizer while it is spoken (the real ``wyoming-faster-whisper``, and our own ``edge
+serve`` Wyoming asr, which streams its transcripts), a stream dropped mid-utterance, and
+partial transcripts streamed by a server (a small scripted one: neither real server sends
+transcript chunks before the utterance ends). Connections are counted at a proxy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from edge.decisions import ScriptedDecisions
+from edge.llm import ScriptedLLM
+from edge.server import EdgeService
+from edge.voice import VoiceConfig
+from tests.remote_helpers import Servers, speaker, spoken
+from tests.server_helpers import answer_for, settings
+from tests.stream_helpers import proxy_to, streaming_asr
+from tests.voice_helpers import heard_as
+
+pytestmark = [pytest.mark.anyio, pytest.mark.model]
+
+QUESTION = "What is the capital of France?"
+ONLY_THE_STREAM = VoiceConfig(playback_speed=0, partial_interval_s=0, speculative_final=False)
+"""No partial or speculative passes: every transcript of the turn comes from the stream."""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    found = Servers(tmp_path_factory.mktemp("servers"), ("whisper", "piper"))
+    try:
+        found.start()
+        yield found
+    finally:
+        found.stop()
+
+
+@pytest.fixture(scope="module")
+def question(servers: Servers) -> bytes:
+    return spoken(servers.url("piper"), QUESTION)
+
+
+def remote(stt_url: str, servers: Servers, config: VoiceConfig = ONLY_THE_STREAM) -> EdgeService:
+    return EdgeService(
+        settings(voice=True, stt_url=stt_url, tts_url=servers.url("piper"), remote_timeout_s=5),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions("conversation"),
+        voice_config=config,
+    )
+
+
+async def test_the_utterance_streams_to_remote_whisper_over_one_connection_as_it_is_spoken(
+    servers: Servers, question: bytes
+) -> None:
+    async with proxy_to(servers.url("whisper")) as proxy:
+        service = remote(proxy.url, servers)
+        async with service, speaker(service) as client:
+            began = time.perf_counter()  # (the service warmed the recognizer up at start)
+            spoken_until = await client.speak(question, trailing_silence_s=1.0)
+            turn = await client.collect_turn(limit_s=60)
+            assert heard_as(turn.query, QUESTION), turn.query
+            assert not turn.errors
+            listener, _ = service.voice.session("p1")  # type: ignore[union-attr]
+            stats = listener.stats[-1]
+    audio = proxy.with_audio(since=began)
+    assert len(audio) == 1, proxy.connections  # the whole utterance over one connection
+    streamed = audio[0]
+    assert streamed.first_audio_at is not None
+    assert streamed.first_audio_at < spoken_until - 1.0  # sent while it was spoken
+    assert streamed.last_sent_at >= spoken_until
+    assert stats.passes == 1 and stats.final_pass_s < 5
+
+
+async def test_a_stream_dropped_mid_utterance_still_gives_the_final_transcript(
+    servers: Servers, question: bytes
+) -> None:
+    async with proxy_to(servers.url("whisper")) as proxy:
+        service = remote(proxy.url, servers)
+        async with service, speaker(service) as client:
+            proxy.drop_after = len(question) // 2  # the stream is cut half way through
+            began = time.perf_counter()
+            await client.speak(question, trailing_silence_s=1.0)
+            turn = await client.collect_turn(limit_s=60)
+            assert heard_as(turn.query, QUESTION), turn.query  # nothing lost
+            assert not turn.errors
+            report = service.backends.health()["stt"]
+    assert proxy.dropped == 1
+    _streamed, whole = proxy.with_audio(since=began)  # the cut stream, then one whole request
+    assert whole.sent > len(question)
+    assert report["state"] == "ok", report  # the whole request answered
+
+
+async def test_a_spoken_turn_through_the_edge_wyoming_asr_streams_its_transcript(
+    servers: Servers, question: bytes
+) -> None:
+    asr = EdgeService(
+        settings(voice=True, wyoming_port=0),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions("conversation"),
+    )
+    async with asr:
+        assert asr.wyoming is not None
+        upstream = f"tcp://127.0.0.1:{asr.wyoming.bound_port}"
+        async with proxy_to(upstream) as proxy:
+            service = remote(proxy.url, servers)
+            async with service, speaker(service) as client:
+                began = time.perf_counter()
+                spoken_until = await client.speak(question, trailing_silence_s=1.0)
+                turn = await client.collect_turn(limit_s=60)
+                assert heard_as(turn.query, QUESTION), turn.query
+                assert not turn.errors
+                report = service.backends.health()["stt"]
+    assert report["streams_transcripts"] is True
+    assert "partial" in report["transcripts"], report  # the server streams transcripts
+    (streamed,) = proxy.with_audio(since=began)
+    assert streamed.first_audio_at is not None
+    assert streamed.first_audio_at < spoken_until - 1.0
+
+
+async def test_partial_transcripts_come_from_a_server_that_streams_them(
+    servers: Servers, question: bytes
+) -> None:
+    config = VoiceConfig(playback_speed=0, partial_interval_s=0.5, speculative_final=False)
+    async with streaming_asr(QUESTION) as url, proxy_to(url) as proxy:
+        service = remote(proxy.url, servers, config)
+        async with service, speaker(service) as client:
+            began = time.perf_counter()
+            await client.speak(question, trailing_silence_s=1.0)
+            turn = await client.collect_turn(limit_s=60)
+    partials = [t.text for t in turn.transcripts if not t.final]
+    assert partials and partials[0] == "w1", partials  # as the server streamed them
+    assert all(p.startswith("w1") for p in partials), partials
+    assert turn.query == QUESTION
+    assert len(proxy.with_audio(since=began)) == 1  # no separate partial passes
