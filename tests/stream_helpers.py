@@ -27,6 +27,12 @@ class Connection:
     last_sent_at: float = 0.0
     received: int = 0  # bytes server → client
     closed_at: float | None = None
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    log: bytearray = field(default_factory=bytearray)  # what the client sent (up to 1 MB)
+
+    def events(self, kind: str) -> int:
+        """How many events of type ``kind`` the client sent on this connection."""
+        return self.log.count(f'"type": "{kind}"'.encode())
 
 
 @dataclass
@@ -60,12 +66,15 @@ class Proxy:
             pass
         finally:
             record.closed_at = time.perf_counter()
+            record.closed.set()
 
     async def _pump(self, src, dst, record, upstream, scope) -> None:  # type: ignore[no-untyped-def]
         try:
             async for data in src:
                 if upstream:
                     record.sent += len(data)
+                    if len(record.log) < 1_000_000:
+                        record.log += data
                     record.last_sent_at = time.perf_counter()
                     if record.first_audio_at is None and record.sent > AUDIO_BYTES:
                         record.first_audio_at = record.last_sent_at

@@ -1,18 +1,21 @@
 """Speech streamed to remote Wyoming servers as it happens: the utterance sent to the
 recognizer while it is spoken (the real ``wyoming-faster-whisper``, and our own ``edge
-serve`` Wyoming asr, which streams its transcripts), a stream dropped mid-utterance, and
+serve`` Wyoming asr, which streams its transcripts), a stream dropped mid-utterance,
 partial transcripts streamed by a server (a small scripted one: neither real server sends
-transcript chunks before the utterance ends). Connections are counted at a proxy."""
+transcript chunks before the utterance ends), and a reply's sentences streamed to the real
+``wyoming-piper`` over one connection, closed by a barge-in. Connections are counted (and
+what the client sent on them read) at a proxy."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from edge.decisions import ScriptedDecisions
-from edge.llm import ScriptedLLM
+from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.voice import VoiceConfig
 from tests.remote_helpers import Servers, speaker, spoken
@@ -134,3 +137,75 @@ async def test_partial_transcripts_come_from_a_server_that_streams_them(
     assert all(p.startswith("w1") for p in partials), partials
     assert turn.query == QUESTION
     assert len(proxy.with_audio(since=began)) == 1  # no separate partial passes
+
+
+def reply_for(text: str, delay_s: float) -> ScriptedLLM:
+    return ScriptedLLM(lambda messages: ScriptedReply(text, delay_s=delay_s))
+
+
+def remote_tts(tts_url: str, llm: ScriptedLLM, speed: float) -> EdgeService:
+    return EdgeService(
+        settings(voice=True, tts_url=tts_url, remote_timeout_s=5, reply_sentences=0),
+        llm=llm,
+        decisions=ScriptedDecisions("conversation"),
+        voice_config=VoiceConfig(playback_speed=speed, partial_interval_s=0),
+    )
+
+
+async def test_a_reply_streams_to_remote_piper_sentence_by_sentence_over_one_connection(
+    servers: Servers,
+) -> None:
+    reply = "The first sentence is short. Then a second one follows. And the third ends it."
+    async with proxy_to(servers.url("piper")) as proxy:
+        service = remote_tts(proxy.url, reply_for(reply, delay_s=0.08), speed=0)
+        async with service, speaker(service) as client:
+            arrivals: list[tuple[str, float]] = []
+
+            def note(message: object) -> None:
+                kind = getattr(message, "type", "")
+                if kind == "audio" or (kind == "reply" and getattr(message, "final", False)):
+                    arrivals.append((kind, time.perf_counter()))
+
+            began = time.perf_counter()
+            turn = await client.ask("tell me three things", limit_s=60, on_message=note)
+            assert turn.text == reply and len(turn.pcm) > 16_000
+            assert not turn.errors
+            report = service.backends.health()["tts"]
+    assert report["streams_synthesis"] is True
+    first_audio = next(at for kind, at in arrivals if kind == "audio")
+    reply_done = next(at for kind, at in arrivals if kind == "reply")
+    assert first_audio < reply_done  # spoken while the model still wrote (not held back)
+    streams = [c for c in proxy.connections if c.opened_at > began and c.events("synthesize-start")]
+    assert len(streams) == 1, proxy.connections  # one connection for the reply
+    (stream,) = streams
+    assert stream.events("synthesize-chunk") == 3 and stream.events("synthesize-stop") == 1
+    assert not stream.events("synthesize")  # no per-sentence requests beside it
+    assert stream.closed_at is not None
+
+
+async def test_a_barge_in_closes_the_reply_stream_and_nothing_more_is_asked(
+    servers: Servers,
+) -> None:
+    long_reply = " ".join(f"This is sentence number {n} of a long answer." for n in range(12))
+    async with proxy_to(servers.url("piper")) as proxy:
+        service = remote_tts(proxy.url, reply_for(long_reply, delay_s=0), speed=1.0)
+        async with service, speaker(service) as client:
+            began = time.perf_counter()
+            await client.send({"type": "text", "text": "a long answer please"})
+            interrupted_at = 0.0
+            with anyio.fail_after(30):
+                while not interrupted_at:
+                    message, _ = await client.receive()
+                    if getattr(message, "type", "") == "audio":
+                        await client.send({"type": "interrupt"})
+                        interrupted_at = time.perf_counter()
+            streams = [c for c in proxy.connections if c.opened_at > began]
+            (stream,) = [c for c in streams if c.events("synthesize-start")]
+            with anyio.fail_after(10):
+                await stream.closed.wait()
+            await anyio.sleep(1.0)  # (a speaker still asking would open a connection now)
+            later = [c for c in proxy.connections if c.opened_at > interrupted_at]
+    assert stream.closed_at - interrupted_at < 3.0
+    assert stream.events("synthesize-chunk") < 12  # the rest was never asked for
+    assert not stream.events("synthesize-stop")  # closed, not finished
+    assert not later, later

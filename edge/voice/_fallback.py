@@ -85,3 +85,14 @@ class FallbackTTS:
             log.info("%s; the local voice answers", exc)
             self.backend.fallback_uses += 1
         return self.local.synthesize(text)
+
+    def synthesize_in(self, reply: str, text: str) -> Synthesis:
+        try:
+            return self.remote.synthesize_in(reply, text)
+        except RemoteSpeechError as exc:
+            log.info("%s; the local voice answers", exc)
+            self.backend.fallback_uses += 1
+        return self.local.synthesize(text)
+
+    def end_reply(self, reply: str, *, interrupted: bool = False) -> None:
+        self.remote.end_reply(reply, interrupted=interrupted)
