@@ -117,7 +117,7 @@ def _asr_info() -> Info:
         name="word-streamer",
         attribution=attribution,
         installed=True,
-        description="streams a word per half second of audio",
+        description="streams a word per quarter second of audio",
         version="1",
         models=[model],
         supports_transcript_streaming=True,
@@ -128,7 +128,7 @@ def _asr_info() -> Info:
 @asynccontextmanager
 async def streaming_asr(final: str) -> AsyncIterator[str]:
     """A Wyoming ``asr`` server on 127.0.0.1 that streams a transcript chunk (``w1``,
-    ``w2``, ...) for each 0.5 s of audio while it arrives, and answers ``final`` at
+    ``w2``, ...) for each 0.25 s of audio while it arrives, and answers ``final`` at
     ``audio-stop``; yields its URL."""
 
     async def serve(stream: SocketStream) -> None:
@@ -146,7 +146,7 @@ async def streaming_asr(final: str) -> AsyncIterator[str]:
                     await _write(stream, _asr_info().event())
                 elif AudioChunk.is_type(event.type):
                     received += len(AudioChunk.from_event(event).audio)
-                    while received >= (words + 1) * 16_000:
+                    while received >= (words + 1) * 8_000:  # 0.25 s of PCM16
                         if words == 0:
                             await _write(stream, TranscriptStart(language="en").event())
                         words += 1

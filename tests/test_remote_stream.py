@@ -115,8 +115,8 @@ async def test_a_spoken_turn_through_the_edge_wyoming_asr_streams_its_transcript
                 assert heard_as(turn.query, QUESTION), turn.query
                 assert not turn.errors
                 report = service.backends.health()["stt"]
-    assert report["streams_transcripts"] is True
-    assert "partial" in report["transcripts"], report  # the server streams transcripts
+    assert report["streams_transcripts"] is True  # its info says so; it streams the final
+    assert report["transcripts"].startswith("final only"), report  # no passes were made
     (streamed,) = proxy.with_audio(since=began)
     assert streamed.first_audio_at is not None
     assert streamed.first_audio_at < spoken_until - 1.0
@@ -132,6 +132,8 @@ async def test_partial_transcripts_come_from_a_server_that_streams_them(
             began = time.perf_counter()
             await client.speak(question, trailing_silence_s=1.0)
             turn = await client.collect_turn(limit_s=60)
+            report = service.backends.health()["stt"]
+    assert report["transcripts"] == "partial (streamed by the server) and final", report
     partials = [t.text for t in turn.transcripts if not t.final]
     assert partials and partials[0] == "w1", partials  # as the server streamed them
     assert all(p.startswith("w1") for p in partials), partials

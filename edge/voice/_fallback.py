@@ -41,8 +41,8 @@ class FallbackSTT:
             self.local.load()
 
     @property
-    def streams_transcripts(self) -> bool:
-        return self.remote.streams_transcripts
+    def partials_streamed(self) -> bool:
+        return self.remote.partials_streamed
 
     def open_stream(self, on_partial: Callable[[str], None]) -> WyomingSpeechStream:
         """The remote's stream; when it fails, :meth:`transcribe` (local behind it) answers."""

@@ -534,8 +534,8 @@ class Listener:
             self._stream.feed(chunk)
 
     def _stream_partials(self) -> bool:
-        """Partial transcripts come from the stream (the server streams them)."""
-        return self._stream is not None and bool(getattr(self._stt, "streams_transcripts", 0))
+        """Partial transcripts come from the stream (the server has streamed them)."""
+        return self._stream is not None and bool(getattr(self._stt, "partials_streamed", 0))
 
     def _streamed_partial(self, utterance: int, text: str) -> None:
         """The server streamed the words so far: a partial transcript (and, in a pause,

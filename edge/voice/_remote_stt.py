@@ -72,7 +72,8 @@ class WyomingSTT:
         self.language = language
         self.program: str | None = None
         self.model: str | None = None
-        self.streams_transcripts = False
+        self.streams_transcripts = False  # as its info says
+        self.partials_streamed = False  # a stream gave transcript chunks before its end
 
     @property
     def description(self) -> str:
@@ -106,7 +107,12 @@ class WyomingSTT:
 
     def open_stream(self, on_partial: Callable[[str], None]) -> WyomingSpeechStream:
         """A stream for one utterance, sent as it is spoken (the listener runs it)."""
-        return WyomingSpeechStream(self.backend, self.model, self.language, on_partial)
+
+        def partial(text: str) -> None:
+            self.partials_streamed = True
+            on_partial(text)
+
+        return WyomingSpeechStream(self.backend, self.model, self.language, partial)
 
     def transcribe(self, audio: np.ndarray) -> Recognition:
         """Transcribe 16 kHz mono float32 audio on the server (one request)."""
