@@ -76,6 +76,29 @@ async def test_the_utterance_streams_to_remote_whisper_over_one_connection_as_it
     assert stats.passes == 1 and stats.final_pass_s < 5
 
 
+async def test_a_stream_not_needed_is_closed_without_asking_for_a_transcript(
+    servers: Servers, question: bytes
+) -> None:
+    """The pause's pass covered the utterance: its text is the final transcript, and the
+    utterance's stream is closed without ``audio-stop`` (the server decodes nothing)."""
+    config = VoiceConfig(playback_speed=0, partial_interval_s=0, speculative_final=True)
+    async with proxy_to(servers.url("whisper")) as proxy:
+        service = remote(proxy.url, servers, config)
+        async with service, speaker(service) as client:
+            began = time.perf_counter()
+            await client.speak(question, trailing_silence_s=1.0)
+            turn = await client.collect_turn(limit_s=60)
+            assert heard_as(turn.query, QUESTION), turn.query
+            listener, _ = service.voice.session("p1")  # type: ignore[union-attr]
+            assert listener.stats[-1].reused_pass  # the pause's pass gave the final text
+            streams = [c for c in proxy.with_audio(since=began) if c.events("audio-start")]
+            stream = min(streams, key=lambda c: c.opened_at)  # opened at speech start
+            with anyio.fail_after(5):
+                await stream.closed.wait()
+    assert len(streams) == 2  # the stream and the pause's pass
+    assert not stream.events("audio-stop")
+
+
 async def test_a_stream_dropped_mid_utterance_still_gives_the_final_transcript(
     servers: Servers, question: bytes
 ) -> None:

@@ -282,7 +282,11 @@ class _Reply:
         self.ended = True
         self.interrupted = interrupted
         if not self.busy and self.client is not None:
-            task = asyncio.get_running_loop().create_task(self.close())
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on the event loop: the connection goes with the object
+                return
+            task = loop.create_task(self.close())
             _CLOSING.add(task)
             task.add_done_callback(_CLOSING.discard)
 
