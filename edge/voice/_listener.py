@@ -482,8 +482,6 @@ class Listener:
                 if job is None or job.result is None:
                     job = _Pass(utterance, event.speech_end_sample, "final")
                     await self._final_pass(job, audio, stream)
-                elif stream is not None:
-                    stream.cancel()
             finally:  # cancelled (the participant left) or failed: no final pending either way
                 self._final_pending.discard(utterance)
                 if stream is not None:
