@@ -252,8 +252,12 @@ class Backends:
         return entry
 
     def transcripts(self) -> str:
-        """``partial and final`` while a pass is short enough for partials (the
-        listener's own rule), else ``final only`` (speculation still runs at a pause)."""
+        """``partial and final``: streamed by a server that has streamed transcript
+        chunks while an utterance was spoken, or while a pass is short enough for
+        partials (the listener's own rule); else ``final only`` (speculation still runs
+        at a pause)."""
+        if self.stt is not None and self.stt.partials_streamed:
+            return "partial (streamed by the server) and final"
         pipeline = self._pipeline
         config = pipeline.config
         cost = pipeline.stt_cost.seconds

@@ -70,9 +70,17 @@ from ._stt import (
     Recognition,
     SpeechToText,
     SpeechToTextError,
+    StreamingSpeechToText,
     WhisperSTT,
 )
-from ._tts import NothingToSpeakError, PiperTTS, Synthesis, TextToSpeech, TextToSpeechError
+from ._tts import (
+    NothingToSpeakError,
+    PiperTTS,
+    StreamingTextToSpeech,
+    Synthesis,
+    TextToSpeech,
+    TextToSpeechError,
+)
 from ._vad import SileroVAD, VadModelMissingError, default_vad_path
 
 __all__ = [
@@ -117,6 +125,8 @@ __all__ = [
     "SpeechToText",
     "SpeechToTextError",
     "StreamResampler",
+    "StreamingSpeechToText",
+    "StreamingTextToSpeech",
     "SttSettings",
     "Synthesis",
     "TextToSpeech",

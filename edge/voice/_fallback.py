@@ -8,10 +8,12 @@ backend's ``fallback_uses`` counts it. The remote is tried again once its back-o
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
 from ._remote import RemoteSpeechError
+from ._remote_stream import WyomingSpeechStream
 from ._remote_stt import WyomingSTT
 from ._remote_tts import WyomingTTS
 from ._stt import LoadsModel, Recognition, SpeechToText
@@ -37,6 +39,14 @@ class FallbackSTT:
         self.remote.load()
         if isinstance(self.local, LoadsModel):
             self.local.load()
+
+    @property
+    def partials_streamed(self) -> bool:
+        return self.remote.partials_streamed
+
+    def open_stream(self, on_partial: Callable[[str], None]) -> WyomingSpeechStream:
+        """The remote's stream; when it fails, :meth:`transcribe` (local behind it) answers."""
+        return self.remote.open_stream(on_partial)
 
     def transcribe(self, audio: np.ndarray) -> Recognition:
         try:
@@ -75,3 +85,14 @@ class FallbackTTS:
             log.info("%s; the local voice answers", exc)
             self.backend.fallback_uses += 1
         return self.local.synthesize(text)
+
+    def synthesize_in(self, reply: str, text: str) -> Synthesis:
+        try:
+            return self.remote.synthesize_in(reply, text)
+        except RemoteSpeechError as exc:
+            log.info("%s; the local voice answers", exc)
+            self.backend.fallback_uses += 1
+        return self.local.synthesize(text)
+
+    def end_reply(self, reply: str, *, interrupted: bool = False) -> None:
+        self.remote.end_reply(reply, interrupted=interrupted)

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import numpy as np
@@ -46,7 +46,7 @@ from ._endpoint import (
 from ._messages import Transcript
 from ._remote import REMOTE_ERRORS
 from ._sentences import clearly_continues, end_verdict
-from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
+from ._stt import FullWindowSpeechToText, Recognition, SpeechToText, StreamingSpeechToText
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,8 @@ class Listener:
         self._tg: TaskGroup | None = None
         self._outbox = _Outbox(participant_id)
         self.stats: deque[UtteranceStats] = deque(maxlen=100)  # the latest utterances
+        self._stream: Any = None  # the current utterance's stream (a StreamingSpeechToText)
+        self._stream_fresh = False  # nothing sent to it yet
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -254,6 +256,7 @@ class Listener:
         self._fed += len(audio)
         probabilities = self._vad.process(audio)
         self._handle(self._endpointer.feed(audio, probabilities))
+        self._stream_audio(audio)
         if self._endpointer.speaking:
             self._maybe_speculate()
             self._maybe_partial()
@@ -289,6 +292,7 @@ class Listener:
                     base_us + (event.start_sample - base_sample) * 1_000_000 // self._rate
                 )
                 self._last_partial_covers = event.start_sample
+                self._open_stream()
                 self._hooks.speech_started(self.participant_id)
             elif isinstance(event, SpeechPaused):
                 self._speculated = False
@@ -326,7 +330,7 @@ class Listener:
 
     def _maybe_partial(self) -> None:
         interval = self.config.partial_interval_s
-        if interval <= 0 or self._tg is None:
+        if interval <= 0 or self._tg is None or self._stream_partials():
             return
         if any(not p.done.is_set() for p in self._passes):
             return
@@ -466,6 +470,9 @@ class Listener:
         self._utterance += 1
         self._final_pending.add(utterance)
         audio = event.audio
+        stream, self._stream = self._stream, None
+        if stream is not None and stream.samples < len(audio):  # the end's chunk, not sent yet
+            stream.feed(audio[stream.samples :])
 
         async def finalize() -> None:
             job = reuse
@@ -474,9 +481,11 @@ class Listener:
                     await job.done.wait()
                 if job is None or job.result is None:
                     job = _Pass(utterance, event.speech_end_sample, "final")
-                    await self._run_pass(job, audio)
+                    await self._final_pass(job, audio, stream)
             finally:  # cancelled (the participant left) or failed: no final pending either way
                 self._final_pending.discard(utterance)
+                if stream is not None:
+                    stream.cancel()
             text = job.result.text if job.result else ""
             stats = UtteranceStats.of(job, len(audio) / self._rate, ended_at, reuse, passes)
             self.stats.append(stats)
@@ -495,3 +504,66 @@ class Listener:
                 await self._hooks.query(self.participant_id, text, start_us)
 
         self._outbox.put(finalize)
+
+    # -- streaming to a remote recognizer (a StreamingSpeechToText) -------------------------
+
+    def _open_stream(self) -> None:
+        """Confirmed speech: a recognizer that streams gets the utterance as it is spoken."""
+        if self._stream is not None:
+            self._stream.cancel()
+        self._stream = None
+        if not isinstance(self._stt, StreamingSpeechToText) or self._tg is None:
+            return
+        utterance = self._utterance
+        self._stream = self._stt.open_stream(partial(self._streamed_partial, utterance))
+        self._stream_fresh = True
+        self._tg.start_soon(self._stream.run)
+
+    def _stream_audio(self, chunk: np.ndarray) -> None:
+        """Send ``chunk`` to the open stream (the first time, the utterance so far)."""
+        if self._stream is None:
+            return
+        if self._stream_fresh:  # the pre-roll and speech so far, and the chunk's tail
+            self._stream_fresh = False
+            audio, _ = self._endpointer.utterance_audio()
+            tail = self._fed - self._endpointer.position
+            self._stream.feed(np.concatenate([audio, chunk[len(chunk) - tail :]]))
+        else:
+            self._stream.feed(chunk)
+
+    def _stream_partials(self) -> bool:
+        """Partial transcripts come from the stream (the server has streamed them)."""
+        return self._stream is not None and bool(getattr(self._stt, "partials_streamed", 0))
+
+    def _streamed_partial(self, utterance: int, text: str) -> None:
+        """The server streamed the words so far: a partial transcript (and, in a pause,
+        the guess)."""
+        if utterance != self._utterance or not text:
+            return
+        ep = self._endpointer
+        if ep.speaking and ep.silence_samples and not clearly_continues(text):
+            self._offer(text)
+        start_us = self._speech_start_us
+
+        async def send_partial() -> None:
+            if utterance == self._utterance:
+                await self._hooks.transcript(
+                    self.participant_id,
+                    Transcript(text=text, utterance=utterance, speech_start_us=start_us),
+                )
+
+        self._outbox.put(send_partial)
+
+    async def _final_pass(self, job: _Pass, audio: np.ndarray, stream: Any) -> None:
+        """The final transcript from the utterance's stream; when it failed (or there is
+        none), one whole request over ``audio``: nothing said is lost."""
+        if stream is not None:
+            job.started, job.started_at = True, time.perf_counter()
+            try:
+                job.result = await stream.finish()
+                job.done.set()
+                return
+            except REMOTE_ERRORS as exc:
+                log.warning("%s; the utterance is sent whole", exc)
+            job.started = False
+        await self._run_pass(job, audio)

@@ -151,6 +151,21 @@ class RemoteBackend:
             delay = min(self.max_backoff_s, 0.5 * 2 ** (self._failures - 1))
             self._retry_at = self._failed_at + delay
 
+    def record_success(self, elapsed_s: float) -> None:
+        """A request made outside :meth:`call` (a streamed utterance) answered."""
+        self._succeeded(elapsed_s)
+
+    def record_failure(self, cause: str) -> None:
+        """A request made outside :meth:`call` failed (the back-off starts)."""
+        self._failed(cause)
+
+    def check_backoff(self) -> None:
+        """:class:`RemoteSpeechError` while the back-off after a failure lasts, or while
+        no server is known (``auto`` before discovery)."""
+        if self.host is None:
+            raise RemoteSpeechError(f"{self.name}: no server was found over mDNS")
+        self._check_backoff()
+
     def _check_backoff(self) -> None:
         with self._lock:
             if not self._failures:

@@ -1,9 +1,14 @@
 """Speech to text on a Wyoming ``asr`` server (``wyoming-faster-whisper``, a GPU build, or
 any other), in place of the in-process Whisper.
 
-VAD, endpointing and the listener's passes stay on the device: each pass the listener
-makes over the utterance so far (a partial while the participant speaks, the speculative
-pass during the end-of-utterance pause, the final one) is one Wyoming request:
+VAD, endpointing and the listener's passes stay on the device. Each utterance is streamed
+to the server as it is spoken (:meth:`WyomingSTT.open_stream`, one connection per
+utterance, ``edge.voice._remote_stream``): its final transcript costs only the server's
+decode, and a server that streams transcript chunks before ``audio-stop`` gives the
+partial transcripts. The other passes the listener makes over the utterance so far (a
+partial while the participant speaks, where the server does not stream them; the
+speculative pass during the end-of-utterance pause; the final pass when the stream
+failed) are each one Wyoming request:
 ``transcribe``, ``audio-start``, the audio as ``audio-chunk`` events, ``audio-stop``, and
 the server's ``transcript`` (or its ``transcript-start/chunk/stop`` stream, joined). So
 partial transcripts and speculation work against any server; the listener's own rule
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +33,7 @@ from wyoming.info import AsrProgram, Info
 
 from ._audio import STT_RATE, float_to_pcm16
 from ._remote import RemoteBackend, RemoteSpeechError, RemoteSpeechMismatch, read_or_fail
+from ._remote_stream import WyomingSpeechStream
 from ._stt import Recognition
 
 log = logging.getLogger(__name__)
@@ -65,7 +72,8 @@ class WyomingSTT:
         self.language = language
         self.program: str | None = None
         self.model: str | None = None
-        self.streams_transcripts = False
+        self.streams_transcripts = False  # as its info says
+        self.partials_streamed = False  # a stream gave transcript chunks before its end
 
     @property
     def description(self) -> str:
@@ -96,6 +104,15 @@ class WyomingSTT:
         program, self.model = found
         self.program = program.name
         self.streams_transcripts = program.supports_transcript_streaming
+
+    def open_stream(self, on_partial: Callable[[str], None]) -> WyomingSpeechStream:
+        """A stream for one utterance, sent as it is spoken (the listener runs it)."""
+
+        def partial(text: str) -> None:
+            self.partials_streamed = True
+            on_partial(text)
+
+        return WyomingSpeechStream(self.backend, self.model, self.language, partial)
 
     def transcribe(self, audio: np.ndarray) -> Recognition:
         """Transcribe 16 kHz mono float32 audio on the server (one request)."""

@@ -36,7 +36,7 @@ from ._config import VoiceConfig
 from ._messages import AudioOutput
 from ._remote import REMOTE_ERRORS
 from ._sentences import SentenceSplitter, speakable
-from ._tts import NothingToSpeakError, TextToSpeech
+from ._tts import NothingToSpeakError, StreamingTextToSpeech, TextToSpeech
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,8 @@ class Speaker:
                     key, rid, frame.source, text, final and i == len(texts) - 1, correlation_id
                 )
             )
+        if final and rid is not None:
+            self._end_reply_when_synthesized(rid)
         return True
 
     def prepare(self, text: str) -> None:
@@ -242,6 +244,8 @@ class Speaker:
         if rid in self._superseded:
             return
         self._superseded.add(rid)
+        if isinstance(self._tts, StreamingTextToSpeech):
+            self._tts.end_reply(rid, interrupted=True)  # its stream asks for nothing more
         self._superseded_order.append(rid)
         while len(self._superseded_order) > _SUPERSEDED_MEMORY:
             self._superseded.discard(self._superseded_order.popleft())
@@ -275,10 +279,14 @@ class Speaker:
                 segment.audio = await self._synthesize(segment.text, segment.request_id)
             segment.ready.set()
             self._notify()
+            if segment.request_id is not None:
+                self._end_reply_when_synthesized(segment.request_id)
 
     async def _synthesize(self, text: str, request_id: str | None = None) -> np.ndarray:
         try:
-            return await anyio.to_thread.run_sync(self._speak, text, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(
+                self._speak, text, request_id, limiter=self._limiter
+            )
         except NothingToSpeakError:
             pass
         except REMOTE_ERRORS as exc:
@@ -289,8 +297,11 @@ class Speaker:
             log.exception("speech synthesis failed for %s", self.participant_id)
         return np.zeros(0, dtype=np.float32)
 
-    def _speak(self, text: str) -> np.ndarray:
-        result = self._tts.synthesize(text)
+    def _speak(self, text: str, request_id: str | None = None) -> np.ndarray:
+        if request_id is not None and isinstance(self._tts, StreamingTextToSpeech):
+            result = self._tts.synthesize_in(request_id, text)  # over the reply's stream
+        else:
+            result = self._tts.synthesize(text)
         rate = self._out_rate or result.sample_rate
         self._out_rate = rate
         return resample(result.audio, result.sample_rate, rate)
@@ -377,3 +388,14 @@ class Speaker:
             with anyio.move_on_after(wait):
                 await stop.wait()
         return generation == self._generation
+
+    def _end_reply_when_synthesized(self, rid: str) -> None:
+        """A voice that streams replies ends ``rid``'s stream once all of it is spoken
+        into audio (its streams closed, no segment of it waiting for synthesis)."""
+        if not isinstance(self._tts, StreamingTextToSpeech):
+            return
+        if any(s.request_id == rid and s.open for s in self._streams.values()):
+            return
+        if any(s.request_id == rid and s.audio is None for s in self._plan):
+            return
+        self._tts.end_reply(rid)

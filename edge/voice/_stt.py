@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -64,6 +65,15 @@ class FullWindowSpeechToText(Protocol):
     reads (a fitted window drops a question's "?" more often)."""
 
     def transcribe_full(self, audio: np.ndarray) -> Recognition: ...
+
+
+@runtime_checkable
+class StreamingSpeechToText(Protocol):
+    """A recognizer that takes an utterance as it is spoken (a remote server): the
+    listener opens a stream when speech starts, feeds it each chunk, and ``finish()``
+    gives the final :class:`Recognition` (see ``edge.voice._remote_stream``)."""
+
+    def open_stream(self, on_partial: Callable[[str], None]) -> Any: ...
 
 
 TOKENS_PER_S = 10

@@ -65,6 +65,17 @@ class TextToSpeech(Protocol):
     def synthesize(self, text: str) -> Synthesis: ...
 
 
+@runtime_checkable
+class StreamingTextToSpeech(Protocol):
+    """A voice that speaks a reply's sentences over one stream (a remote server):
+    ``synthesize_in(reply, text)`` for each sentence in order, ``end_reply(reply)`` once
+    the reply is synthesized or interrupted (non-blocking)."""
+
+    def synthesize_in(self, reply: str, text: str) -> Synthesis: ...
+
+    def end_reply(self, reply: str, *, interrupted: bool = False) -> None: ...
+
+
 class PiperTTS:
     """A Piper voice. ``length_scale`` < 1 speaks faster.
 
