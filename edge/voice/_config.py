@@ -120,7 +120,7 @@ class VoiceConfig(BaseModel):
     first_clause_chars: int | None = Field(default=12, ge=1, le=220)
     first_piece_max_chars: int | None = Field(default=32, ge=13, le=220)
     speculative_final: bool = True
-    speculative_after_ms: int = Field(default=100, ge=0)
+    speculative_after_ms: int = Field(default=96, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
     full_window_pause_pass: bool = False
 
