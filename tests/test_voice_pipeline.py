@@ -484,3 +484,43 @@ async def test_a_synthesis_failure_skips_only_that_sentence() -> None:
         await reply(runtime, "First one. A broken one. Last one.", "r1")
         await wait_for(lambda: any(c.final for c in audio_of(rec)))
         assert [c.text for c in audio_of(rec) if c.text] == ["First one.", "Last one."]
+
+
+async def test_no_pass_after_the_pause_pass_while_nothing_is_said() -> None:
+    """Once the pass started in a pause covers the last speech, the rest of the pause adds
+    only silence: no partial runs over it (it would hold the model at the endpoint and
+    could word the final transcript differently from the pause's guess), and the endpoint
+    reuses the pause pass."""
+    stt = ToneSTT()
+    config = VoiceConfig(
+        vad=FAST_VAD.model_copy(update={"end_silence_ms": 1200}),
+        partial_interval_s=0.3,
+        playback_speed=0,
+    )
+    runtime, voice, rec, _ = make(config, stt=stt)
+    async with voice, runtime:
+        audio = np.concatenate([silence(0.3), tone(0.8), silence(1.5)])
+        await feed(runtime, audio, pause_s=0.02)  # 5x real time: every pass keeps up
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        listener, _ = voice.session("p1")
+        assert listener.stats[0].reused_pass
+    speech_end = 0.1 + 0.8  # pre-roll and speech
+    assert max(stt.calls) < speech_end + 0.3, stt.calls  # the pause pass, not later ones
+
+
+async def test_the_pause_pass_starts_at_the_third_silent_window() -> None:
+    """By default the pass over a pause starts once three VAD windows (96 ms) are silent:
+    a gap of two windows between words (the benchmark's questions have 64 ms ones) starts
+    none, and a real pause is not held back to a fourth window (128 ms)."""
+    stt = ToneSTT()
+    vad = FAST_VAD.model_copy(update={"end_silence_ms": 2000})
+    runtime, voice, _, _ = make(VoiceConfig(vad=vad, partial_interval_s=0, playback_speed=0), stt)
+    window = 512 / 16_000
+    speech = [silence(10 * window), tone(16 * window), silence(2 * window), tone(16 * window)]
+    async with voice, runtime:
+        await feed(runtime, np.concatenate(speech), chunk_ms=32)
+        await feed(runtime, silence(2 * window), chunk_ms=32)
+        await anyio.sleep(0.2)
+        assert stt.calls == []  # two silent windows: no pass
+        await feed(runtime, silence(window), chunk_ms=32)
+        await wait_for(lambda: stt.calls, limit=2.0)

@@ -128,3 +128,30 @@ def test_voice_config_checks_the_first_piece_limits() -> None:
     with pytest.raises(ValueError, match="first_piece_max_chars"):
         VoiceConfig(first_clause_chars=80, first_piece_max_chars=60)
     assert VoiceConfig(first_piece_max_chars=None).first_piece_max_chars is None
+
+
+def test_the_default_first_piece_is_a_short_clause_or_phrase() -> None:
+    """The first audio waits for the first piece's words and then for its synthesis, both
+    in proportion to its length: by default it ends at a comma once it holds 12
+    characters, or, with no break, at a phrase boundary within 32 (replies the default
+    model gave in the benchmark); "Sure," or "Of course," still do not stand alone."""
+    from edge.voice import VoiceConfig
+
+    def first(text: str) -> str:
+        splitter = VoiceConfig().splitter()
+        deltas = [(" " if i else "") + w for i, w in enumerate(text.split())]
+        pieces = [p for d in deltas for p in splitter.feed(d)] + splitter.flush()
+        assert " ".join(pieces).split() == text.split()  # nothing lost or reordered
+        return pieces[0]
+
+    assert first("Bees make honey, which is a type of sweet liquid produced by bees.") == (
+        "Bees make honey,"
+    )
+    assert first("You're thinking ahead and planning to enjoy the outdoors, so pack well.") == (
+        "You're thinking ahead"
+    )
+    assert first("The capital of France is Paris. It is on the Seine.") == (
+        "The capital of France is Paris."
+    )
+    assert first("Of course, the capital of Italy is Rome.") == "Of course, the capital"
+    assert first("Sure, Everest is the tallest.") == "Sure, Everest is the tallest."

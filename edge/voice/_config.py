@@ -117,10 +117,10 @@ class VoiceConfig(BaseModel):
     playback_speed: float = Field(default=1.0, ge=0.0)
     playback_lead_s: float = Field(default=0.2, ge=0.0)
     tts_lookahead: int = Field(default=2, ge=1)
-    first_clause_chars: int | None = Field(default=20, ge=1, le=220)
-    first_piece_max_chars: int | None = Field(default=60, ge=21, le=220)
+    first_clause_chars: int | None = Field(default=12, ge=1, le=220)
+    first_piece_max_chars: int | None = Field(default=32, ge=13, le=220)
     speculative_final: bool = True
-    speculative_after_ms: int = Field(default=100, ge=0)
+    speculative_after_ms: int = Field(default=96, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
     full_window_pause_pass: bool = False
 

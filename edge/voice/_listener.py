@@ -4,7 +4,9 @@ Transcription is scheduled around the endpointer's events so the final transcrip
 usually ready when the utterance ends:
 
 * while the participant speaks, a partial transcript every ``partial_interval_s`` of
-  new speech, only when the model is free (never queued behind other work);
+  new speech, only when the model is free (never queued behind other work), and none in a
+  pause once a pass covers the speech before it (it would transcribe only more silence,
+  hold the model at the endpoint and could word the final transcript unlike the guess);
 * once a pause has lasted ``speculative_after_ms`` a *speculative final* pass over the
   utterance so far, which runs during the rest of the end-of-utterance silence; a pass
   already running that covers the pause (a partial started as speech stopped) serves as
@@ -340,7 +342,10 @@ class Listener:
             # A pass in flight when speech pauses delays the final one; partials are only
             # worth it while a pass is shorter than the end-of-utterance silence.
             return
-        if self._endpointer.position - self._last_partial_covers >= interval * self._rate:
+        ep = self._endpointer
+        if ep.silence_samples and _reusable(self._passes, self._utterance, ep.last_voiced_end):
+            return  # a pass covers the speech so far: the rest of the pause is silence
+        if ep.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
     def _start_pass(self, kind: str) -> _Pass | None:
