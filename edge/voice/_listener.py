@@ -45,10 +45,11 @@ from ._endpoint import (
     SpeechStarted,
     UtteranceEnded,
 )
+from ._listener_stream import UtteranceStream
 from ._messages import Transcript
 from ._remote import REMOTE_ERRORS
 from ._sentences import clearly_continues, end_verdict
-from ._stt import FullWindowSpeechToText, Recognition, SpeechToText, StreamingSpeechToText
+from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,21 @@ def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
     )
 
 
+def _covering(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
+    """A pass of ``utterance`` still to run or running that covers ``speech_end``."""
+    return next(
+        (
+            p
+            for p in passes
+            if p.utterance == utterance
+            and not p.stale
+            and not p.done.is_set()
+            and p.covers >= speech_end
+        ),
+        None,
+    )
+
+
 def _reusable(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
     """The newest pass of ``utterance`` that covers its speech up to ``speech_end`` and
     ran (or will)."""
@@ -177,6 +193,34 @@ def _reusable(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | N
         ),
         None,
     )
+
+
+def _final_transcript(job: _Pass, event: UtteranceEnded, start_us: int) -> Transcript:
+    """The final transcript of ``job``'s utterance (its error when no text came)."""
+    return Transcript(
+        text=job.result.text if job.result else "",
+        utterance=job.utterance,
+        final=True,
+        truncated=event.truncated,
+        speech_start_us=start_us,
+        error=job.error if job.result is None else None,
+    )
+
+
+async def _final_from_stream(stream: Any, job: _Pass) -> bool:
+    """``job``'s result from the utterance's stream; False when there is none or it
+    failed (the caller then sends the utterance whole)."""
+    if stream is None:
+        return False
+    job.started, job.started_at = True, time.perf_counter()
+    try:
+        job.result = await stream.finish()
+    except REMOTE_ERRORS as exc:
+        log.warning("%s; the utterance is sent whole", exc)
+        job.started = False
+        return False
+    job.done.set()
+    return True
 
 
 class _Outbox:
@@ -235,8 +279,7 @@ class Listener:
         self._tg: TaskGroup | None = None
         self._outbox = _Outbox(participant_id)
         self.stats: deque[UtteranceStats] = deque(maxlen=100)  # the latest utterances
-        self._stream: Any = None  # the current utterance's stream (a StreamingSpeechToText)
-        self._stream_fresh = False  # nothing sent to it yet
+        self._stream = UtteranceStream(stt, self._endpointer)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -258,7 +301,7 @@ class Listener:
         self._fed += len(audio)
         probabilities = self._vad.process(audio)
         self._handle(self._endpointer.feed(audio, probabilities))
-        self._stream_audio(audio)
+        self._stream.feed(audio, self._fed - self._endpointer.position)
         if self._endpointer.speaking:
             self._maybe_speculate()
             self._maybe_partial()
@@ -294,7 +337,7 @@ class Listener:
                     base_us + (event.start_sample - base_sample) * 1_000_000 // self._rate
                 )
                 self._last_partial_covers = event.start_sample
-                self._open_stream()
+                self._stream.open(self._tg, partial(self._streamed_partial, self._utterance))
                 self._hooks.speech_started(self.participant_id)
             elif isinstance(event, SpeechPaused):
                 self._speculated = False
@@ -314,17 +357,7 @@ class Listener:
             return
         self._speculated = True
         self._guess_from_partial(ep.last_voiced_end)
-        covering = next(
-            (
-                p
-                for p in self._passes
-                if p.utterance == self._utterance
-                and not p.stale
-                and not p.done.is_set()
-                and p.covers >= ep.last_voiced_end
-            ),
-            None,
-        )
+        covering = _covering(self._passes, self._utterance, ep.last_voiced_end)
         if covering is not None:
             covering.speculative = True  # already under way over the whole pause
         else:
@@ -332,7 +365,7 @@ class Listener:
 
     def _maybe_partial(self) -> None:
         interval = self.config.partial_interval_s
-        if interval <= 0 or self._tg is None or self._stream_partials():
+        if interval <= 0 or self._tg is None or self._stream.gives_partials:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
@@ -401,17 +434,20 @@ class Listener:
         elif job.guess and job.result is not None:
             self._partial_guess(job, job.result.text)
         if job.kind == "partial" and job.result and job.result.text:
-            text, utterance = job.result.text, job.utterance
-            start_us = self._speech_start_us
+            self._publish_partial(job.result.text, job.utterance)
 
-            async def send_partial() -> None:
-                if utterance == self._utterance:  # not finalized meanwhile
-                    await self._hooks.transcript(
-                        self.participant_id,
-                        Transcript(text=text, utterance=utterance, speech_start_us=start_us),
-                    )
+    def _publish_partial(self, text: str, utterance: int) -> None:
+        """A partial transcript of ``utterance``, unless it is finalized meanwhile."""
+        start_us = self._speech_start_us
 
-            self._outbox.put(send_partial)
+        async def send_partial() -> None:
+            if utterance == self._utterance:
+                await self._hooks.transcript(
+                    self.participant_id,
+                    Transcript(text=text, utterance=utterance, speech_start_us=start_us),
+                )
+
+        self._outbox.put(send_partial)
 
     def _speculative_result(self, job: _Pass, text: str) -> None:
         """A pause's transcript arrived before the endpoint: adapt the end silence to it
@@ -475,9 +511,7 @@ class Listener:
         self._utterance += 1
         self._final_pending.add(utterance)
         audio = event.audio
-        stream, self._stream = self._stream, None
-        if stream is not None and stream.samples < len(audio):  # the end's chunk, not sent yet
-            stream.feed(audio[stream.samples :])
+        stream = self._stream.take(audio)
 
         async def finalize() -> None:
             job = reuse
@@ -486,59 +520,20 @@ class Listener:
                     await job.done.wait()
                 if job is None or job.result is None:
                     job = _Pass(utterance, event.speech_end_sample, "final")
-                    await self._final_pass(job, audio, stream)
+                    if not await _final_from_stream(stream, job):
+                        await self._run_pass(job, audio)  # one whole request: nothing lost
             finally:  # cancelled (the participant left) or failed: no final pending either way
                 self._final_pending.discard(utterance)
                 if stream is not None:
                     stream.cancel()
-            text = job.result.text if job.result else ""
             stats = UtteranceStats.of(job, len(audio) / self._rate, ended_at, reuse, passes)
             self.stats.append(stats)
-            await self._hooks.transcript(
-                self.participant_id,
-                Transcript(
-                    text=text,
-                    utterance=utterance,
-                    final=True,
-                    truncated=event.truncated,
-                    speech_start_us=start_us,
-                    error=job.error if job.result is None else None,
-                ),
-            )
-            if text:
+            final = _final_transcript(job, event, start_us)
+            await self._hooks.transcript(self.participant_id, final)
+            if text := final.text:
                 await self._hooks.query(self.participant_id, text, start_us)
 
         self._outbox.put(finalize)
-
-    # -- streaming to a remote recognizer (a StreamingSpeechToText) -------------------------
-
-    def _open_stream(self) -> None:
-        """Confirmed speech: a recognizer that streams gets the utterance as it is spoken."""
-        if self._stream is not None:
-            self._stream.cancel()
-        self._stream = None
-        if not isinstance(self._stt, StreamingSpeechToText) or self._tg is None:
-            return
-        utterance = self._utterance
-        self._stream = self._stt.open_stream(partial(self._streamed_partial, utterance))
-        self._stream_fresh = True
-        self._tg.start_soon(self._stream.run)
-
-    def _stream_audio(self, chunk: np.ndarray) -> None:
-        """Send ``chunk`` to the open stream (the first time, the utterance so far)."""
-        if self._stream is None:
-            return
-        if self._stream_fresh:  # the pre-roll and speech so far, and the chunk's tail
-            self._stream_fresh = False
-            audio, _ = self._endpointer.utterance_audio()
-            tail = self._fed - self._endpointer.position
-            self._stream.feed(np.concatenate([audio, chunk[len(chunk) - tail :]]))
-        else:
-            self._stream.feed(chunk)
-
-    def _stream_partials(self) -> bool:
-        """Partial transcripts come from the stream (the server has streamed them)."""
-        return self._stream is not None and bool(getattr(self._stt, "partials_streamed", 0))
 
     def _streamed_partial(self, utterance: int, text: str) -> None:
         """The server streamed the words so far: a partial transcript (and, in a pause,
@@ -548,27 +543,4 @@ class Listener:
         ep = self._endpointer
         if ep.speaking and ep.silence_samples and not clearly_continues(text):
             self._offer(text)
-        start_us = self._speech_start_us
-
-        async def send_partial() -> None:
-            if utterance == self._utterance:
-                await self._hooks.transcript(
-                    self.participant_id,
-                    Transcript(text=text, utterance=utterance, speech_start_us=start_us),
-                )
-
-        self._outbox.put(send_partial)
-
-    async def _final_pass(self, job: _Pass, audio: np.ndarray, stream: Any) -> None:
-        """The final transcript from the utterance's stream; when it failed (or there is
-        none), one whole request over ``audio``: nothing said is lost."""
-        if stream is not None:
-            job.started, job.started_at = True, time.perf_counter()
-            try:
-                job.result = await stream.finish()
-                job.done.set()
-                return
-            except REMOTE_ERRORS as exc:
-                log.warning("%s; the utterance is sent whole", exc)
-            job.started = False
-        await self._run_pass(job, audio)
+        self._publish_partial(text, utterance)
