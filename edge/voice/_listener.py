@@ -34,6 +34,8 @@ import anyio
 import numpy as np
 from anyio.abc import TaskGroup
 
+from edge.runtime import NORMAL, URGENT, urgency
+
 from ._config import VoiceConfig
 from ._endpoint import (
     Endpointer,
@@ -367,10 +369,12 @@ class Listener:
         job.started = True
         job.started_at = time.perf_counter()
         full = self.config.full_window_pause_pass and job.kind == "speculative"
-        if full and isinstance(self._stt, FullWindowSpeechToText):
-            result = self._stt.transcribe_full(audio)
-        else:
-            result = self._stt.transcribe(audio)
+        ends_turn = job.kind != "partial" or job.speculative  # its speaker may be waiting
+        with urgency(URGENT if ends_turn else NORMAL):
+            if full and isinstance(self._stt, FullWindowSpeechToText):
+                result = self._stt.transcribe_full(audio)
+            else:
+                result = self._stt.transcribe(audio)
         self._cost.record(result.elapsed_s)
         return result
 

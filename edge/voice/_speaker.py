@@ -25,11 +25,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 import numpy as np
 
 from edge.interaction import ResponseOutput
+from edge.runtime import NORMAL, URGENT, urgency
 
 from ._audio import float_to_pcm16, resample
 from ._config import VoiceConfig
@@ -272,13 +274,17 @@ class Speaker:
                 segment.audio = early.audio  # made while the reply was still being decided
                 self.prepared_used += 1
             else:
-                segment.audio = await self._synthesize(segment.text, segment.request_id)
+                head = bool(self._plan) and self._plan[0] is segment  # the listener waits
+                segment.audio = await self._synthesize(segment.text, segment.request_id, head)
             segment.ready.set()
             self._notify()
 
-    async def _synthesize(self, text: str, request_id: str | None = None) -> np.ndarray:
+    async def _synthesize(
+        self, text: str, request_id: str | None = None, head: bool = False
+    ) -> np.ndarray:
         try:
-            return await anyio.to_thread.run_sync(self._speak, text, limiter=self._limiter)
+            speak = partial(self._speak, text, head)
+            return await anyio.to_thread.run_sync(speak, limiter=self._limiter)
         except NothingToSpeakError:
             pass
         except REMOTE_ERRORS as exc:
@@ -289,8 +295,9 @@ class Speaker:
             log.exception("speech synthesis failed for %s", self.participant_id)
         return np.zeros(0, dtype=np.float32)
 
-    def _speak(self, text: str) -> np.ndarray:
-        result = self._tts.synthesize(text)
+    def _speak(self, text: str, head: bool = False) -> np.ndarray:
+        with urgency(URGENT if head else NORMAL):  # first-sentence-first across participants
+            result = self._tts.synthesize(text)
         rate = self._out_rate or result.sample_rate
         self._out_rate = rate
         return resample(result.audio, result.sample_rate, rate)
