@@ -25,7 +25,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 
 import anyio
 import numpy as np
@@ -283,8 +282,7 @@ class Speaker:
         self, text: str, request_id: str | None = None, head: bool = False
     ) -> np.ndarray:
         try:
-            speak = partial(self._speak, text, head)
-            return await anyio.to_thread.run_sync(speak, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._speak, text, head, limiter=self._limiter)
         except NothingToSpeakError:
             pass
         except REMOTE_ERRORS as exc:
