@@ -208,3 +208,62 @@ def test_piper_speaks_a_waited_for_sentence_before_later_ones_queued_earlier(mod
     for t in threads:
         t.join(60)
     assert order == ["one", "two", "three"]
+
+
+class _OrderedToneTTS(_UrgencyTTS):
+    """Synthesizes one text at a time, in the order of its lock, slowly."""
+
+    concurrent_callers = 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        from edge.runtime import OrderedLock
+
+        self._lock = OrderedLock()
+
+    def synthesize(self, text: str):  # type: ignore[no-untyped-def]
+        with self._lock.hold():
+            time.sleep(0.05)
+            return super().synthesize(text)
+
+
+@pytest.mark.anyio
+async def test_one_participants_first_sentence_is_not_queued_behind_anothers_later_ones() -> None:
+    """Four participants share the pipeline's voice: while three long replies play and
+    their next sentences are synthesized ahead, a fourth reply starts; its first sentence
+    goes right after the synthesis in progress, before the others' waiting sentences."""
+    import anyio
+
+    from edge.interaction import ResponseOutput
+    from edge.voice import Speaker, VoiceConfig, VoicePipeline
+
+    tts = _OrderedToneTTS()
+    pipeline = VoicePipeline(stt=object(), tts=tts)  # type: ignore[arg-type]
+
+    async def publish(chunk, correlation_id) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    config = VoiceConfig(tts_lookahead=4)
+    speakers = [Speaker(p, config, tts, pipeline._tts_limiter, publish) for p in "acdb"]
+    words_ = "one two three four five six".split()
+    long = " ".join(f"Sentence {w} of a long answer." for w in words_)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for speaker in speakers:
+                await tg.start(speaker.run)
+            for k, speaker in enumerate(speakers[:3]):
+                speaker.on_output(ResponseOutput(text=long, request_id=f"r{k}", source="x"))
+            await wait_for_calls(tts, 6)  # every first sentence done, the next ones queued
+            done = len(tts.calls)
+            first = ResponseOutput(text="B speaks now.", request_id="rb", source="x")
+            speakers[3].on_output(first)
+            await wait_for_calls(tts, done + 4)
+            tg.cancel_scope.cancel()
+    texts = [t for t, _ in tts.calls]
+    assert texts.index("B speaks now.") <= done + 1, (done, texts)
+
+
+async def wait_for_calls(tts: _UrgencyTTS, n: int) -> None:
+    from voice_helpers import wait_for
+
+    await wait_for(lambda: len(tts.calls) >= n)

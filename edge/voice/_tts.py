@@ -69,7 +69,13 @@ class PiperTTS:
 
     Piper adds random variation to each synthesis (``noise_scale`` to the sound,
     ``noise_w_scale`` to phoneme lengths; the voice's own values by default), so the same
-    text gives slightly different audio each time; ``0`` for both makes it repeatable."""
+    text gives slightly different audio each time; ``0`` for both makes it repeatable.
+
+    Any number of threads may call :meth:`synthesize` at once (``concurrent_callers``): it
+    runs them one at a time, the sentence a listener waits for in silence
+    (:data:`edge.runtime.URGENT`) before sentences synthesized ahead for others."""
+
+    concurrent_callers = 64
 
     def __init__(
         self,
