@@ -3,7 +3,7 @@ and one ``GenerationOptions`` value), a local llama.cpp backend behind a priorit
 an OpenAI-compatible remote backend, and a scripted model for tests."""
 
 from ._activity import ActivityTracker
-from ._batch import QueueFullError
+from ._batch import QueueFullError, SeqContext
 from ._capabilities import (
     ChatFormatter,
     ForgetsCache,
@@ -14,6 +14,7 @@ from ._capabilities import (
     TokenCounter,
     Warmable,
 )
+from ._kvstore import KVStore
 from ._llamacpp import LlamaConfig, LlamaCppLLM, ScoreResult
 from ._openai import OpenAICompatLLM
 from ._quantize import quantize_gguf
@@ -51,6 +52,7 @@ __all__ = [
     "ForgetsCache",
     "GenerationError",
     "GenerationOptions",
+    "KVStore",
     "LLMClosedError",
     "LLMError",
     "LLMHealth",
@@ -73,6 +75,7 @@ __all__ = [
     "Scorer",
     "ScriptedLLM",
     "ScriptedReply",
+    "SeqContext",
     "Slot",
     "StreamingLLM",
     "TextStream",

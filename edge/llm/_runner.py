@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 def gated(fn: Callable[..., T], *args: Any) -> T:
     """One model step, alone among the device's heavy steps (:data:`COMPUTE_GATE`)."""
-    with COMPUTE_GATE.hold():
+    with COMPUTE_GATE.hold("llm"):
         return fn(*args)
 
 

@@ -16,13 +16,23 @@ Example::
 """
 
 from ._agent import Agent, Handler, subscribe
-from ._compute import COMPUTE_GATE, ComputeGate
+from ._compute import (
+    COMPUTE_GATE,
+    NORMAL,
+    URGENT,
+    ComputeGate,
+    OrderedLock,
+    current_urgency,
+    urgency,
+)
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
 from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
 
 __all__ = [
     "COMPUTE_GATE",
+    "NORMAL",
+    "URGENT",
     "Agent",
     "AgentRuntime",
     "BackgroundTasks",
@@ -30,9 +40,12 @@ __all__ = [
     "Handler",
     "HandlerContext",
     "MessageMetadata",
+    "OrderedLock",
     "PayloadError",
     "Topic",
+    "current_urgency",
     "new_id",
     "now_us",
     "subscribe",
+    "urgency",
 ]

@@ -6,14 +6,104 @@ and both slow down many times over: beside a streaming answer, a 65 ms Whisper p
 2-10 s (benchmarks/README.md, "versus_chain"). Holding the gate for one step at a time
 keeps each at full speed: a Whisper pass waits for at most one llama.cpp step (a token,
 or one prompt batch), and the model for at most one pass.
+
+The gate is handed over in order (:class:`OrderedLock`): the waiter of the most urgent
+kind first, then the one that waited longest. A plain lock lets the thread that just
+released it take it again before a waiter wakes, so a model stepping token after token
+could keep a Whisper pass out for many steps. A pass that may end a turn (someone finished
+speaking and waits for the answer) and the sentence a listener waits for in silence are
+:data:`URGENT`: they go before the others' steps, partial passes and sentences
+synthesized ahead (:func:`urgency` marks the work of the calling thread).
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+URGENT = 0
+"""Someone waits for this step alone: a Whisper pass that may end a turn (final, or
+speculative at a pause), the sentence a listener waits for in silence."""
+NORMAL = 1
+"""Every other step: model tokens, sentences synthesized ahead, partial passes."""
+
+_URGENCY: contextvars.ContextVar[int] = contextvars.ContextVar("compute_urgency", default=NORMAL)
+
+
+@contextmanager
+def urgency(level: int) -> Iterator[None]:
+    """Steps taken in this context (thread) wait in the gates at ``level``."""
+    token = _URGENCY.set(level)
+    try:
+        yield
+    finally:
+        _URGENCY.reset(token)
+
+
+def current_urgency() -> int:
+    return _URGENCY.get()
+
+
+@dataclass
+class GateStats:
+    """Per kind of step: how many took the gate, how long they waited for it and the
+    longest any held it (seconds)."""
+
+    count: dict[str, int] = field(default_factory=dict)
+    waited_s: dict[str, float] = field(default_factory=dict)
+    max_wait_s: dict[str, float] = field(default_factory=dict)
+    max_held_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str, wait: float, held: float) -> None:
+        self.count[kind] = self.count.get(kind, 0) + 1
+        self.waited_s[kind] = self.waited_s.get(kind, 0.0) + wait
+        self.max_wait_s[kind] = max(self.max_wait_s.get(kind, 0.0), wait)
+        self.max_held_s[kind] = max(self.max_held_s.get(kind, 0.0), held)
+
+
+class OrderedLock:
+    """A lock handed to its waiters by urgency (lowest first), then arrival order; never
+    re-taken by a releasing thread while others wait. Blocking: worker threads only."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._held = False
+        self._waiting: list[tuple[int, int]] = []
+        self._arrivals = 0
+
+    def locked(self) -> bool:
+        return self._held
+
+    @contextmanager
+    def hold(self, level: int | None = None) -> Iterator[float]:
+        """Hold the lock; yields how long the caller waited for it (seconds)."""
+        wait = self._acquire(current_urgency() if level is None else level)
+        try:
+            yield wait
+        finally:
+            self._release()
+
+    def _acquire(self, level: int) -> float:
+        started = time.perf_counter()
+        with self._cond:
+            self._arrivals += 1
+            ticket = (level, self._arrivals)
+            self._waiting.append(ticket)
+            while self._held or min(self._waiting) != ticket:
+                self._cond.wait()
+            self._waiting.remove(ticket)
+            self._held = True
+        return time.perf_counter() - started
+
+    def _release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
 
 
 def _cores() -> int:
@@ -24,8 +114,9 @@ def _cores() -> int:
 
 
 class ComputeGate:
-    """A lock held around each heavy model step, when ``enabled`` (by default on devices
-    with at most ``SMALL_DEVICE_CORES`` cores; ``EDGE_COMPUTE_GATE=0`` or ``1`` decides)."""
+    """An :class:`OrderedLock` held around each heavy model step, when ``enabled`` (by
+    default on devices with at most ``SMALL_DEVICE_CORES`` cores; ``EDGE_COMPUTE_GATE=0``
+    or ``1`` decides). ``stats`` counts the steps and their waits by kind."""
 
     SMALL_DEVICE_CORES = 4
 
@@ -34,18 +125,28 @@ class ComputeGate:
             setting = os.environ.get("EDGE_COMPUTE_GATE")
             enabled = setting != "0" if setting else _cores() <= self.SMALL_DEVICE_CORES
         self.enabled = enabled
-        self._lock = threading.Lock()
+        self._lock = OrderedLock()
+        self.stats = GateStats()
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, kind: str = "step") -> Iterator[None]:
         """Run the enclosed step alone among gated steps (blocking: call it in a worker
         thread, never on the event loop)."""
         if not self.enabled:
             yield
             return
-        with self._lock:
-            yield
+        with self._lock.hold() as wait:
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.stats.add(kind, wait, time.perf_counter() - started)
+
+    def take_stats(self) -> GateStats:
+        """The counts since the last call (or start), starting new ones."""
+        stats, self.stats = self.stats, GateStats()
+        return stats
 
 
 COMPUTE_GATE = ComputeGate()
-"""The process's gate, shared by the LLM and the speech recognizer."""
+"""The process's gate, shared by the LLM, the speech recognizer and the voice."""

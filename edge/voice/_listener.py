@@ -36,6 +36,8 @@ import anyio
 import numpy as np
 from anyio.abc import TaskGroup
 
+from edge.runtime import NORMAL, URGENT, urgency
+
 from ._config import VoiceConfig
 from ._endpoint import (
     Endpointer,
@@ -165,6 +167,17 @@ def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
         job.result.elapsed_s if job.result is not None else -1.0,
         job.result.text if job.result is not None else None,
     )
+
+
+def _recognize(
+    stt: SpeechToText, audio: np.ndarray, *, full_window: bool, urgent: bool
+) -> Recognition:
+    """One pass over ``audio`` (Whisper's whole window where asked and offered), ahead of
+    others' steps when ``urgent`` (someone may be waiting for it)."""
+    with urgency(URGENT if urgent else NORMAL):
+        if full_window and isinstance(stt, FullWindowSpeechToText):
+            return stt.transcribe_full(audio)
+        return stt.transcribe(audio)
 
 
 def _covering(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
@@ -409,10 +422,8 @@ class Listener:
         job.started = True
         job.started_at = time.perf_counter()
         full = self.config.full_window_pause_pass and job.kind == "speculative"
-        if full and isinstance(self._stt, FullWindowSpeechToText):
-            result = self._stt.transcribe_full(audio)
-        else:
-            result = self._stt.transcribe(audio)
+        ends_turn = job.kind != "partial" or job.speculative  # its speaker may be waiting
+        result = _recognize(self._stt, audio, full_window=full, urgent=ends_turn)
         self._cost.record(result.elapsed_s)
         return result
 

@@ -128,7 +128,8 @@ class VoicePipeline(Agent):
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
         self._stt_limiter = anyio.CapacityLimiter(1)
         self.stt_cost = PassCost()  # how long a transcription pass takes here
-        self._tts_limiter = anyio.CapacityLimiter(1)
+        # a voice that orders its own callers (the sentence a listener waits for first)
+        self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))
         self._sessions: dict[str, _Session] = {}
         self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None

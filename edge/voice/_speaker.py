@@ -31,12 +31,12 @@ import numpy as np
 
 from edge.interaction import ResponseOutput
 
-from ._audio import float_to_pcm16, resample
+from ._audio import float_to_pcm16
 from ._config import VoiceConfig
 from ._messages import AudioOutput
-from ._remote import REMOTE_ERRORS
 from ._sentences import SentenceSplitter, speakable
-from ._tts import NothingToSpeakError, StreamingTextToSpeech, TextToSpeech
+from ._synthesis import SpeechFailure, Synthesis
+from ._tts import StreamingTextToSpeech, TextToSpeech
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ _SUPERSEDED_MEMORY = 512
 _PREPARED_KEPT = 4
 
 PublishAudio = Callable[[AudioOutput, "str | None"], Awaitable[None]]
-SpeechFailure = Callable[["str | None", str], None]  # (request id, message)
 
 
 @dataclass
@@ -91,10 +90,8 @@ class Speaker:
         on_failure: SpeechFailure | None = None,
     ) -> None:
         self.participant_id = participant_id
-        self._on_failure = on_failure  # a remote voice failed on a request's sentence
         self.config = config
-        self._tts = tts
-        self._limiter = limiter
+        self._synthesize = Synthesis(participant_id, tts, limiter, config.output_rate, on_failure)
         self._publish = publish
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._sequence: dict[tuple[str, str], int] = {}  # next audio chunk number per stream
@@ -107,7 +104,6 @@ class Speaker:
         self._generation = 0
         self._clock_start = 0.0
         self._sent_s = 0.0
-        self._out_rate: int | None = config.output_rate
         self.first_audio_at: dict[str, float] = {}  # request_id -> perf_counter of 1st chunk
         self._prepared: dict[str, _Prepared] = {}  # text -> speech made ahead, newest last
         self.prepared_used = 0  # segments spoken from prepared speech
@@ -244,8 +240,7 @@ class Speaker:
         if rid in self._superseded:
             return
         self._superseded.add(rid)
-        if isinstance(self._tts, StreamingTextToSpeech):
-            self._tts.end_reply(rid, interrupted=True)  # its stream asks for nothing more
+        self._synthesize.end_reply(rid, interrupted=True)  # its stream asks for nothing more
         self._superseded_order.append(rid)
         while len(self._superseded_order) > _SUPERSEDED_MEMORY:
             self._superseded.discard(self._superseded_order.popleft())
@@ -276,35 +271,12 @@ class Speaker:
                 segment.audio = early.audio  # made while the reply was still being decided
                 self.prepared_used += 1
             else:
-                segment.audio = await self._synthesize(segment.text, segment.request_id)
+                head = bool(self._plan) and self._plan[0] is segment  # the listener waits
+                segment.audio = await self._synthesize(segment.text, segment.request_id, head)
             segment.ready.set()
             self._notify()
             if segment.request_id is not None:
                 self._end_reply_when_synthesized(segment.request_id)
-
-    async def _synthesize(self, text: str, request_id: str | None = None) -> np.ndarray:
-        try:
-            return await anyio.to_thread.run_sync(
-                self._speak, text, request_id, limiter=self._limiter
-            )
-        except NothingToSpeakError:
-            pass
-        except REMOTE_ERRORS as exc:
-            log.warning("speech synthesis failed for %s: %s", self.participant_id, exc)
-            if request_id is not None and self._on_failure is not None:
-                self._on_failure(request_id, str(exc))
-        except Exception:
-            log.exception("speech synthesis failed for %s", self.participant_id)
-        return np.zeros(0, dtype=np.float32)
-
-    def _speak(self, text: str, request_id: str | None = None) -> np.ndarray:
-        if request_id is not None and isinstance(self._tts, StreamingTextToSpeech):
-            result = self._tts.synthesize_in(request_id, text)  # over the reply's stream
-        else:
-            result = self._tts.synthesize(text)
-        rate = self._out_rate or result.sample_rate
-        self._out_rate = rate
-        return resample(result.audio, result.sample_rate, rate)
 
     # -- playback -----------------------------------------------------------------------
 
@@ -332,7 +304,7 @@ class Speaker:
 
     async def _play(self, segment: _Segment, generation: int) -> None:
         audio = segment.audio if segment.audio is not None else np.zeros(0, np.float32)
-        rate = self._out_rate or self._tts.sample_rate
+        rate = self._synthesize.rate
         step = max(1, rate * self.config.chunk_ms // 1000)
         pieces = [audio[i : i + step] for i in range(0, len(audio), step)]
         if not pieces:  # nothing audible (unspeakable text, or synthesis failed)
@@ -392,10 +364,10 @@ class Speaker:
     def _end_reply_when_synthesized(self, rid: str) -> None:
         """A voice that streams replies ends ``rid``'s stream once all of it is spoken
         into audio (its streams closed, no segment of it waiting for synthesis)."""
-        if not isinstance(self._tts, StreamingTextToSpeech):
+        if not isinstance(self._synthesize.tts, StreamingTextToSpeech):
             return
         if any(s.request_id == rid and s.open for s in self._streams.values()):
             return
         if any(s.request_id == rid and s.audio is None for s in self._plan):
             return
-        self._tts.end_reply(rid)
+        self._synthesize.end_reply(rid)

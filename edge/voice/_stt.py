@@ -3,13 +3,14 @@
 :class:`WhisperSTT` wraps one ``WhisperModel`` (the catalogue's default STT model unless
 given a path), int8 on CPU, loaded lazily with ``local_files_only``. Its methods are
 blocking: the pipeline calls them in worker threads. Calls are serialized by a lock
-(one CTranslate2 model does one transcription at a time well on a small device).
+(one CTranslate2 model does one transcription at a time well on a small device), taken
+by a pass that may end a turn (final or speculative, :data:`edge.runtime.URGENT`) before
+the partial passes waiting for it.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from edge.runtime import COMPUTE_GATE
+from edge.runtime import COMPUTE_GATE, URGENT, OrderedLock, current_urgency
 
 from ._audio import STT_RATE
 
@@ -114,6 +115,10 @@ def _fitted_model_class() -> Any:
     return FittedWhisperModel
 
 
+def _gate_kind() -> str:
+    return "stt urgent" if current_urgency() == URGENT else "stt"
+
+
 class WhisperSTT:
     """faster-whisper, greedy decoding without timestamps (fast and stable for short turns).
 
@@ -144,7 +149,7 @@ class WhisperSTT:
         self.cpu_threads = cpu_threads
         self.beam_size = beam_size
         self._model = None
-        self._lock = threading.Lock()
+        self._lock = OrderedLock()  # a final pass before others' partial passes
 
     @property
     def model_path(self) -> Path:
@@ -156,7 +161,7 @@ class WhisperSTT:
 
     def load(self) -> None:
         """Load the model now (otherwise the first transcription does)."""
-        with self._lock:
+        with self._lock.hold():
             self._load_locked()
 
     def _load_locked(self) -> None:
@@ -192,12 +197,12 @@ class WhisperSTT:
         duration = len(audio) / self.sample_rate
         if len(audio) < self.sample_rate // 10:
             return Recognition("", duration, 0.0)
-        with self._lock:
+        with self._lock.hold():
             self._load_locked()
             model: Any = self._model
             model.window_frames = encoder_frames(len(audio), window_s)
             try:
-                with COMPUTE_GATE.hold():  # not beside a llama.cpp step on a small device
+                with COMPUTE_GATE.hold(_gate_kind()):  # not beside a llama.cpp step
                     started = time.perf_counter()
                     segments, _ = model.transcribe(
                         audio,

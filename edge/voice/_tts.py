@@ -15,7 +15,6 @@ alone. Its threads do not spin-wait once a run ends (onnxruntime's
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from edge.runtime import COMPUTE_GATE
+from edge.runtime import COMPUTE_GATE, URGENT, OrderedLock, current_urgency
 
 from ._sentences import speakable
 
@@ -81,7 +80,13 @@ class PiperTTS:
 
     Piper adds random variation to each synthesis (``noise_scale`` to the sound,
     ``noise_w_scale`` to phoneme lengths; the voice's own values by default), so the same
-    text gives slightly different audio each time; ``0`` for both makes it repeatable."""
+    text gives slightly different audio each time; ``0`` for both makes it repeatable.
+
+    Any number of threads may call :meth:`synthesize` at once (``concurrent_callers``): it
+    runs them one at a time, the sentence a listener waits for in silence
+    (:data:`edge.runtime.URGENT`) before sentences synthesized ahead for others."""
+
+    concurrent_callers = 64
 
     def __init__(
         self,
@@ -98,7 +103,7 @@ class PiperTTS:
         self.noise_scale = noise_scale
         self.noise_w_scale = noise_w_scale
         self._voice = None
-        self._lock = threading.Lock()
+        self._lock = OrderedLock()  # a sentence someone waits for before the others'
 
     @property
     def model_path(self) -> Path:
@@ -114,7 +119,7 @@ class PiperTTS:
         return int(self._voice.config.sample_rate)  # type: ignore[union-attr]
 
     def load(self) -> None:
-        with self._lock:
+        with self._lock.hold():
             if self._voice is not None:
                 return
             path = self.model_path
@@ -136,7 +141,8 @@ class PiperTTS:
             noise_scale=self.noise_scale,
             noise_w_scale=self.noise_w_scale,
         )
-        with self._lock, COMPUTE_GATE.hold():
+        kind = "tts first" if current_urgency() == URGENT else "tts"
+        with self._lock.hold(), COMPUTE_GATE.hold(kind):
             started = time.perf_counter()
             parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
             elapsed = time.perf_counter() - started

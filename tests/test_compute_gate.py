@@ -1,0 +1,287 @@
+"""The compute gate hands itself over in order: a final Whisper pass (someone waits)
+before others' steps, then first come first served; a thread stepping in a loop never
+keeps a waiter out for more than one step."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edge.runtime import URGENT, ComputeGate, urgency
+
+
+def _queue_behind(gate: ComputeGate, names: list[tuple[str, int]]) -> list[str]:
+    """Hold the gate, queue ``names`` (in this order, each at its urgency), release: the
+    order in which they got it."""
+    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with gate.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    def waiter(name: str, level: int) -> None:
+        with urgency(level), gate.hold(name):
+            order.append(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert holding.wait(5)
+    for name, level in names:
+        t = threading.Thread(target=waiter, args=(name, level))
+        t.start()
+        threads.append(t)
+        deadline = time.monotonic() + 5
+        while len(gate._lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(5)
+    return order
+
+
+def test_an_urgent_step_goes_before_earlier_waiters_then_first_come_first_served() -> None:
+    gate = ComputeGate(enabled=True)
+    order = _queue_behind(gate, [("a", 1), ("b", 1), ("final", URGENT), ("c", 1)])
+    assert order == ["final", "a", "b", "c"]
+    assert gate.stats.count == {"llm": 1, "a": 1, "b": 1, "final": 1, "c": 1}
+    assert gate.stats.max_wait_s["c"] > 0
+
+
+def test_a_thread_stepping_in_a_loop_lets_a_waiter_in_after_one_step() -> None:
+    """A model streaming tokens releases and retakes the gate at once: a Whisper pass
+    queued when a step ends gets the gate next, not when the model pauses."""
+    gate = ComputeGate(enabled=True)
+    owed: list[int] = []  # steps that ended with a pass waiting
+    got: list[int] = []  # the step count when each pass got the gate
+    steps = 0
+    started, stop = threading.Event(), threading.Event()
+
+    def model() -> None:
+        nonlocal steps
+        while not stop.is_set() and steps < 5000:
+            with gate.hold("llm"):
+                steps += 1
+                started.set()
+                time.sleep(0.002)
+                if gate._lock._waiting:
+                    owed.append(steps)
+
+    def whisper() -> None:
+        with gate.hold("stt"):
+            got.append(steps)
+
+    m = threading.Thread(target=model)
+    m.start()
+    assert started.wait(5)
+    for _ in range(5):
+        p = threading.Thread(target=whisper)
+        p.start()
+        p.join(5)
+    stop.set()
+    m.join(5)
+    assert len(got) == 5 and owed
+    assert set(owed) <= set(got), (owed, got)
+
+
+def test_a_disabled_gate_does_not_wait_or_count() -> None:
+    gate = ComputeGate(enabled=False)
+    with gate.hold("llm"), gate.hold("stt"):  # not re-entrant when enabled: no lock here
+        pass
+    assert gate.stats.count == {}
+
+
+@pytest.mark.model
+def test_whisper_takes_a_final_pass_before_partial_passes_queued_earlier(
+    models, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Three participants' partial passes wait for the recognizer; one participant ends
+    their utterance: its final pass runs next."""
+    stt, tts = models
+    from edge.voice import resample
+
+    spoken = tts.synthesize("What is the capital of France?")
+    audio = resample(spoken.audio, spoken.sample_rate, stt.sample_rate).astype(np.float32)
+    order: list[str] = []  # as each takes the lock (not as the threads return)
+    acquire = stt._lock._acquire
+
+    def recording(level: int) -> float:
+        waited = acquire(level)
+        order.append(threading.current_thread().name)
+        return waited
+
+    monkeypatch.setattr(stt._lock, "_acquire", recording)
+    busy, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with stt._lock.hold():  # a pass in progress
+            busy.set()
+            release.wait(10)
+
+    def run(name: str, level: int) -> None:
+        with urgency(level):
+            text = stt.transcribe(audio).text
+        assert "france" in text.lower()
+
+    threads = [threading.Thread(target=first, name="first")]
+    threads[0].start()
+    assert busy.wait(10)
+    for name, level in [("p1", 1), ("p2", 1), ("final", URGENT), ("p3", 1)]:
+        threads.append(threading.Thread(target=run, args=(name, level), name=name))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(stt._lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert order == ["first", "final", "p1", "p2", "p3"]
+
+
+class _UrgencyTTS:
+    """Tone per word; records each text with the urgency it was synthesized at."""
+
+    sample_rate = 16_000
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def synthesize(self, text: str):  # type: ignore[no-untyped-def]
+        from edge.runtime import current_urgency
+        from edge.voice import Synthesis
+
+        self.calls.append((text, current_urgency()))
+        return Synthesis(np.full(1600 * len(text.split()), 0.1, np.float32), 16_000, 0.0)
+
+
+@pytest.mark.anyio
+async def test_the_sentence_a_listener_waits_for_is_synthesized_first_in_line() -> None:
+    """First-sentence-first: the head of a participant's speech (nothing plays before it)
+    is urgent; the sentences synthesized ahead while it plays are not."""
+    import anyio
+    from voice_helpers import wait_for
+
+    from edge.interaction import ResponseOutput
+    from edge.runtime import NORMAL
+    from edge.voice import Speaker, VoiceConfig
+
+    tts, sent = _UrgencyTTS(), []
+
+    async def publish(chunk, correlation_id) -> None:  # type: ignore[no-untyped-def]
+        sent.append(chunk)
+
+    speaker = Speaker("p1", VoiceConfig(), tts, anyio.CapacityLimiter(1), publish)
+    reply = "The first sentence is here. The second one follows it. A third ends it."
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(speaker.run)
+            speaker.on_output(ResponseOutput(text=reply, request_id="r1", source="conversation"))
+            speaker.on_output(
+                ResponseOutput(text="", request_id="r1", source="conversation", final=True)
+            )
+            await wait_for(lambda: len(tts.calls) >= 3)
+            tg.cancel_scope.cancel()
+    assert [level for _, level in tts.calls] == [URGENT, NORMAL, NORMAL], tts.calls
+
+
+@pytest.mark.model
+def test_piper_speaks_a_waited_for_sentence_before_later_ones_queued_earlier(
+    models, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    _, tts = models
+    order: list[str] = []  # as the voice is called, inside the lock (not as threads return)
+    voice, names = tts._voice, ("one", "two", "three")
+    real = voice.synthesize
+
+    def recording(text, *args, **kwargs):  # type: ignore[no-untyped-def]
+        order.extend(n for n in names if f"sentence {n}" in text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(voice, "synthesize", recording)
+    busy, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with tts._lock.hold():  # a synthesis in progress
+            busy.set()
+            release.wait(10)
+
+    def run(name: str, level: int) -> None:
+        with urgency(level):
+            assert len(tts.synthesize(f"This is sentence {name}.").audio)
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert busy.wait(10)
+    for name, level in [("two", 1), ("three", 1), ("one", URGENT)]:
+        threads.append(threading.Thread(target=run, args=(name, level)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(tts._lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert order == ["one", "two", "three"]
+
+
+class _OrderedToneTTS(_UrgencyTTS):
+    """Synthesizes one text at a time, in the order of its lock, slowly."""
+
+    concurrent_callers = 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        from edge.runtime import OrderedLock
+
+        self._lock = OrderedLock()
+
+    def synthesize(self, text: str):  # type: ignore[no-untyped-def]
+        with self._lock.hold():
+            time.sleep(0.05)
+            return super().synthesize(text)
+
+
+@pytest.mark.anyio
+async def test_one_participants_first_sentence_is_not_queued_behind_anothers_later_ones() -> None:
+    """Four participants share the pipeline's voice: while three long replies play and
+    their next sentences are synthesized ahead, a fourth reply starts; its first sentence
+    goes right after the synthesis in progress, before the others' waiting sentences."""
+    import anyio
+
+    from edge.interaction import ResponseOutput
+    from edge.voice import Speaker, VoiceConfig, VoicePipeline
+
+    tts = _OrderedToneTTS()
+    pipeline = VoicePipeline(stt=object(), tts=tts)  # type: ignore[arg-type]
+
+    async def publish(chunk, correlation_id) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    config = VoiceConfig(tts_lookahead=4)
+    speakers = [Speaker(p, config, tts, pipeline._tts_limiter, publish) for p in "acdb"]
+    words_ = "one two three four five six".split()
+    long = " ".join(f"Sentence {w} of a long answer." for w in words_)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for speaker in speakers:
+                await tg.start(speaker.run)
+            for k, speaker in enumerate(speakers[:3]):
+                speaker.on_output(ResponseOutput(text=long, request_id=f"r{k}", source="x"))
+            await wait_for_calls(tts, 6)  # every first sentence done, the next ones queued
+            done = len(tts.calls)
+            first = ResponseOutput(text="B speaks now.", request_id="rb", source="x")
+            speakers[3].on_output(first)
+            await wait_for_calls(tts, done + 4)
+            tg.cancel_scope.cancel()
+    texts = [t for t, _ in tts.calls]
+    assert texts.index("B speaks now.") <= done + 1, (done, texts)
+
+
+async def wait_for_calls(tts: _UrgencyTTS, n: int) -> None:
+    from voice_helpers import wait_for
+
+    await wait_for(lambda: len(tts.calls) >= n)
