@@ -77,6 +77,32 @@ def test_end_verdict_trusts_a_question_mark_more_than_a_period() -> None:
     assert end_verdict("at sunset,") is False
 
 
+def test_a_question_ending_in_a_stranded_preposition_gets_the_neutral_end_silence() -> None:
+    """Whisper tiny writes "... famous for" without its question mark: the longest end
+    silence (mid-phrase) made such turns wait 0.9 s; a pause inside a question keeps it."""
+    from edge.voice._sentences import clearly_continues, end_verdict
+
+    for whole in (
+        "What is the capital of Italy and what is it famous for",
+        "Who did you go with",
+        "What are you looking for",
+        "What is this song about",
+    ):
+        assert end_verdict(whole) is None, whole
+        assert end_verdict(whole + "?") is True
+        assert not clearly_continues(whole)  # its answer may be prepared in the pause
+    for partway in (
+        "What is the capital of",
+        "What is the weather in",
+        "What is the best present for the",
+        "What for",
+        "Tell me about",
+        "I am looking for",
+    ):
+        assert end_verdict(partway) is False, partway
+        assert clearly_continues(partway), partway
+
+
 def test_a_complete_sentence_shortens_the_end_silence() -> None:
     ep = Endpointer(ADAPTIVE)
     ep.feed(*windows(ms(640, 0.9) + ms(320, 0.0)))

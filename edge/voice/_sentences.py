@@ -56,12 +56,35 @@ def sounds_complete(text: str) -> bool:
     return bool(words) and words[-1] not in _DANGLING
 
 
+_STRANDABLE = frozenset("for with about from".split())
+_WH = frozenset("what which who whom where".split())
+
+
+def stranded_question(text: str) -> bool:
+    """A question whose last word is a preposition left at its end ("what is it famous
+    for", "who did you go with"), written without the question mark Whisper's smaller
+    models sometimes drop: at least two words between the last question word and the
+    preposition, the one before it not a word that needs more ("the", "of", ...)."""
+    stripped = text.strip()
+    if not stripped or stripped[-1] in ".?!,;:-…":
+        return False
+    words = re.findall(r"[\w']+", stripped.lower())
+    wh = [i for i, w in enumerate(words) if w in _WH]
+    if not wh or words[-1] not in _STRANDABLE:
+        return False
+    between = words[wh[-1] + 1 : -1]
+    return len(between) >= 2 and between[-1] not in _DANGLING
+
+
 def end_verdict(text: str) -> bool | None:
     """How a pause's transcript bears on the end of the utterance: True when it ends a
     question or exclamation (``?``/``!``: strong evidence, the shortest end silence),
     False when it stops mid-phrase (the longest), None for a statement ending in ``.``
     (Whisper also writes a period where a long sentence merely pauses at a comma, so the
-    neutral end silence applies)."""
+    neutral end silence applies) and for a question ending in a stranded preposition
+    without its question mark (it may be whole or may go on: neutral too)."""
+    if stranded_question(text):
+        return None
     if not sounds_complete(text):
         return False
     return True if text.strip().rstrip("\"'”’)]")[-1] in "?!" else None
@@ -70,7 +93,10 @@ def end_verdict(text: str) -> bool | None:
 def clearly_continues(text: str) -> bool:
     """Whether a transcript stops where more words must follow: a trailing comma, colon,
     dash or ellipsis, or a last word such as "the", "and", "of". Text with no end mark
-    that does not trail off this way is undecided (False)."""
+    that does not trail off this way is undecided (False), and so is a question ending in
+    a stranded preposition ("what is it famous for")."""
+    if stranded_question(text):
+        return False
     stripped = text.strip().rstrip("\"'”’)]")
     if not stripped or stripped.endswith(("...", "…", ",", ";", ":", "-")):
         return True
