@@ -159,6 +159,11 @@ def concurrency(m: str) -> str:
         on, off = (data[mode][n]["first_reply_s"] for mode in ("on", "off"))
         cells.append(f"{s(on['p50'])} / {s(off['p50'])} ({on['p50'] / alone:.1f}x)")
     tps = data["ratios"]["4"]["tokens_per_s_on_vs_off"]
+    spoken = data.get("spoken")
+    if spoken:  # four speaking at once: first audio p50, on / off (on, × one alone)
+        on, off = (spoken[mode]["4"]["audio_s"]["p50"] for mode in ("on", "off"))
+        one = spoken["on"]["1"]["audio_s"]["p50"]
+        cells.append(f"spoken 4: {s(on)} / {s(off)} ({on / one:.1f}x)")
     return "; ".join(cells) + f"; tokens/s at 4, on / off {tps:.2f}x"
 
 
@@ -291,7 +296,8 @@ ROWS: list[Row] = [
     ),
     (
         "through `edge serve`: 4 ; 8 participants typing at once, first reply text p50 with "
-        "batching on / off (on, as a multiple of one alone)",
+        "batching on / off (on, as a multiple of one alone); 4 speaking at once, first audio "
+        "p50 from the end of speech, the same way",
         concurrency,
         "`benchmarks/concurrency.py --repeat 3`",
         ("concurrency",),
