@@ -24,7 +24,7 @@ from versus_chain import QUESTIONS
 
 from edge.voice import PiperTTS, WhisperSTT, resample
 
-EVALS = Path(__file__).resolve().parent.parent / "edge" / "conversation" / "evals"
+EVALS = Path(__file__).resolve().parent.parent / "edge" / "eval" / "evals"
 WINDOWS = {
     "30 s (faster-whisper)": None,
     "fitted, 10 s floor (default)": 10.0,
@@ -35,7 +35,10 @@ WINDOWS = {
 
 def texts() -> list[str]:
     out = [" ".join(parts) for _, _, parts in QUESTIONS]
-    for path in sorted(EVALS.glob("recall_cases*.toml")):
+    cases = sorted(EVALS.glob("recall_cases*.toml"))
+    if not cases:
+        raise SystemExit(f"no recall_cases*.toml in {EVALS}: the clips would be the questions only")
+    for path in cases:
         for case in tomllib.loads(path.read_text())["case"]:
             out += [v for k, v in case.items() if k in ("question", "fact") and isinstance(v, str)]
     return list(dict.fromkeys(out))
