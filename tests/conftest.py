@@ -43,3 +43,21 @@ def models():  # type: ignore[no-untyped-def]
     stt.load()
     tts.load()
     return stt, tts
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Real ``wyoming-faster-whisper`` and ``wyoming-piper`` on 127.0.0.1 (one pair per
+    test module that asks for them)."""
+    from tests.remote_helpers import Servers
+
+    with Servers(tmp_path_factory.mktemp("servers"), ("whisper", "piper")) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def question(servers) -> bytes:  # type: ignore[no-untyped-def]
+    """``remote_helpers.QUESTION`` spoken by the remote Piper (16 kHz PCM16)."""
+    from tests.remote_helpers import QUESTION, spoken
+
+    return spoken(servers.url("piper"), QUESTION)

@@ -28,6 +28,10 @@ LLAMA_SHARED = ["--interrupt_requests", "False", "--cache", "True"]
 NAMES = {"whisper": "wyoming-faster-whisper", "piper": "wyoming-piper", "llama": "llama server"}
 
 
+QUESTION = "What is the capital of France?"
+"""What the ``question`` fixture (tests/conftest.py) speaks."""
+
+
 class Servers:
     """The named model servers, each on a fixed port for the whole module."""
 
@@ -42,6 +46,18 @@ class Servers:
             name: Service(NAMES[name], argv[name], self.ports[name], work / f"{name}.log")
             for name in names
         }
+
+    def __enter__(self) -> Servers:
+        """All the named servers started (stopped again if one fails to start)."""
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def url(self, name: str) -> str:
         if name == "llama":

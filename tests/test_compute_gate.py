@@ -95,6 +95,45 @@ def test_a_disabled_gate_does_not_wait_or_count() -> None:
     assert gate.stats.count == {}
 
 
+def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[no-untyped-def]
+    """Hold ``lock``; start ``work(name)`` in a thread for each (name, urgency) of
+    ``queued``, one after another once the previous waits for the lock; release it. The
+    names in the order they took the lock ("first": the holder), not as threads returned."""
+    order: list[str] = []
+    acquire = lock._acquire
+
+    def recording(level: int) -> float:
+        waited = acquire(level)
+        order.append(threading.current_thread().name)
+        return waited
+
+    monkeypatch.setattr(lock, "_acquire", recording)
+    busy, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with lock.hold():  # a pass or synthesis in progress
+            busy.set()
+            release.wait(10)
+
+    def run(name: str, level: int) -> None:
+        with urgency(level):
+            work(name)
+
+    threads = [threading.Thread(target=first, name="first")]
+    threads[0].start()
+    assert busy.wait(10)
+    for name, level in queued:
+        threads.append(threading.Thread(target=run, args=(name, level), name=name))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(60)
+    return order
+
+
 @pytest.mark.model
 def test_whisper_takes_a_final_pass_before_partial_passes_queued_earlier(
     models, monkeypatch
@@ -106,40 +145,13 @@ def test_whisper_takes_a_final_pass_before_partial_passes_queued_earlier(
 
     spoken = tts.synthesize("What is the capital of France?")
     audio = resample(spoken.audio, spoken.sample_rate, stt.sample_rate).astype(np.float32)
-    order: list[str] = []  # as each takes the lock (not as the threads return)
-    acquire = stt._lock._acquire
-
-    def recording(level: int) -> float:
-        waited = acquire(level)
-        order.append(threading.current_thread().name)
-        return waited
-
-    monkeypatch.setattr(stt._lock, "_acquire", recording)
-    busy, release = threading.Event(), threading.Event()
-
-    def first() -> None:
-        with stt._lock.hold():  # a pass in progress
-            busy.set()
-            release.wait(10)
-
-    def run(name: str, level: int) -> None:
-        with urgency(level):
-            text = stt.transcribe(audio).text
-        assert "france" in text.lower()
-
-    threads = [threading.Thread(target=first, name="first")]
-    threads[0].start()
-    assert busy.wait(10)
-    for name, level in [("p1", 1), ("p2", 1), ("final", URGENT), ("p3", 1)]:
-        threads.append(threading.Thread(target=run, args=(name, level), name=name))
-        threads[-1].start()
-        deadline = time.monotonic() + 5
-        while len(stt._lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-    release.set()
-    for t in threads:
-        t.join(60)
+    heard: list[str] = []
+    queued = [("p1", 1), ("p2", 1), ("final", URGENT), ("p3", 1)]
+    order = _lock_order(
+        stt._lock, monkeypatch, lambda _: heard.append(stt.transcribe(audio).text), queued
+    )
     assert order == ["first", "final", "p1", "p2", "p3"]
+    assert len(heard) == 4 and all("france" in text.lower() for text in heard), heard
 
 
 class _UrgencyTTS:
@@ -193,39 +205,15 @@ def test_piper_speaks_a_waited_for_sentence_before_later_ones_queued_earlier(
     models, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     _, tts = models
-    order: list[str] = []  # as the voice is called, inside the lock (not as threads return)
-    voice, names = tts._voice, ("one", "two", "three")
-    real = voice.synthesize
+    sizes: list[int] = []
+    queued = [("two", 1), ("three", 1), ("one", URGENT)]
 
-    def recording(text, *args, **kwargs):  # type: ignore[no-untyped-def]
-        order.extend(n for n in names if f"sentence {n}" in text)
-        return real(text, *args, **kwargs)
+    def speak(name: str) -> None:
+        sizes.append(len(tts.synthesize(f"This is sentence {name}.").audio))
 
-    monkeypatch.setattr(voice, "synthesize", recording)
-    busy, release = threading.Event(), threading.Event()
-
-    def first() -> None:
-        with tts._lock.hold():  # a synthesis in progress
-            busy.set()
-            release.wait(10)
-
-    def run(name: str, level: int) -> None:
-        with urgency(level):
-            assert len(tts.synthesize(f"This is sentence {name}.").audio)
-
-    threads = [threading.Thread(target=first)]
-    threads[0].start()
-    assert busy.wait(10)
-    for name, level in [("two", 1), ("three", 1), ("one", URGENT)]:
-        threads.append(threading.Thread(target=run, args=(name, level)))
-        threads[-1].start()
-        deadline = time.monotonic() + 5
-        while len(tts._lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-    release.set()
-    for t in threads:
-        t.join(60)
-    assert order == ["one", "two", "three"]
+    order = _lock_order(tts._lock, monkeypatch, speak, queued)
+    assert order == ["first", "one", "two", "three"]
+    assert len(sizes) == 3 and all(sizes), sizes
 
 
 class _OrderedToneTTS(_UrgencyTTS):

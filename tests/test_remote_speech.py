@@ -18,28 +18,11 @@ from edge.llm import ScriptedLLM
 from edge.server import EdgeService
 from edge.server._mdns import WYOMING_SERVICE, MdnsAdvertiser
 from edge.voice import VoiceConfig
-from tests.remote_helpers import Servers, backends, speaker, spoken, wait_for_retry
+from tests.remote_helpers import QUESTION, Servers, backends, speaker, wait_for_retry
 from tests.server_helpers import answer_for, settings
 from tests.voice_helpers import heard_as
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
-
-QUESTION = "What is the capital of France?"
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    found = Servers(tmp_path_factory.mktemp("servers"), ("whisper", "piper"))
-    try:
-        found.start()
-        yield found
-    finally:
-        found.stop()
-
-
-@pytest.fixture(scope="module")
-def question(servers: Servers) -> bytes:
-    return spoken(servers.url("piper"), QUESTION)
 
 
 def remote_service(servers: Servers, **kw: object) -> EdgeService:
@@ -241,12 +224,8 @@ async def test_auto_finds_the_speech_servers_over_mdns_and_never_an_edge_service
 @pytest.fixture(scope="module")
 def llama(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """llama-cpp-python's OpenAI-compatible server with our default model."""
-    found = Servers(tmp_path_factory.mktemp("llama"), ("llama",))
-    try:
-        found.start()
+    with Servers(tmp_path_factory.mktemp("llama"), ("llama",)) as found:
         yield found
-    finally:
-        found.stop()
 
 
 def all_remote(servers: Servers, llama: Servers) -> EdgeService:

@@ -9,7 +9,6 @@ what the client sent on them read) at a proxy."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -18,31 +17,15 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.voice import VoiceConfig
-from tests.remote_helpers import Servers, speaker, spoken
+from tests.remote_helpers import QUESTION, Servers, speaker
 from tests.server_helpers import answer_for, settings
 from tests.stream_helpers import proxy_to, streaming_asr
 from tests.voice_helpers import heard_as
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
-QUESTION = "What is the capital of France?"
 ONLY_THE_STREAM = VoiceConfig(playback_speed=0, partial_interval_s=0, speculative_final=False)
 """No partial or speculative passes: every transcript of the turn comes from the stream."""
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    found = Servers(tmp_path_factory.mktemp("servers"), ("whisper", "piper"))
-    try:
-        found.start()
-        yield found
-    finally:
-        found.stop()
-
-
-@pytest.fixture(scope="module")
-def question(servers: Servers) -> bytes:
-    return spoken(servers.url("piper"), QUESTION)
 
 
 def remote(stt_url: str, servers: Servers, config: VoiceConfig = ONLY_THE_STREAM) -> EdgeService:

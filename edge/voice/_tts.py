@@ -115,25 +115,28 @@ class PiperTTS:
 
     @property
     def sample_rate(self) -> int:
-        self.load()
+        if self._voice is None:
+            self.load()
         return int(self._voice.config.sample_rate)  # type: ignore[union-attr]
 
     def load(self) -> None:
         with self._lock.hold():
-            if self._voice is not None:
-                return
-            path = self.model_path
-            config = self._config_path or path.with_name(path.name + ".json")
-            if not path.exists() or not config.exists():
-                raise TextToSpeechError(f"Piper voice needs {path} and its config {config}")
-            self._voice = _load_voice(path, config)
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._voice is not None:
+            return
+        path = self.model_path
+        config = self._config_path or path.with_name(path.name + ".json")
+        if not path.exists() or not config.exists():
+            raise TextToSpeechError(f"Piper voice needs {path} and its config {config}")
+        self._voice = _load_voice(path, config)
 
     def synthesize(self, text: str) -> Synthesis:
         """Speak ``text``; raises :class:`NothingToSpeakError` when nothing is speakable."""
         clean = speakable(text)
         if not clean:
             raise NothingToSpeakError(f"nothing speakable in {text!r}")
-        self.load()
         from piper import SynthesisConfig
 
         syn = SynthesisConfig(
@@ -142,7 +145,8 @@ class PiperTTS:
             noise_w_scale=self.noise_w_scale,
         )
         kind = "tts first" if current_urgency() == URGENT else "tts"
-        with self._lock.hold(), COMPUTE_GATE.hold(kind):
+        with self._lock.hold(), COMPUTE_GATE.hold(kind):  # one wait in line, not two
+            self._load_locked()
             started = time.perf_counter()
             parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
             elapsed = time.perf_counter() - started
