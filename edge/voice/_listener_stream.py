@@ -53,7 +53,12 @@ class UtteranceStream:
     @property
     def gives_partials(self) -> bool:
         """Partial transcripts come from the stream (the server has streamed them)."""
-        return self._stream is not None and bool(getattr(self._stt, "partials_streamed", 0))
+        stt = self._stt
+        return (
+            self._stream is not None
+            and isinstance(stt, StreamingSpeechToText)
+            and (stt.partials_streamed)
+        )
 
     def take(self, audio: np.ndarray) -> Any:
         """The endpoint: the stream (None without one) with all of ``audio`` sent,

@@ -36,7 +36,7 @@ from ._config import VoiceConfig
 from ._messages import AudioOutput
 from ._sentences import SentenceSplitter, speakable
 from ._synthesis import SpeechFailure, Synthesis
-from ._tts import StreamingTextToSpeech, TextToSpeech
+from ._tts import TextToSpeech
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,7 @@ class Speaker:
     def _end_reply_when_synthesized(self, rid: str) -> None:
         """A voice that streams replies ends ``rid``'s stream once all of it is spoken
         into audio (its streams closed, no segment of it waiting for synthesis)."""
-        if not isinstance(self._synthesize.tts, StreamingTextToSpeech):
+        if not self._synthesize.streams_replies:
             return
         if any(s.request_id == rid and s.open for s in self._streams.values()):
             return

@@ -74,6 +74,9 @@ class StreamingSpeechToText(Protocol):
     listener opens a stream when speech starts, feeds it each chunk, and ``finish()``
     gives the final :class:`Recognition` (see ``edge.voice._remote_stream``)."""
 
+    partials_streamed: bool
+    """The server has streamed transcript chunks before an utterance's end (partials)."""
+
     def open_stream(self, on_partial: Callable[[str], None]) -> Any: ...
 
 

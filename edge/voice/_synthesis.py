@@ -40,6 +40,11 @@ class Synthesis:
         self._on_failure = on_failure  # a remote voice failed on a request's sentence
 
     @property
+    def streams_replies(self) -> bool:
+        """The voice speaks a reply's sentences over one stream (:meth:`end_reply` ends it)."""
+        return isinstance(self.tts, StreamingTextToSpeech)
+
+    @property
     def rate(self) -> int:
         return self.out_rate or self.tts.sample_rate
 
