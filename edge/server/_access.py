@@ -18,6 +18,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from edge.store import new_token
+
 TOKEN_FILE = "token"
 TOKEN_BYTES = 24
 
@@ -52,14 +54,14 @@ def load_or_create_token(data_dir: Path) -> str:
     """The stored token; a new random one is written (0600) on first use."""
     token = read_token(data_dir)
     if token is None:
-        token = secrets.token_urlsafe(TOKEN_BYTES)
+        token = new_token(TOKEN_BYTES)
         _write_token(token_path(data_dir), token)
     return token
 
 
 def rotate_token(data_dir: Path) -> str:
     """Replace the stored token with a new one (clients holding the old one are refused)."""
-    token = secrets.token_urlsafe(TOKEN_BYTES)
+    token = new_token(TOKEN_BYTES)
     _write_token(token_path(data_dir), token)
     return token
 

@@ -23,7 +23,7 @@ Example::
 from ._export import EXPORT_FORMAT, dumps, export_participant, import_participant
 from ._private import PrivacyError, private_dir
 from ._schema import MIGRATIONS, SCHEMA_VERSION, migrate
-from ._store import STORE_FILE, SessionStore, StoreError, token_hash
+from ._store import STORE_FILE, SessionStore, StoreError, new_token, token_hash
 from ._types import (
     ParticipantInfo,
     Record,
@@ -53,6 +53,7 @@ __all__ = [
     "export_participant",
     "import_participant",
     "migrate",
+    "new_token",
     "private_dir",
     "token_hash",
 ]

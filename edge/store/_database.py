@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -40,6 +41,15 @@ _RECORD_COLUMNS = "id, kind, section, timestamp_us, text, user, assistant, in_vi
 
 class StoreError(OSError):
     """The store's file cannot be opened or written; the text names it."""
+
+
+def new_token(nbytes: int = 24) -> str:
+    """A random URL-safe token that does not start with "-", so it can follow an option on
+    a command line (``edge client --resume TOKEN``) without being read as an option."""
+    token = secrets.token_urlsafe(nbytes)
+    while token.startswith("-"):
+        token = secrets.token_urlsafe(nbytes)
+    return token
 
 
 def token_hash(token: str) -> str:

@@ -13,12 +13,12 @@ The class is put together from parts with one job each: the connection
 
 from __future__ import annotations
 
-from ._database import STORE_FILE, StoreError, token_hash
+from ._database import STORE_FILE, StoreError, new_token, token_hash
 from ._records import StoreRecords
 from ._retention import StoreRetention
 from ._tokens import SessionTokens
 
-__all__ = ["STORE_FILE", "SessionStore", "StoreError", "token_hash"]
+__all__ = ["STORE_FILE", "SessionStore", "StoreError", "new_token", "token_hash"]
 
 
 class SessionStore(SessionTokens, StoreRecords, StoreRetention):

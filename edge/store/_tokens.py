@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import hmac
-import secrets
 
-from ._database import StoreDatabase, token_hash
+from ._database import StoreDatabase, new_token, token_hash
 from ._types import SessionRefused
 
 
@@ -34,7 +33,7 @@ class SessionTokens(StoreDatabase):
                     )
                 self._ensure(db, participant_id)
                 return resume, True
-            token = secrets.token_urlsafe(24)
+            token = new_token()
             self._ensure(db, participant_id)
             db.execute(
                 "UPDATE participants SET token_hash = ? WHERE id = ?",
@@ -45,7 +44,7 @@ class SessionTokens(StoreDatabase):
     def reissue(self, participant_id: str) -> str:
         """A new session token for a stored participant, for one who lost theirs: the old
         token stops working, the conversation is kept. ``KeyError`` when none is stored."""
-        token = secrets.token_urlsafe(24)
+        token = new_token()
         with self.transaction() as db:
             changed = db.execute(
                 "UPDATE participants SET token_hash = ? WHERE id = ?",
