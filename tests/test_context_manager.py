@@ -380,5 +380,9 @@ async def test_the_join_warmer_warms_through_the_managers_prefix_owner() -> None
     assert [(m[0].content, key) for m, key, _ in llm.warmed] == [
         ("You are helpful.", SYSTEM_PROMPT_KEY),
         ("You are helpful.", "p"),
+        ("You are helpful.", "p"),  # then their context and the time on top
     ]
+    on_top = llm.warmed[2][0]
+    assert len(on_top) == 2 and on_top[1].content.startswith("Context:")
+    assert "Current time:" in on_top[1].content
     await ctx.close()

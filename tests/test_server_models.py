@@ -186,6 +186,24 @@ async def test_a_first_turn_right_after_joining_reuses_the_system_prompt() -> No
     assert metrics is not None and metrics.reused_tokens > 100
 
 
+async def test_a_first_turn_after_the_join_warm_evaluates_only_its_request() -> None:
+    """The join warm evaluates the participant's context and the current time on top of
+    the system prompt, so their first answer evaluates the request and the template only
+    (without it, some 30 tokens of context more)."""
+    llm = LlamaCppLLM(n_ctx=2048, default_max_tokens=16)
+    service = EdgeService(
+        settings(voice=False), llm=llm, decisions=ScriptedDecisions(default="conversation")
+    )
+    question = "What is the capital of France?"
+    async with service, EdgeClient(service.websocket_url, participant_id="joined") as client:
+        await wait_for(lambda: "joined" in service.warmer.warmed, limit=30)
+        assert (await client.ask(question, limit_s=60)).text
+        metrics = service.conversation.last_metrics("joined")
+        request = len(llm._engine.tokenize_prompt(question))
+    assert metrics is not None
+    assert metrics.prompt_tokens - metrics.reused_tokens <= request + 12
+
+
 def held(llm: LlamaCppLLM) -> set[str]:
     """The keys whose tokens the model holds: saved states and the live context's."""
     return set(llm.cached_keys()) | {llm._engine.owner or ""}

@@ -7,7 +7,8 @@ evaluates only what is new. :class:`Prefixes` keeps that state warm:
 
 * at start, the system prompt alone under :data:`SYSTEM_PROMPT_KEY`
   (:meth:`PrefixWarmer.warm_shared`), and when a participant joins, their own state from a
-  copy of it (:class:`PrefixWarmer`, a runtime agent on ``participant.joined``);
+  copy of it with their context and the current time on top (:class:`PrefixWarmer`, a
+  runtime agent on ``participant.joined``), so a first answer evaluates only its request;
 * after an exchange (once the device is briefly quiet), the system prompt and the
   participant's context with the current time and the recalled block chosen ahead of the
   next request (:meth:`Prefixes.rewarm`);
@@ -115,18 +116,30 @@ class Prefixes:
         if not isinstance(self.llm, Warmable) or part.system is None:
             return
         with self.jobs.track(part.participant_id):
-            await self._warm(part, self.prefix(part), part.participant_id)
+            await self._warm(part.system, self.prefix(part), part.participant_id)
 
-    async def _warm(self, part: ParticipantContext, context: str, key: str) -> bool:
-        assert isinstance(self.llm, Warmable) and part.system is not None
+    async def warm_joined(self, participant_id: str, system: str, seed: str | None) -> bool:
+        """A participant joined: their state from ``seed``'s (the system prompt alone),
+        then their prompt prefix on top (their stored context, or none yet, and the current
+        time), so their first answer evaluates only its request. True once the system
+        prompt is theirs (the prefix on top is best effort, like every re-warm)."""
+        if not await self.warm_system(participant_id, system, seed):
+            return False
+        if self.rewarm_on:
+            view = self.views.cached(participant_id) or self.views.new(participant_id)
+            await self._warm(system, self.prefix(view), participant_id)
+        return True
+
+    async def _warm(self, system: str, context: str, key: str) -> bool:
+        assert isinstance(self.llm, Warmable)
         messages = [
-            ChatMessage(role="system", content=part.system),
+            ChatMessage(role="system", content=system),
             ChatMessage(role="user", content=context),
         ]
         try:
             await self.llm.warm(messages, cache_key=key, priority=Priority.BACKGROUND)
         except LLMError as exc:
-            log.warning("re-warming the prompt of %r failed: %s", part.participant_id, exc)
+            log.warning("re-warming the prompt under %r failed: %s", key, exc)
             return False
         return True
 
@@ -149,7 +162,7 @@ class Prefixes:
         key = SUCCESSOR_KEY + part.participant_id
         warmed = False
         try:
-            warmed = await self._warm(part, context, key)
+            warmed = await self._warm(part.system, context, key)
         finally:
             if not warmed:  # failed or cancelled (a clear): drop what it left
                 await self.drop(key)
@@ -179,7 +192,8 @@ class Prefixes:
 class PrefixWarmer(Agent):
     """Warms a joining participant's prompt prefix, so their first answer starts fast: on
     ``participant.joined`` it evaluates ``system_prompt()`` into the participant's state,
-    starting from the shared one (:meth:`warm_shared`, which the service runs at start);
+    starting from the shared one (:meth:`warm_shared`, which the service runs at start),
+    and their context with the current time on top (:meth:`Prefixes.warm_joined`);
     the conversation's answers use the same key as their seed, so a participant who speaks
     before their own warm has run (or whose state was evicted) still reuses the system
     prompt. ``async with`` owns the warm-up tasks; leaving cancels those still running."""
@@ -218,5 +232,5 @@ class PrefixWarmer(Agent):
 
     async def _warm(self, participant_id: str) -> None:
         system, seed = self.system_prompt(), self.shared_key
-        if await self.prefixes.warm_system(participant_id, system, seed):
+        if await self.prefixes.warm_joined(participant_id, system, seed):
             self.warmed.append(participant_id)
