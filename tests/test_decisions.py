@@ -256,9 +256,11 @@ async def test_prepare_with_context_evaluates_the_prompt_up_to_the_request() -> 
     await service.decide(asked)
     assert (llm.calls[2][2], llm.seeds[2]) == ("decisions:p1", "decisions")
     await service.decide(ChoiceQuestion("bananas", TWO, asker="p1"))  # no context
-    assert (llm.calls[3][2], llm.seeds[3]) == ("decisions", None)
+    assert (llm.calls[3][2], llm.seeds[3]) == ("decisions:p1", "decisions")
+    await service.decide(ChoiceQuestion("bananas", TWO))  # nobody asking: the shared state
+    assert (llm.calls[4][2], llm.seeds[4]) == ("decisions", None)
     await service.prepare(ChoiceQuestion("", TWO))  # no context: the prior only, cached
-    assert len(llm.calls) == 4
+    assert len(llm.calls) == 5
 
 
 async def test_forget_cancels_a_prepare_still_running_for_its_asker() -> None:

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from edge.llm import Priority, QueueFullError, RequestMetrics
-from edge.llm._batch import BatchScheduler, GenJob, SeqJob
+from edge.llm._batch import BatchScheduler, GenJob, SeqContext, SeqJob
+from edge.runtime import turn_started
 
 pytestmark = pytest.mark.anyio
 
@@ -191,3 +192,56 @@ async def test_an_answer_waiting_behind_its_own_background_work_lifts_it() -> No
         await anyio.sleep(0.005)
         tg.start_soon(generate, sched, gen_job("decisions:a", INT, 2), log, "decision a")
     assert log.index("end decision a") < log.index("end answer b")
+
+
+async def test_a_turn_that_began_first_is_served_first_whatever_its_requests_arrival() -> None:
+    """A participant's answer follows their routing decision, so it reaches the model
+    after others' requests that came in meanwhile: it keeps its turn's place in line."""
+    sched, _ = scheduler(n_seq=1)
+    log: list[str] = []
+    with turn_started() as early:
+        pass
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, gen_job("busy", INT, 5), log)
+        await anyio.sleep(0.001)
+        with turn_started():  # a later turn, whose request arrives first
+            tg.start_soon(generate, sched, gen_job("later", INT, 2), log)
+        await anyio.sleep(0.001)
+        with turn_started(early):
+            tg.start_soon(generate, sched, gen_job("earlier", INT, 2), log)
+    starts = [e.split()[1] for e in log if e.startswith("start")]
+    assert starts == ["busy", "earlier", "later"]
+
+
+class _PlannedContext(SeqContext):
+    """A :class:`SeqContext` without llama.cpp: each job's pending tokens are given, and a
+    step records what it would decode."""
+
+    def __init__(self, pending: dict[str, int]) -> None:  # no super().__init__: no model
+        self.n_batch = 512
+        self.pending = pending
+        self.decoded: list[tuple[str, int]] = []
+
+    def plan(self, job: SeqJob) -> list[int]:
+        return [1] * self.pending[job.key]
+
+    def _decode(self, entries: list[tuple[SeqJob, list[int], bool]]) -> bool:
+        self.decoded = [(job.key, len(toks)) for job, toks, _ in entries]
+        return True
+
+    def _after(self, entries: list[tuple[SeqJob, list[int], bool]]) -> None:
+        pass
+
+
+def test_a_step_evaluates_one_prompt_the_first_in_line_beside_every_next_token() -> None:
+    """Prompts evaluated together would all wait for the last of them (a prompt token
+    costs about the same alone or batched on a CPU): one prompt per step, so the first in
+    line starts answering after one prompt, while every generating sequence still gets its
+    next token and a long prompt goes in chunks."""
+    jobs = [SeqJob(key=k, priority=INT, target=[1], metrics=RequestMetrics()) for k in "gpqr"]
+    ctx = _PlannedContext({"g": 1, "p": 200, "q": 40, "r": 1})
+    ctx.step(jobs, chunk=64)
+    assert ctx.decoded == [("g", 1), ("r", 1), ("p", 64)]
+    ctx = _PlannedContext({"p": 200, "q": 40})
+    ctx.step(jobs[1:3], chunk=64)
+    assert ctx.decoded == [("p", 200)]  # nothing generating: the whole prompt at once

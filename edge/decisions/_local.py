@@ -242,10 +242,11 @@ class LocalDecisionService:
             await self.llm.forget_cache(f"{self.cache_key}:{asker}")
 
     def _keys(self, question: ChoiceQuestion) -> dict[str, str]:
-        """Where a question's prompt is evaluated: the asker's own state when the prompt
-        carries their recent conversation (started from the shared options prefix), so
-        participants taking turns do not evict each other's prepared prefix."""
-        if question.asker and self._context(question):
+        """Where a question's prompt is evaluated: the asker's own state, started from the
+        shared options prefix, so participants taking turns do not evict each other's
+        prepared prefix and several participants' decisions run at once (the model serves
+        one request per state at a time)."""
+        if question.asker:
             return {"cache_key": f"{self.cache_key}:{question.asker}", "seed_key": self.cache_key}
         return {"cache_key": self.cache_key}
 

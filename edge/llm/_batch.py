@@ -7,8 +7,8 @@ recently used idle one is saved into the :class:`KVStore` and handed over. A key
 a sequence or saved state starts as a copy of its seed key's (``llama_memory_seq_cp``).
 
 One :meth:`SeqContext.step` is one ``llama_decode``: the next token of every generating
-sequence, plus chunks of newly arrived prompts, each sequence sampled with its own sampler
-from its own row of logits.
+sequence, plus a chunk of the first newly arrived prompt in line, each sequence sampled
+with its own sampler from its own row of logits.
 
 :class:`BatchScheduler` (the event loop side) admits requests as :class:`SeqJob` s, at most
 one per cache key and at most ``n_seq`` at once, interactive before background and, within
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
+from edge.runtime import place_in_line
 
 from ._engine import LlamaEngine, SavedState, common_prefix, install_abort_callback
 from ._kvstore import KVStore
@@ -63,6 +65,7 @@ class SeqJob:
     seq: int | None = None
     reused: int | None = None
     arrival: int = 0
+    since: float = 0.0  # its place in line: its turn's start (edge.runtime.place_in_line)
     paused: bool = False
 
     @property
@@ -261,11 +264,17 @@ class SeqContext:
         for job, pending in planned:
             if not pending:
                 job.ready = True
-        # A prompt chunk delays the next token of every generating sequence in the step.
-        limit = chunk if any(len(p) == 1 for _, p in planned) else self.n_batch
-        for job, pending in sorted(planned, key=lambda jp: len(jp[1]) > 1):
-            if not pending or room == 0:
-                continue
+        tokens = [(job, p) for job, p in planned if len(p) == 1]
+        prompts = [(job, p) for job, p in planned if len(p) > 1]
+        # One prompt per step, the first in line (``jobs`` come by rank, then their turns'
+        # start): on a CPU a prompt token costs about the same alone or batched, so
+        # prompts evaluated together would all wait for the last of them, while one at a
+        # time the first answer starts after one prompt, the second after two. A prompt
+        # chunk delays the next token of every generating sequence in the step.
+        limit = chunk if tokens else self.n_batch
+        for job, pending in [*tokens, *prompts[:1]]:
+            if room == 0:
+                break
             take = min(len(pending), room, limit)
             entries.append((job, pending[:take], take == len(pending)))
             room -= take
@@ -364,6 +373,7 @@ class BatchScheduler:
                 f"(at most {self.max_waiting_per_key}); wait for an answer before asking again"
             )
         job.arrival = next(self._arrival)
+        job.since = place_in_line()
         queue.append(job)
         if job.rank < BACKGROUND_RANK:
             self._urgent_arrivals += 1
@@ -402,7 +412,7 @@ class BatchScheduler:
         busy = {j.key for j in self.active}
         heads = sorted(
             (q[0] for k, q in self._waiting.items() if k not in busy and q),
-            key=lambda j: (self._rank(j), self._served.get(j.key, -1), j.arrival),
+            key=lambda j: (self._rank(j), self._served.get(j.key, -1), j.since, j.arrival),
         )
         for job in heads:
             if len(self.active) >= self.n_seq and not self._preempt_for(job):
@@ -451,7 +461,7 @@ class BatchScheduler:
         ranked = [(self._rank(j), j) for j in self.active if j.wants_step()]
         if any(rank < BACKGROUND_RANK for rank, _ in ranked):
             ranked = [(rank, j) for rank, j in ranked if rank < BACKGROUND_RANK]
-        return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].arrival))]
+        return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].since, rj[1].arrival))]
 
     async def _advance(self) -> None:
         self._stepping = True

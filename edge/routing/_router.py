@@ -16,7 +16,7 @@ from uuid import uuid4
 import anyio
 
 from edge.decisions import DecisionService
-from edge.runtime import BackgroundTasks
+from edge.runtime import BackgroundTasks, turn_started
 
 from ._acknowledge import Acknowledger, validate_acknowledgment_config
 from ._answering import Answerer
@@ -241,7 +241,8 @@ class AgentRouter:
                         )
                 raise
 
-        return await self._participants.execute(run, work)
+        with turn_started():  # its decision and answer keep the turn's place in line
+            return await self._participants.execute(run, work)
 
     async def _route(self, state: Participant, run: Run, out: ControlOutput) -> DestinationResult:
         turn = run.turn

@@ -28,6 +28,7 @@ from ._compute import (
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
 from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
+from ._turn_order import place_in_line, turn_started
 
 __all__ = [
     "COMPUTE_GATE",
@@ -46,6 +47,8 @@ __all__ = [
     "current_urgency",
     "new_id",
     "now_us",
+    "place_in_line",
     "subscribe",
+    "turn_started",
     "urgency",
 ]
