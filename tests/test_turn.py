@@ -467,3 +467,18 @@ async def test_after_end_of_utterance_nothing_waits_for_a_timer() -> None:
             heard = await client.collect_turn(limit_s=20)
             assert heard.query == "tone 440" and heard.text == "Heard you."
             assert anyio.current_time() - released < 4.0  # not the 8 s silence
+
+
+def test_an_indirect_questions_opener_alone_gets_the_neutral_end_silence() -> None:
+    """ "Can you tell me?" reads whole, but a speaker pausing there goes on with the question
+    itself: the shortest end silence would cut "which mountain is the tallest" off."""
+    from edge.voice._sentences import end_verdict
+
+    for opener in ("Can you tell me?", "Do you know?", "So, could you tell me?", "Tell me."):
+        assert end_verdict(opener) is None, opener
+    for whole in (
+        "Can you tell me which mountain is the tallest in the world?",
+        "What do you know?",
+        "Do you know the way to the station?",
+    ):
+        assert end_verdict(whole) is True, whole

@@ -76,14 +76,48 @@ def stranded_question(text: str) -> bool:
     return len(between) >= 2 and between[-1] not in _DANGLING
 
 
+_OPENERS = tuple(
+    tuple(o.split())
+    for o in (
+        "can you tell me",
+        "could you tell me",
+        "would you tell me",
+        "will you tell me",
+        "tell me",
+        "do you know",
+        "can you explain",
+        "could you explain",
+        "i wonder",
+        "i want to know",
+        "i'd like to know",
+        "i would like to know",
+    )
+)
+
+
+_FILLERS = frozenset("so and but well hey okay ok um uh please now then".split())
+
+
+def only_opens_a_question(text: str) -> bool:
+    """Whether the last sentence is only what opens an indirect question ("Can you tell
+    me?", "So do you know?"): whole as written, but a speaker who pauses there usually
+    goes on with the question itself ("What do you know?" is a question of its own)."""
+    sentences = [p for p in re.split(r"[.?!…]+", text.lower()) if p.strip()]
+    words = re.findall(r"[\w']+", sentences[-1]) if sentences else []
+    while words and words[0] in _FILLERS:
+        words.pop(0)
+    return tuple(words) in _OPENERS
+
+
 def end_verdict(text: str) -> bool | None:
     """How a pause's transcript bears on the end of the utterance: True when it ends a
     question or exclamation (``?``/``!``: strong evidence, the shortest end silence),
     False when it stops mid-phrase (the longest), None for a statement ending in ``.``
     (Whisper also writes a period where a long sentence merely pauses at a comma, so the
     neutral end silence applies) and for a question ending in a stranded preposition
-    without its question mark (it may be whole or may go on: neutral too)."""
-    if stranded_question(text):
+    without its question mark, or in an indirect question's opener ("Can you tell me?":
+    it may be whole or may go on: neutral too)."""
+    if stranded_question(text) or only_opens_a_question(text):
         return None
     if not sounds_complete(text):
         return False
