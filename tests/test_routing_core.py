@@ -405,3 +405,16 @@ async def test_after_an_exchange_the_next_decision_is_prepared_with_its_context(
         assert prepared[0].criteria == decisions.questions[0].criteria
         assert "hello there" in "\n".join(prepared[0].context)
         assert prepared[0].asker == "p1"
+
+
+async def test_the_likely_destination_passes_over_a_pick_that_would_decline_like_the_turn() -> None:
+    """The decision picks the notes agent for a question; its admission declines and the
+    turn goes to the conversation. The likely destination said "notes", so no answer was
+    prepared in the pause for a turn that the conversation then answered."""
+    router, agents, _, _ = make("conversation", "notes", script=["notes", "notes"])
+    agents["notes"].admit_fn = lambda t, focused: Admission("decline")
+    assert await router.likely_destination("p1", "What do bees make?") == "conversation"
+    assert (await router.handle(turn("What do bees make?"))).text == "conversation reply"
+    asking, agents, _, _ = make("conversation", "notes", script=["notes"])
+    agents["notes"].admit_fn = lambda t, focused: Admission("clarify", text="Which note?")
+    assert await asking.likely_destination("p1", "the note") is None  # nothing to prepare

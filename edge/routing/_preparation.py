@@ -19,8 +19,9 @@ from edge.decisions import (
 from ._choice import aids_of, best_scored, routing_question
 from ._config import RouterConfig
 from ._history import DialogueExchange, DialogueHistory
+from ._selection import MAX_SELECTED_ATTEMPTS
 from ._state import Participant
-from ._types import RoutableAgent
+from ._types import AgentTurn, RoutableAgent, RoutingAid
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +89,34 @@ class DecisionPreparer:
             scope.cancel()
 
     async def likely_destination(self, participant_id: str, text: str) -> str | None:
-        """See :meth:`AgentRouter.likely_destination`."""
+        """See :meth:`AgentRouter.likely_destination`: the destination the turn's
+        selection would reach, a pick that would decline the turn passed over as the
+        selection passes over it (the notes agent picked for a question, say)."""
         state = self._state_of(participant_id)
         aids = aids_of(self._destinations, participant_id)
         if state is not None and state.focus in aids and aids[state.focus].eligible:
             return state.focus
-        candidates = [name for name, aid in aids.items() if aid.eligible]
+        turn = AgentTurn(participant_id, "likely", text)
+        declined: set[str] = set()
+        for _ in range(MAX_SELECTED_ATTEMPTS):
+            candidates = [n for n, aid in aids.items() if aid.eligible and n not in declined]
+            if not candidates:
+                break
+            route = await self._pick(participant_id, text, candidates, aids)
+            if route is None:
+                return None
+            disposition = (await self._destinations[route].admit(turn, focused=False)).disposition
+            if disposition != "decline":
+                return route if disposition == "accept" else None
+            declined.add(route)
+        default = self._config.default_destination
+        if default in aids and default not in declined and aids[default].eligible:
+            return default
+        return None
+
+    async def _pick(
+        self, participant_id: str, text: str, candidates: list[str], aids: Mapping[str, RoutingAid]
+    ) -> str | None:
         if len(candidates) < 2:
             return candidates[0] if candidates else None
         history = self._history(participant_id)
