@@ -115,6 +115,11 @@ class Endpointer:
         return self._position - self._last_voiced_end
 
     @property
+    def pad_samples(self) -> int:
+        """Audio kept after the last speech window for the recognizer (``pad_ms``)."""
+        return self._pad
+
+    @property
     def last_voiced_end(self) -> int:
         """End of the current utterance's last speech window."""
         return self._last_voiced_end

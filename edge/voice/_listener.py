@@ -180,6 +180,18 @@ def _recognize(
         return stt.transcribe(audio)
 
 
+def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> np.ndarray:
+    """A pause's audio (from stream sample ``audio_start``) as the endpoint would cut it:
+    the pad after the end of the last speech, the part not heard yet filled with
+    silence. Whisper tiny's reading of a last word changes with the silence after it (the
+    same "France" heard as "friends" with 100 ms instead of 150), so a pause's pass that
+    serves as the final one hears what a pass at the endpoint would."""
+    want = ep.last_voiced_end + ep.pad_samples - audio_start
+    if len(audio) >= want:
+        return audio[:want]
+    return np.concatenate([audio, np.zeros(want - len(audio), dtype=np.float32)])
+
+
 def _covering(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
     """A pass of ``utterance`` still to run or running that covers ``speech_end``."""
     return next(
@@ -401,6 +413,8 @@ class Listener:
         job = _Pass(
             self._utterance, audio_start + len(audio), kind, speculative=kind == "speculative"
         )
+        if job.speculative:  # it may serve as the final pass: hear what that one would
+            audio = _as_at_endpoint(audio, audio_start, self._endpointer)
         if kind != "partial":
             self._drop_waiting_passes()
         self._passes.append(job)
