@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from edge.runtime import URGENT, ComputeGate, urgency
+from edge.runtime import NORMAL, URGENT, ComputeGate, OrderedLock, urgency
 
 
 def _queue_behind(gate: ComputeGate, names: list[tuple[str, int]]) -> list[str]:
@@ -273,3 +273,24 @@ async def wait_for_calls(tts: _UrgencyTTS, n: int) -> None:
     from voice_helpers import wait_for
 
     await wait_for(lambda: len(tts.calls) >= n)
+
+
+def test_a_run_of_urgent_steps_is_not_broken_by_a_waiting_ordinary_one() -> None:
+    """Between two of an answer's first tokens nobody urgent waits yet: an ordinary step
+    waiting meanwhile (a long sentence synthesized ahead) must not take the lock then."""
+    lock = OrderedLock(urgent_grace_s=0.2)
+    order: list[str] = []
+
+    def take(lock: OrderedLock, level: int, name: str, order: list[str]) -> None:
+        with lock.hold(level):
+            order.append(name)
+
+    with lock.hold(URGENT):
+        ordinary = threading.Thread(target=take, args=(lock, NORMAL, "ahead", order))
+        ordinary.start()
+        time.sleep(0.05)  # the ordinary step now waits
+    time.sleep(0.02)  # the urgent run's next step comes a moment after the last one
+    take(lock, URGENT, "next token", order)
+    ordinary.join(2)
+    assert order == ["next token", "ahead"]
+    assert not OrderedLock().locked()

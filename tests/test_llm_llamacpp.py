@@ -227,3 +227,32 @@ async def test_closed_service_refuses_requests() -> None:
         model.stream(ask("hi"))
     health = await model.health()
     assert not health.ok
+
+
+async def test_an_answers_prompt_and_first_words_go_first_in_the_compute_gate(
+    llm: LlamaCppLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside other participants' speech work, a turn waits for its answer's prompt and
+    first words, not for the rest of it or background work: those steps are urgent in the
+    compute gate (a sentence synthesized ahead held them 0.4 s when they queued in turn)."""
+    from edge.llm import _serial
+    from edge.llm._runner import FIRST_WORDS_TOKENS
+    from edge.runtime import NORMAL, URGENT, current_urgency
+
+    levels: list[int] = []
+    real = _serial.gated
+
+    def recording(fn, *args):  # type: ignore[no-untyped-def]
+        levels.append(current_urgency())
+        return real(fn, *args)
+
+    monkeypatch.setattr(_serial, "gated", recording)
+    stream = llm.stream(ask("Describe the three rooms."), max_tokens=30, cache_key="urgency")
+    tokens = sum(1 for _ in [d async for d in stream])
+    assert tokens > FIRST_WORDS_TOKENS and levels[0] == URGENT and levels[-1] == NORMAL
+    assert levels.index(NORMAL) >= FIRST_WORDS_TOKENS  # the prompt and first words: urgent
+    levels.clear()
+    background = llm.stream(
+        ask("Describe the rooms."), max_tokens=5, priority=Priority.BACKGROUND, cache_key="bg"
+    )
+    assert [d async for d in background] and set(levels) == {NORMAL}

@@ -30,14 +30,22 @@ from typing import Any
 
 import anyio
 
-from edge.runtime import place_in_line
+from edge.runtime import NORMAL, place_in_line, urgency
 
 from ._engine import LlamaEngine, SavedState, common_prefix, install_abort_callback
 from ._kvstore import KVStore
-from ._runner import Generation, Request, gated
+from ._runner import Generation, Request, gated, step_urgency
 from ._types import LLMClosedError, LLMError, Priority, RequestMetrics
 
 BACKGROUND_RANK = 1
+
+
+def _urgency(job: SeqJob) -> int:
+    """The compute gate's order for a step serving ``job`` (the step's is the most
+    urgent of its jobs')."""
+    return step_urgency(job.priority, job.produced if isinstance(job, GenJob) else None)
+
+
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
 
 
@@ -473,7 +481,8 @@ class BatchScheduler:
             urgent = self._urgent_arrivals
             abort = (lambda: self._urgent_arrivals != urgent) if background else None
             dead, self._dead = self._dead, []
-            await self._run_sync(self._step_sync, jobs, active, dead, abort)
+            with urgency(min(map(_urgency, jobs), default=NORMAL)):
+                await self._run_sync(self._step_sync, jobs, active, dead, abort)
             self.steps += 1
             for priority in {j.priority for j in jobs}:
                 self._steps_by[priority] = self._steps_by.get(priority, 0) + 1

@@ -7,11 +7,26 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from edge.runtime import COMPUTE_GATE
+from edge.runtime import COMPUTE_GATE, NORMAL, URGENT
 
 from ._types import Priority, RequestMetrics
 
 T = TypeVar("T")
+
+
+FIRST_WORDS_TOKENS = 12
+"""Tokens of an interactive answer that are its first words (a reply's first piece of
+speech is at most 32 characters): until then its steps are urgent in the compute gate."""
+
+
+def step_urgency(priority: Priority, produced: int | None) -> int:
+    """How a model step waits in the compute gate beside speech work: a turn's prompt
+    (``produced`` None) and an answer's first words are :data:`URGENT`, like the Whisper
+    pass and the sentence someone waits for; the rest of an answer, and background work,
+    wait in turn with sentences synthesized ahead and partial passes."""
+    if priority is not Priority.INTERACTIVE:
+        return NORMAL
+    return URGENT if produced is None or produced < FIRST_WORDS_TOKENS else NORMAL
 
 
 def gated(fn: Callable[..., T], *args: Any) -> T:

@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 
 import anyio
 
+from edge.runtime import urgency
+
 from ._engine import EvalAborted, LlamaEngine
-from ._runner import Generation, Request, gated
+from ._runner import Generation, Request, gated, step_urgency
 from ._scheduler import ModelScheduler, Slot
 from ._types import GenerationError, LLMClosedError, LLMError, Priority, RequestMetrics
 
@@ -147,10 +149,12 @@ class SerialRunner:
         async with self.scheduler.slot(req.priority, metrics) as slot:
             self._check_open()
             try:
-                metrics.reused_tokens = await self._ensure(slot, req, req.tokens)
-                metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
-                sampler = await self._step(engine.new_sampler, req.temperature)
-                token = await self._step(engine.sample, sampler)
+                with urgency(step_urgency(req.priority, None)):  # no yield inside
+                    metrics.reused_tokens = await self._ensure(slot, req, req.tokens)
+                    wait = metrics.queue_wait_s or 0
+                    metrics.prompt_eval_s = time.perf_counter() - started - wait
+                    sampler = await self._step(engine.new_sampler, req.temperature)
+                    token = await self._step(engine.sample, sampler)
                 generated: list[int] = []
                 while len(generated) < req.budget:
                     if engine.is_eog(token):
@@ -161,7 +165,9 @@ class SerialRunner:
                     yield token
                     await slot.reclaim()
                     if len(generated) < req.budget:
-                        token = await self._next_token(slot, req, req.tokens + generated, sampler)
+                        with urgency(step_urgency(req.priority, len(generated))):
+                            context = req.tokens + generated
+                            token = await self._next_token(slot, req, context, sampler)
             except (LLMError, ValueError):
                 raise
             except Exception as exc:
@@ -186,23 +192,28 @@ class SerialRunner:
             finally:
                 self._engine.forget(req.key)
 
+    async def _score(
+        self, slot: Slot, req: Request, conts: Sequence[list[int]], started: float
+    ) -> list[float]:
+        engine = self._engine
+        req.metrics.reused_tokens = await self._ensure(slot, req, req.tokens)
+        req.metrics.prompt_eval_s = time.perf_counter() - started - (req.metrics.queue_wait_s or 0)
+        base = await self._step(engine.logprobs)
+        scores = [float(base[c[0]]) for c in conts]
+        for i, cont in enumerate(conts):
+            for j in range(1, len(cont)):
+                await self._ensure(slot, req, req.tokens + cont[:j])
+                scores[i] += float((await self._step(engine.logprobs))[cont[j]])
+        return scores
+
     async def score(self, req: Request, conts: Sequence[list[int]]) -> list[float]:
         engine = self._engine
         started = time.perf_counter()
         async with self.scheduler.slot(req.priority, req.metrics) as slot:
             self._check_open()
             try:
-                req.metrics.reused_tokens = await self._ensure(slot, req, req.tokens)
-                req.metrics.prompt_eval_s = (
-                    time.perf_counter() - started - (req.metrics.queue_wait_s or 0)
-                )
-                base = await self._step(engine.logprobs)
-                scores = [float(base[c[0]]) for c in conts]
-                for i, cont in enumerate(conts):
-                    for j in range(1, len(cont)):
-                        await self._ensure(slot, req, req.tokens + cont[:j])
-                        scores[i] += float((await self._step(engine.logprobs))[cont[j]])
-                return scores
+                with urgency(step_urgency(req.priority, None)):
+                    return await self._score(slot, req, conts, started)
             finally:
                 if req.ephemeral:
                     engine.forget(req.key)

@@ -68,13 +68,22 @@ class GateStats:
 
 class OrderedLock:
     """A lock handed to its waiters by urgency (lowest first), then arrival order; never
-    re-taken by a releasing thread while others wait. Blocking: worker threads only."""
+    re-taken by a releasing thread while others wait. Blocking: worker threads only.
 
-    def __init__(self) -> None:
+    ``urgent_grace_s``: after an :data:`URGENT` holder releases it, only urgent work may
+    take it for that long. Urgent work often comes as a run of short steps (an answer's
+    first tokens, each asked for by the event loop after the last): between two of them
+    nobody urgent is waiting yet, and a waiting ordinary step (a long sentence synthesized
+    ahead: 0.5 s) would take the lock and hold the run up."""
+
+    def __init__(self, urgent_grace_s: float = 0.0) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._held = False
         self._waiting: list[tuple[int, int]] = []
         self._arrivals = 0
+        self._grace_s = urgent_grace_s
+        self._holder = NORMAL
+        self._urgent_until = 0.0
 
     def locked(self) -> bool:
         return self._held
@@ -94,15 +103,21 @@ class OrderedLock:
             self._arrivals += 1
             ticket = (level, self._arrivals)
             self._waiting.append(ticket)
-            while self._held or min(self._waiting) != ticket:
-                self._cond.wait()
+            while self._held or min(self._waiting) != ticket or self._in_grace(level):
+                grace = self._urgent_until - time.perf_counter()
+                self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
-            self._held = True
+            self._held, self._holder = True, level
         return time.perf_counter() - started
+
+    def _in_grace(self, level: int) -> bool:
+        return level > URGENT and time.perf_counter() < self._urgent_until
 
     def _release(self) -> None:
         with self._cond:
             self._held = False
+            if self._holder <= URGENT:
+                self._urgent_until = time.perf_counter() + self._grace_s
             self._cond.notify_all()
 
 
@@ -119,13 +134,14 @@ class ComputeGate:
     or ``1`` decides). ``stats`` counts the steps and their waits by kind."""
 
     SMALL_DEVICE_CORES = 4
+    URGENT_GRACE_S = 0.03
 
     def __init__(self, enabled: bool | None = None) -> None:
         if enabled is None:
             setting = os.environ.get("EDGE_COMPUTE_GATE")
             enabled = setting != "0" if setting else _cores() <= self.SMALL_DEVICE_CORES
         self.enabled = enabled
-        self._lock = OrderedLock()
+        self._lock = OrderedLock(urgent_grace_s=self.URGENT_GRACE_S)
         self.stats = GateStats()
 
     @contextmanager
