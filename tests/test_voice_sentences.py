@@ -155,3 +155,22 @@ def test_the_default_first_piece_is_a_short_clause_or_phrase() -> None:
     )
     assert first("Of course, the capital of Italy is Rome.") == "Of course, the capital"
     assert first("Sure, Everest is the tallest.") == "Sure, Everest is the tallest."
+
+
+def test_the_speakers_sentences_are_cut_so_one_synthesis_holds_the_cores_briefly() -> None:
+    """A 220-character sentence held both cores for 0.45 s while other participants' first
+    words waited: the speaker's sentences are cut at a comma (or a space) past 120."""
+    from edge.voice import VoiceConfig
+
+    splitter = VoiceConfig().splitter()
+    text = (
+        "Bees make honey, which they store. They also produce wax and propolis, a mixture "
+        "of waxes and resins, as a building material for their hives and to seal small gaps "
+        "in the comb when it cracks. Done. "
+    )
+    pieces = [p for word in text.split(" ") for p in splitter.feed(word + " ")]
+    pieces += splitter.flush()
+    assert max(len(p) for p in pieces) <= 120
+    assert " ".join(pieces) == text.strip()
+    with pytest.raises(ValueError, match="sentence_max_chars"):
+        VoiceConfig(sentence_max_chars=40, first_clause_chars=60, first_piece_max_chars=80)

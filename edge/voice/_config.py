@@ -92,6 +92,10 @@ class VoiceConfig(BaseModel):
     * ``first_piece_max_chars``: a first sentence longer than this with no clause break is
       cut at a phrase boundary within it (None: not cut), so a long first sentence does not
       hold back the reply's first audio;
+    * ``sentence_max_chars``: a sentence longer than this is spoken in parts cut at a
+      comma, semicolon or space: one synthesis holds the device's cores for at most
+      ~0.25 s on two cores (a 220-character sentence took 0.45 s, while others' first
+      words and pieces waited);
     * ``speculative_final``: start the final transcription once a pause has lasted
       ``speculative_after_ms`` instead of at the endpoint (the result is reused when
       speech does not resume; the short wait skips the pauses inside sentences);
@@ -119,6 +123,7 @@ class VoiceConfig(BaseModel):
     tts_lookahead: int = Field(default=2, ge=1)
     first_clause_chars: int | None = Field(default=12, ge=1, le=220)
     first_piece_max_chars: int | None = Field(default=32, ge=13, le=220)
+    sentence_max_chars: int = Field(default=120, ge=40, le=400)
     speculative_final: bool = True
     speculative_after_ms: int = Field(default=96, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
@@ -129,6 +134,8 @@ class VoiceConfig(BaseModel):
         low, high = self.first_clause_chars or 1, self.first_piece_max_chars
         if high is not None and high <= low:
             raise ValueError("first_piece_max_chars must be above first_clause_chars")
+        if low > self.sentence_max_chars:
+            raise ValueError("first_clause_chars must not exceed sentence_max_chars")
         return self
 
     @classmethod
@@ -150,7 +157,9 @@ class VoiceConfig(BaseModel):
         """A new splitter for one reply, cut as the speaker cuts it (so speech prepared
         for a reply's first piece is the piece the speaker asks for)."""
         return SentenceSplitter(
-            first_min_chars=self.first_clause_chars, first_max_chars=self.first_piece_max_chars
+            max_chars=self.sentence_max_chars,
+            first_min_chars=self.first_clause_chars,
+            first_max_chars=self.first_piece_max_chars,
         )
 
 

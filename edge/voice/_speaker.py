@@ -262,8 +262,8 @@ class Speaker:
                 if early is None:
                     await self._changed.wait()
                 else:
-                    early.claimed = True
-                    early.audio = await self._synthesize(early.text)
+                    early.claimed = True  # a likely reply's first piece: waited for soon
+                    early.audio = await self._synthesize(early.text, head=True)
                 continue
             segment.claimed = True
             early = self._prepared.pop(segment.text, None)
