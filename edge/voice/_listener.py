@@ -108,6 +108,7 @@ class _Pass:
     started_at: float = 0.0
     queued_at: float = field(default_factory=time.perf_counter)
     speculative: bool = False  # its words are the pause's guess (reported when done)
+    cut_for: int = -1  # the speech end its audio was cut for, as at the endpoint (if it was)
     guess: bool = False  # a partial whose words are offered as a guess when done
     error: str | None = None  # a remote recognizer's failure (named in the final transcript)
 
@@ -180,20 +181,27 @@ def _recognize(
         return stt.transcribe(audio)
 
 
-def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> np.ndarray:
+def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> tuple[np.ndarray, int]:
     """A pause's audio (from stream sample ``audio_start``) as the endpoint would cut it:
     the pad after the end of the last speech, the part not heard yet filled with
     silence. Whisper tiny's reading of a last word changes with the silence after it (the
     same "France" heard as "friends" with 100 ms instead of 150), so a pause's pass that
-    serves as the final one hears what a pass at the endpoint would."""
+    serves as the final one hears what a pass at the endpoint would. Returns the audio
+    and the speech end it was cut for."""
     want = ep.last_voiced_end + ep.pad_samples - audio_start
-    if len(audio) >= want:
-        return audio[:want]
-    return np.concatenate([audio, np.zeros(want - len(audio), dtype=np.float32)])
+    if len(audio) < want:
+        audio = np.concatenate([audio, np.zeros(want - len(audio), dtype=np.float32)])
+    return audio[:want], ep.last_voiced_end
 
 
-def _covering(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
-    """A pass of ``utterance`` still to run or running that covers ``speech_end``."""
+def _hears(p: _Pass, speech_end: int, pad: int) -> bool:
+    """Whether ``p`` hears what a pass at the endpoint would: the speech up to
+    ``speech_end`` and the ``pad`` after it (its audio cut for that end, or heard)."""
+    return p.covers >= speech_end and (p.cut_for == speech_end or p.covers >= speech_end + pad)
+
+
+def _covering(passes: list[_Pass], utterance: int, speech_end: int, pad: int) -> _Pass | None:
+    """A pass of ``utterance`` still to run or running that hears ``speech_end``."""
     return next(
         (
             p
@@ -201,23 +209,32 @@ def _covering(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | N
             if p.utterance == utterance
             and not p.stale
             and not p.done.is_set()
-            and p.covers >= speech_end
+            and _hears(p, speech_end, pad)
         ),
         None,
     )
 
 
-def _reusable(passes: list[_Pass], utterance: int, speech_end: int) -> _Pass | None:
-    """The newest pass of ``utterance`` that covers its speech up to ``speech_end`` and
-    ran (or will)."""
+def _reusable(passes: list[_Pass], utterance: int, speech_end: int, pad: int) -> _Pass | None:
+    """The newest pass of ``utterance`` that hears its speech up to ``speech_end`` as a
+    pass at the endpoint would, and ran (or will)."""
     return next(
         (
             p
             for p in reversed(passes)
-            if p.utterance == utterance and p.covers >= speech_end and (p.started or not p.stale)
+            if p.utterance == utterance
+            and _hears(p, speech_end, pad)
+            and (p.started or not p.stale)
         ),
         None,
     )
+
+
+def _drop_waiting(passes: list[_Pass], keep: _Pass | None = None) -> None:
+    """Passes still queued for the model are skipped when they get there."""
+    for p in passes:
+        if p is not keep and not p.done.is_set():
+            p.stale = True
 
 
 def _final_transcript(job: _Pass, event: UtteranceEnded, start_us: int) -> Transcript:
@@ -367,7 +384,7 @@ class Listener:
             elif isinstance(event, SpeechPaused):
                 self._speculated = False
             elif isinstance(event, SpeechResumed):
-                self._drop_waiting_passes()  # they cannot cover the utterance's end now
+                _drop_waiting(self._passes)  # they cannot cover the utterance's end now
                 self._offer("")
             elif isinstance(event, UtteranceEnded):
                 self._spoken_guess = ""  # the query itself confirms or replaces it
@@ -382,7 +399,7 @@ class Listener:
             return
         self._speculated = True
         self._guess_from_partial(ep.last_voiced_end)
-        covering = _covering(self._passes, self._utterance, ep.last_voiced_end)
+        covering = _covering(self._passes, self._utterance, ep.last_voiced_end, ep.pad_samples)
         if covering is not None:
             covering.speculative = True  # already under way over the whole pause
         else:
@@ -401,7 +418,7 @@ class Listener:
             # worth it while a pass is shorter than the end-of-utterance silence.
             return
         ep = self._endpointer
-        if ep.silence_samples and _reusable(self._passes, self._utterance, ep.last_voiced_end):
+        if ep.silence_samples and _reusable(self._passes, self._utterance, ep.last_voiced_end, 0):
             return  # a pass covers the speech so far: the rest of the pause is silence
         if ep.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
@@ -414,20 +431,14 @@ class Listener:
             self._utterance, audio_start + len(audio), kind, speculative=kind == "speculative"
         )
         if job.speculative:  # it may serve as the final pass: hear what that one would
-            audio = _as_at_endpoint(audio, audio_start, self._endpointer)
+            audio, job.cut_for = _as_at_endpoint(audio, audio_start, self._endpointer)
         if kind != "partial":
-            self._drop_waiting_passes()
+            _drop_waiting(self._passes)
         self._passes.append(job)
         if kind == "partial":
             self._last_partial_covers = job.covers
         self._tg.start_soon(self._run_pass, job, audio)
         return job
-
-    def _drop_waiting_passes(self, keep: _Pass | None = None) -> None:
-        """Passes still queued for the model are skipped when they get there."""
-        for p in self._passes:
-            if p is not keep and not p.done.is_set():
-                p.stale = True
 
     def _transcribe(self, job: _Pass, audio: np.ndarray) -> Recognition | None:
         """In a worker thread: transcribe, unless the pass went stale while queued."""
@@ -529,8 +540,9 @@ class Listener:
         utterance = self._utterance
         ended_at = time.perf_counter()
         start_us = self._speech_start_us
-        reuse = _reusable(self._passes, utterance, event.speech_end_sample)
-        self._drop_waiting_passes(keep=reuse)
+        pad = self._endpointer.pad_samples
+        reuse = _reusable(self._passes, utterance, event.speech_end_sample, pad)
+        _drop_waiting(self._passes, keep=reuse)
         passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
         self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
         self._utterance += 1
