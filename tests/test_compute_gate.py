@@ -102,8 +102,8 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
     order: list[str] = []
     acquire = lock._acquire
 
-    def recording(level: int) -> float:
-        waited = acquire(level)
+    def recording(level: int, graceless: bool = False) -> float:
+        waited = acquire(level, graceless)
         order.append(threading.current_thread().name)
         return waited
 

@@ -89,29 +89,30 @@ class OrderedLock:
         return self._held
 
     @contextmanager
-    def hold(self, level: int | None = None) -> Iterator[float]:
-        """Hold the lock; yields how long the caller waited for it (seconds)."""
-        wait = self._acquire(current_urgency() if level is None else level)
+    def hold(self, level: int | None = None, *, graceless: bool = False) -> Iterator[float]:
+        """Hold the lock; yields how long the caller waited for it (seconds).
+        ``graceless``: ordinary work not held back by an urgent run's grace."""
+        wait = self._acquire(current_urgency() if level is None else level, graceless)
         try:
             yield wait
         finally:
             self._release()
 
-    def _acquire(self, level: int) -> float:
+    def _acquire(self, level: int, graceless: bool = False) -> float:
         started = time.perf_counter()
         with self._cond:
             self._arrivals += 1
             ticket = (level, self._arrivals)
             self._waiting.append(ticket)
-            while self._held or min(self._waiting) != ticket or self._in_grace(level):
+            while self._held or min(self._waiting) != ticket or self._in_grace(level, graceless):
                 grace = self._urgent_until - time.perf_counter()
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
         return time.perf_counter() - started
 
-    def _in_grace(self, level: int) -> bool:
-        return level > URGENT and time.perf_counter() < self._urgent_until
+    def _in_grace(self, level: int, graceless: bool) -> bool:
+        return not graceless and level > URGENT and time.perf_counter() < self._urgent_until
 
     def _release(self) -> None:
         with self._cond:
@@ -151,7 +152,9 @@ class ComputeGate:
         if not self.enabled:
             yield
             return
-        with self._lock.hold() as wait:
+        # The model's own steps need no grace from each other: its scheduler orders them,
+        # and a background request holding the model would keep an answer waiting.
+        with self._lock.hold(graceless=kind == "llm") as wait:
             started = time.perf_counter()
             try:
                 yield
