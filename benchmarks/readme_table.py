@@ -275,7 +275,7 @@ ROWS: list[Row] = [
     ),
     (
         "through `edge serve` over WebSocket: text turn → first reply text, first turn "
-        "(prefix warmed at join) / follow-up sent at once / 1 s after the reply",
+        "(asked the moment the client joins) / follow-up sent at once / 1 s after the reply",
         server_text,
         "`benchmarks/server_latency.py --repeat 3`",
         SERVER,

@@ -8,8 +8,9 @@ Scenarios (each on a fresh participant unless said otherwise):
 * ``protocol``: a scripted instant model: send a text turn → first reply frame and →
   ``status: idle``; what the server layer itself costs (JSON, runtime, router, hub).
 * ``text``: the real service (device budgets, local decisions, local LLM): a first turn
-  (the service warms the participant's prompt prefix when they join, so this is not a
-  cold start), then follow-ups of the same participant (prefix reuse): sent the moment the
+  asked the moment the client joins (the participant's state starts from the system
+  prompt evaluated at start, so this is not a cold start; the join warm of their context
+  has not run yet), then follow-ups of the same participant (prefix reuse): sent the moment the
   reply ends (before the re-warm of the last exchange), and 1 s after it.
 * ``concurrent``: N participants send a turn at the same moment (one local model: they
   queue in the scheduler); time to first reply frame per participant.
@@ -251,7 +252,7 @@ async def main(args: argparse.Namespace) -> None:
         str(len(protocol)),
     )
     for name, rows in (
-        ("text, first turn (prefix warmed at join)", text_rows(real["text"], False)),
+        ("text, first turn (asked as the client joins)", text_rows(real["text"], False)),
         ("text, follow-up at once", text_rows(real["text"], True)),
         ("text, follow-up 1 s after the reply", text_rows(real["text"], True, 1.0)),
     ):
@@ -307,7 +308,7 @@ def plot(result: dict[str, Any]):  # type: ignore[no-untyped-def]
 
     labels, values = [], []
     for name, rows in (
-        ("first turn (prefix warmed)", text_rows(result["text"], False)),
+        ("first turn (asked as it joins)", text_rows(result["text"], False)),
         ("follow-up at once", text_rows(result["text"], True)),
         ("follow-up 1 s later", text_rows(result["text"], True, 1.0)),
     ):
