@@ -189,7 +189,8 @@ async def test_a_first_turn_right_after_joining_reuses_the_system_prompt() -> No
 async def test_a_first_turn_after_the_join_warm_evaluates_only_its_request() -> None:
     """The join warm evaluates the participant's context and the current time on top of
     the system prompt, so their first answer evaluates the request and the template only
-    (without it, some 30 tokens of context more)."""
+    (without it, some 30 tokens of context more; if the clock turns a minute between the
+    warm and the question, the time's last digits and what follows them are new too)."""
     llm = LlamaCppLLM(n_ctx=2048, default_max_tokens=16)
     service = EdgeService(
         settings(voice=False), llm=llm, decisions=ScriptedDecisions(default="conversation")
@@ -201,7 +202,7 @@ async def test_a_first_turn_after_the_join_warm_evaluates_only_its_request() -> 
         metrics = service.conversation.last_metrics("joined")
         request = len(llm._engine.tokenize_prompt(question))
     assert metrics is not None
-    assert metrics.prompt_tokens - metrics.reused_tokens <= request + 12
+    assert metrics.prompt_tokens - metrics.reused_tokens <= request + 16  # a minute may turn
 
 
 def held(llm: LlamaCppLLM) -> set[str]:
