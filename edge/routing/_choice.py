@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from edge.decisions import ChoiceAnswer, ChoiceQuestion, Criterion
+from edge.decisions import ChoiceAnswer, ChoiceQuestion, Criterion, validate_answer
 
 from ._history import DialogueExchange, as_lines
 from ._types import RoutableAgent, RoutingAid
@@ -52,6 +52,27 @@ def best_scored(
     if not usable:
         return None
     return max(usable, key=lambda n: (usable[n], n == default, aids[n].priority))
+
+
+def picked(
+    question: ChoiceQuestion,
+    answer: ChoiceAnswer,
+    candidates: list[str],
+    aids: Mapping[str, RoutingAid],
+    default: str,
+) -> str | None:
+    """The candidate a decision picks: its label, or for an uncertain one with usable
+    scores the highest-scoring candidate; None when nothing can be chosen. Raises
+    :class:`~edge.decisions.DecisionError` for an answer that does not fit ``question``."""
+    answer = validate_answer(question, answer)
+    if answer.label is not None:
+        return answer.label
+    return best_scored(answer, candidates, aids, default)
+
+
+def open_candidates(aids: Mapping[str, RoutingAid], declined: set[str]) -> list[str]:
+    """The eligible destinations a turn can still go to."""
+    return [name for name, aid in aids.items() if aid.eligible and name not in declined]
 
 
 def clarification(aids: Mapping[str, RoutingAid], declined: set[str]) -> str:

@@ -13,10 +13,9 @@ from edge.decisions import (
     DecisionService,
     PrefetchDecisions,
     PreparingDecisions,
-    validate_answer,
 )
 
-from ._choice import aids_of, best_scored, routing_question
+from ._choice import aids_of, open_candidates, picked, routing_question
 from ._config import RouterConfig
 from ._history import DialogueExchange, DialogueHistory
 from ._selection import MAX_SELECTED_ATTEMPTS
@@ -99,7 +98,7 @@ class DecisionPreparer:
         turn = AgentTurn(participant_id, "likely", text)
         declined: set[str] = set()
         for _ in range(MAX_SELECTED_ATTEMPTS):
-            candidates = [n for n, aid in aids.items() if aid.eligible and n not in declined]
+            candidates = open_candidates(aids, declined)
             if not candidates:
                 break
             route = await self._pick(participant_id, text, candidates, aids)
@@ -124,9 +123,8 @@ class DecisionPreparer:
         decisions = self._decisions
         ask = decisions.prefetch if isinstance(decisions, PrefetchDecisions) else decisions.decide
         try:
-            answer = validate_answer(question, await ask(question))
+            return picked(
+                question, await ask(question), candidates, aids, self._config.default_destination
+            )
         except DecisionError:
             return None
-        if answer.label is not None:
-            return answer.label
-        return best_scored(answer, candidates, aids, self._config.default_destination)

@@ -5,10 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from edge.decisions import DecisionError, DecisionService, validate_answer
+from edge.decisions import DecisionError, DecisionService
 
 from ._answering import Answerer
-from ._choice import CLARIFY_TEXT, aids_of, best_scored, clarification, routing_question
+from ._choice import (
+    CLARIFY_TEXT,
+    aids_of,
+    clarification,
+    open_candidates,
+    picked,
+    routing_question,
+)
 from ._history import DialogueExchange
 from ._output import ROUTER_SOURCE, ControlOutput
 from ._state import Participant, Run
@@ -59,7 +66,7 @@ class Selector:
                 return done
             aids = aids_of(self._destinations, turn.participant_id)
         for _ in range(MAX_SELECTED_ATTEMPTS):
-            candidates = [n for n, a in aids.items() if a.eligible and n not in declined]
+            candidates = open_candidates(aids, declined)
             if not candidates:
                 break
             route = await self._choose(turn, candidates, aids, history)
@@ -139,13 +146,10 @@ class Selector:
         question = routing_question(turn.query, candidates, aids, history, turn.participant_id)
         answer = await self._decisions.decide(question)
         try:
-            answer = validate_answer(question, answer)
+            return picked(question, answer, candidates, aids, self._default)
         except DecisionError as exc:
             log.warning("ignoring an invalid routing decision for %s: %s", turn.turn_id, exc)
             return None
-        if answer.label is not None:
-            return answer.label
-        return best_scored(answer, candidates, aids, self._default)
 
     async def _admit(
         self, state: Participant, route: str, turn: AgentTurn, *, focused: bool
