@@ -10,6 +10,7 @@ import pytest
 
 from edge.llm import Priority, QueueFullError, RequestMetrics
 from edge.llm._batch import BatchScheduler, GenJob, SeqContext, SeqJob
+from edge.llm._runner import FIRST_WORDS_TOKENS
 from edge.runtime import turn_started
 
 pytestmark = pytest.mark.anyio
@@ -245,3 +246,23 @@ def test_a_step_evaluates_one_prompt_the_first_in_line_beside_every_next_token()
     ctx = _PlannedContext({"p": 200, "q": 40})
     ctx.step(jobs[1:3], chunk=64)
     assert ctx.decoded == [("p", 200)]  # nothing generating: the whole prompt at once
+
+
+@pytest.mark.parametrize("alone", [True, False])
+async def test_an_answer_past_its_first_words_sits_out_while_another_starts(alone: bool) -> None:
+    """On a CPU (``first_words_alone``) a step's cost grows with its sequences: an answer
+    already speaking waits while one that just began gets its first words; on a GPU both
+    step together."""
+    sched, ctx = scheduler(n_seq=4, first_words_alone=alone)
+    log: list[str] = []
+    talking = gen_job("a", INT, 40)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, talking, log)
+        while talking.produced < FIRST_WORDS_TOKENS + 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 20), log)
+    b_steps = [i for i, s in enumerate(ctx.steps) if "b" in s]
+    first_words = ctx.steps[b_steps[0] : b_steps[0] + FIRST_WORDS_TOKENS]
+    assert all(s == ["b"] for s in first_words) is alone
+    assert any(s == ["a", "b"] or s == ["b", "a"] for s in ctx.steps)  # together after
+    assert talking.produced == 40

@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from edge.runtime import NORMAL, place_in_line, urgency
+from edge.runtime import NORMAL, URGENT, place_in_line, urgency
 
 from ._engine import LlamaEngine, SavedState, common_prefix, install_abort_callback
 from ._kvstore import KVStore
@@ -336,7 +336,14 @@ class SeqContext:
 
 
 class BatchScheduler:
-    """Admission, fair share and stepping for a :class:`SeqContext` (event-loop side)."""
+    """Admission, fair share and stepping for a :class:`SeqContext` (event-loop side).
+
+    ``first_words_alone``: while any request's step is urgent (a turn's prompt or an
+    answer's first words, :func:`~edge.llm._runner.step_urgency`), answers past their first
+    words sit out. On a CPU a step's cost grows with the sequences in it (one 17 ms, four
+    40 ms here), and an answer already speaking has seconds of text ahead of its listener,
+    while someone who just stopped speaking waits for a first sentence. On a GPU a step
+    for several costs about one, so there everyone steps together."""
 
     def __init__(
         self,
@@ -345,12 +352,14 @@ class BatchScheduler:
         n_seq: int,
         prefill_chunk: int = 64,
         max_waiting_per_key: int = 4,
+        first_words_alone: bool = False,
     ) -> None:
         self.ctx: SeqContext | None = None
         self._run_sync = run_sync  # awaits fn(*args) in the model's worker thread
         self.n_seq = n_seq
         self.prefill_chunk = prefill_chunk
         self.max_waiting_per_key = max_waiting_per_key
+        self.first_words_alone = first_words_alone
         self.active: list[SeqJob] = []
         self._waiting: dict[str, deque[SeqJob]] = {}
         self._served: dict[str, int] = {}
@@ -469,6 +478,8 @@ class BatchScheduler:
         ranked = [(self._rank(j), j) for j in self.active if j.wants_step()]
         if any(rank < BACKGROUND_RANK for rank, _ in ranked):
             ranked = [(rank, j) for rank, j in ranked if rank < BACKGROUND_RANK]
+        if self.first_words_alone and any(_urgency(j) == URGENT for _, j in ranked):
+            ranked = [(rank, j) for rank, j in ranked if _urgency(j) == URGENT]
         return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].since, rj[1].arrival))]
 
     async def _advance(self) -> None:
@@ -549,6 +560,7 @@ class BatchRunner:
         n_seq: int,
         prefill_chunk: int,
         max_waiting_per_key: int,
+        first_words_alone: bool = False,
         is_closed: Callable[[], bool],
     ) -> None:
         self._engine = engine
@@ -559,6 +571,7 @@ class BatchRunner:
             n_seq=n_seq,
             prefill_chunk=prefill_chunk,
             max_waiting_per_key=max_waiting_per_key,
+            first_words_alone=first_words_alone,
         )
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:

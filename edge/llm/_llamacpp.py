@@ -160,6 +160,7 @@ def _make_runner(
         n_seq=cfg.sequences,
         prefill_chunk=cfg.prefill_chunk_tokens,
         max_waiting_per_key=cfg.max_waiting_per_key,
+        first_words_alone=cfg.n_gpu_layers == 0,
         is_closed=closed,
     )
 
