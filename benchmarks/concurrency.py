@@ -16,7 +16,8 @@ them over WebSocket) and the answer's generated tokens; per round, aggregate tok
 its question expects (no turn lost, no other participant's words).
 
 Spoken turns (``--spoken``, services with the voice pipeline): each participant streams a
-Piper recording of a different question in real time over WebSocket, hands-free (our
+Piper recording of a different question (synthesized without Piper's random variation, so
+every run hears the same audio) in real time over WebSocket, hands-free (our
 endpointing; silence after the speech), all starting at the same instant. Per turn, from
 the end of speech: the final transcript, first reply text, first audio and whole reply
 (the reply's last audio chunk); the transcript must be the participant's own question and
@@ -112,7 +113,7 @@ async def turn(service: EdgeService, client: EdgeClient, k: int) -> dict[str, An
 
 def speak_questions(n: int) -> list[Utterance]:
     """Piper speaks the first ``n`` questions at 16 kHz, after LEAD_S of silence."""
-    tts = PiperTTS()
+    tts = PiperTTS(noise_scale=0.0, noise_w_scale=0.0)  # the same audio every run
     out = []
     for k in range(n):
         question, _ = QUESTIONS[k % len(QUESTIONS)]

@@ -102,8 +102,8 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
     order: list[str] = []
     acquire = lock._acquire
 
-    def recording(level: int, graceless: bool = False) -> float:
-        waited = acquire(level, graceless)
+    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
+        waited = acquire(level, graceless, yields)
         order.append(threading.current_thread().name)
         return waited
 
@@ -294,3 +294,84 @@ def test_a_run_of_urgent_steps_is_not_broken_by_a_waiting_ordinary_one() -> None
     ordinary.join(2)
     assert order == ["next token", "ahead"]
     assert not OrderedLock().locked()
+
+
+def test_work_that_gives_way_waits_for_ordinary_work_but_never_for_urgent() -> None:
+    """A yielding waiter (a partial pass) queues behind ordinary steps, but gives up at
+    once when urgent work holds the gate, and while waiting when urgent work arrives."""
+    from edge.runtime import YieldedToUrgentError, yielding
+
+    gate = ComputeGate(enabled=True)
+    outcome: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def holder(level: int) -> None:
+        with urgency(level), gate.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    def partial() -> None:
+        try:
+            with yielding(), gate.hold("stt"):
+                outcome.append("ran")
+        except YieldedToUrgentError:
+            outcome.append("gave way")
+
+    for level, arrives in ((NORMAL, None), (URGENT, None), (NORMAL, URGENT)):
+        holding.clear()
+        release.clear()
+        outcome.clear()
+        gate._lock._urgent_until = 0.0  # no grace left from the round before
+        h = threading.Thread(target=holder, args=(level,))
+        h.start()
+        assert holding.wait(5)
+        p = threading.Thread(target=partial)
+        p.start()
+        time.sleep(0.05)
+        if arrives is not None:
+            threading.Thread(target=holder, args=(arrives,)).start()
+            p.join(5)
+            assert outcome == ["gave way"]  # before the holder let go
+        release.set()
+        p.join(5)
+        h.join(5)
+        assert outcome == (["ran"] if level == NORMAL and arrives is None else ["gave way"])
+
+
+@pytest.mark.model
+def test_a_partial_pass_gives_way_to_urgent_work_and_a_final_pass_waits(
+    models, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """While someone's answer takes its first words the recognizer is not held by a
+    partial pass queued for the gate (a pass that may end a turn would wait behind it)."""
+    from edge.runtime import COMPUTE_GATE, YieldedToUrgentError
+    from edge.voice import resample
+    from edge.voice._listener import _recognize
+
+    stt, tts = models
+    monkeypatch.setattr(COMPUTE_GATE, "enabled", True)
+    spoken = tts.synthesize("What is the capital of France?")
+    audio = resample(spoken.audio, spoken.sample_rate, stt.sample_rate).astype(np.float32)
+    holding, release = threading.Event(), threading.Event()
+
+    def first_words() -> None:
+        with urgency(URGENT), COMPUTE_GATE.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    heard: list[str] = []
+    h = threading.Thread(target=first_words)
+    h.start()
+    assert holding.wait(5)
+    with pytest.raises(YieldedToUrgentError):
+        _recognize(stt, audio, full_window=False, urgent=False)
+    final = threading.Thread(
+        target=lambda: heard.append(_recognize(stt, audio, full_window=False, urgent=True).text)
+    )
+    final.start()
+    time.sleep(0.05)
+    assert heard == []  # it waits for the step
+    release.set()
+    final.join(30)
+    h.join(5)
+    assert "france" in heard[0].lower()

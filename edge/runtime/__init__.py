@@ -22,8 +22,10 @@ from ._compute import (
     URGENT,
     ComputeGate,
     OrderedLock,
+    YieldedToUrgentError,
     current_urgency,
     urgency,
+    yielding,
 )
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
 from ._tasks import BackgroundTasks
@@ -44,6 +46,7 @@ __all__ = [
     "OrderedLock",
     "PayloadError",
     "Topic",
+    "YieldedToUrgentError",
     "current_urgency",
     "new_id",
     "now_us",
@@ -51,4 +54,5 @@ __all__ = [
     "subscribe",
     "turn_started",
     "urgency",
+    "yielding",
 ]

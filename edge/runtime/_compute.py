@@ -33,6 +33,11 @@ NORMAL = 1
 """Every other step: model tokens, sentences synthesized ahead, partial passes."""
 
 _URGENCY: contextvars.ContextVar[int] = contextvars.ContextVar("compute_urgency", default=NORMAL)
+_YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields", default=False)
+
+
+class YieldedToUrgentError(RuntimeError):
+    """Work that gives way (:func:`yielding`) met urgent work at the gate: not run."""
 
 
 @contextmanager
@@ -47,6 +52,20 @@ def urgency(level: int) -> Iterator[None]:
 
 def current_urgency() -> int:
     return _URGENCY.get()
+
+
+@contextmanager
+def yielding() -> Iterator[None]:
+    """Ordinary steps taken in this context give way to urgent work: where urgent work
+    holds the gate, waits for it or is in its grace, they raise
+    :class:`YieldedToUrgentError` instead of waiting. For work worth doing only when it
+    costs nobody anything (a partial transcription: while it waits for the gate it holds
+    the recognizer, and a pass that may end someone's turn would queue behind it)."""
+    token = _YIELDS.set(True)
+    try:
+        yield
+    finally:
+        _YIELDS.reset(token)
 
 
 @dataclass
@@ -89,27 +108,44 @@ class OrderedLock:
         return self._held
 
     @contextmanager
-    def hold(self, level: int | None = None, *, graceless: bool = False) -> Iterator[float]:
+    def hold(
+        self, level: int | None = None, *, graceless: bool = False, yields: bool = False
+    ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
-        ``graceless``: ordinary work not held back by an urgent run's grace."""
-        wait = self._acquire(current_urgency() if level is None else level, graceless)
+        ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
+        ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
+        urgent work holds, waits for or is in its grace."""
+        level = current_urgency() if level is None else level
+        wait = self._acquire(level, graceless, yields and level > URGENT)
         try:
             yield wait
         finally:
             self._release()
 
-    def _acquire(self, level: int, graceless: bool = False) -> float:
+    def _acquire(self, level: int, graceless: bool = False, yields: bool = False) -> float:
         started = time.perf_counter()
         with self._cond:
             self._arrivals += 1
             ticket = (level, self._arrivals)
             self._waiting.append(ticket)
+            if level <= URGENT:
+                self._cond.notify_all()  # a waiter that gives way to urgent work
             while self._held or min(self._waiting) != ticket or self._in_grace(level, graceless):
+                if yields and self._urgent_present():
+                    self._waiting.remove(ticket)
+                    raise YieldedToUrgentError("urgent work holds or waits for the gate")
                 grace = self._urgent_until - time.perf_counter()
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
         return time.perf_counter() - started
+
+    def _urgent_present(self) -> bool:
+        return (
+            (self._held and self._holder <= URGENT)
+            or any(level <= URGENT for level, _ in self._waiting)
+            or time.perf_counter() < self._urgent_until
+        )
 
     def _in_grace(self, level: int, graceless: bool) -> bool:
         return not graceless and level > URGENT and time.perf_counter() < self._urgent_until
@@ -154,7 +190,7 @@ class ComputeGate:
             return
         # The model's own steps need no grace from each other: its scheduler orders them,
         # and a background request holding the model would keep an answer waiting.
-        with self._lock.hold(graceless=kind == "llm") as wait:
+        with self._lock.hold(graceless=kind == "llm", yields=_YIELDS.get()) as wait:
             started = time.perf_counter()
             try:
                 yield

@@ -23,6 +23,7 @@ final transcript and query arrive in order even though passes overlap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -36,7 +37,7 @@ import anyio
 import numpy as np
 from anyio.abc import TaskGroup
 
-from edge.runtime import NORMAL, URGENT, urgency
+from edge.runtime import NORMAL, URGENT, YieldedToUrgentError, urgency, yielding
 
 from ._config import VoiceConfig
 from ._endpoint import (
@@ -174,8 +175,12 @@ def _recognize(
     stt: SpeechToText, audio: np.ndarray, *, full_window: bool, urgent: bool
 ) -> Recognition:
     """One pass over ``audio`` (Whisper's whole window where asked and offered), ahead of
-    others' steps when ``urgent`` (someone may be waiting for it)."""
-    with urgency(URGENT if urgent else NORMAL):
+    others' steps when ``urgent`` (someone may be waiting for it). Otherwise (a partial)
+    it gives way to urgent work at the compute gate (:class:`YieldedToUrgentError`): while
+    it waited there it would hold the recognizer, and a pass that may end someone's
+    turn would queue behind it."""
+    gives_way = contextlib.nullcontext() if urgent else yielding()  # a partial: never a wait
+    with urgency(URGENT if urgent else NORMAL), gives_way:
         if full_window and isinstance(stt, FullWindowSpeechToText):
             return stt.transcribe_full(audio)
         return stt.transcribe(audio)
@@ -457,6 +462,8 @@ class Listener:
             job.result = await anyio.to_thread.run_sync(
                 self._transcribe, job, audio, limiter=self._limiter
             )
+        except YieldedToUrgentError:
+            log.debug("%s: %s pass gave way to urgent work", self.participant_id, job.kind)
         except REMOTE_ERRORS as exc:
             job.error = str(exc)
             log.warning("transcription failed for %s: %s", self.participant_id, exc)
