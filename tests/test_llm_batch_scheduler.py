@@ -266,3 +266,22 @@ async def test_an_answer_past_its_first_words_sits_out_while_another_starts(alon
     assert all(s == ["b"] for s in first_words) is alone
     assert any(s == ["a", "b"] or s == ["b", "a"] for s in ctx.steps)  # together after
     assert talking.produced == 40
+
+
+async def test_answers_past_their_first_words_go_on_while_a_request_waits_for_a_sequence() -> None:
+    """With every sequence taken, an answer finishing frees one for a waiting turn: it
+    does not sit out then."""
+    sched, ctx = scheduler(n_seq=2, first_words_alone=True)
+    log: list[str] = []
+    talking = gen_job("a", INT, 30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, talking, log)
+        while talking.produced < FIRST_WORDS_TOKENS + 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 20), log)
+        while not any("b" in s for s in ctx.steps):  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("c", INT, 5), log)
+    assert log.index("end a") < log.index("start c")
+    c_waits = [s for s in ctx.steps[: next(i for i, s in enumerate(ctx.steps) if "c" in s)]]
+    assert c_waits[-1] == ["a", "b"] or c_waits[-1] == ["b", "a"]  # "a" ran to free a sequence

@@ -339,11 +339,12 @@ class BatchScheduler:
     """Admission, fair share and stepping for a :class:`SeqContext` (event-loop side).
 
     ``first_words_alone``: while any request's step is urgent (a turn's prompt or an
-    answer's first words, :func:`~edge.llm._runner.step_urgency`), answers past their first
-    words sit out. On a CPU a step's cost grows with the sequences in it (one 17 ms, four
-    40 ms here), and an answer already speaking has seconds of text ahead of its listener,
-    while someone who just stopped speaking waits for a first sentence. On a GPU a step
-    for several costs about one, so there everyone steps together."""
+    answer's first words, :func:`~edge.llm._runner.step_urgency`) and no interactive
+    request waits for a sequence, answers past their first words sit out. On a CPU a
+    step's cost grows with the sequences in it (one 17 ms, four 40 ms here), and an answer
+    already speaking has seconds of text ahead of its listener, while someone who just
+    stopped speaking waits for a first sentence. On a GPU a step for several costs about
+    one, so there everyone steps together."""
 
     def __init__(
         self,
@@ -478,9 +479,22 @@ class BatchScheduler:
         ranked = [(self._rank(j), j) for j in self.active if j.wants_step()]
         if any(rank < BACKGROUND_RANK for rank, _ in ranked):
             ranked = [(rank, j) for rank, j in ranked if rank < BACKGROUND_RANK]
-        if self.first_words_alone and any(_urgency(j) == URGENT for _, j in ranked):
+        if self._first_words_alone_now(ranked):
             ranked = [(rank, j) for rank, j in ranked if _urgency(j) == URGENT]
         return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].since, rj[1].arrival))]
+
+    def _first_words_alone_now(self, ranked: list[tuple[int, SeqJob]]) -> bool:
+        """Whether answers past their first words sit out this step: some request's step is
+        urgent, and no interactive request waits for a sequence (one that an answer
+        finishing would free)."""
+        if not self.first_words_alone or not any(_urgency(j) == URGENT for _, j in ranked):
+            return False
+        busy = {j.key for j in self.active}
+        return not any(
+            q[0].key not in busy and self._rank(q[0]) < BACKGROUND_RANK
+            for q in self._waiting.values()
+            if q
+        )
 
     async def _advance(self) -> None:
         self._stepping = True
