@@ -114,18 +114,31 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _code_state() -> tuple[str | None, str | None]:
+    """``HEAD`` and the tracked files changed from it (results and their tables aside)."""
+    head = _git("rev-parse", "--short", "HEAD")
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", *GENERATED)
+    return head, changed
+
+
+_AT_START = {REPO: _code_state()}
+"""The code when the benchmark started (this module is imported as it starts)."""
+
+
 def code_version() -> str:
     """The commit measured, from git (never typed by hand): ``HEAD``'s short hash. Raises
     :class:`UncommittedCode` when a tracked file other than a result file (or the README
-    table generated from them) differs from it: a committed figure must name the code that
-    produced it. ``$EDGE_BENCH_COMMIT`` names it where there is no git checkout."""
-    head = _git("rev-parse", "--short", "HEAD")
+    table generated from them) differs from it, now or when the benchmark started, or
+    ``HEAD`` moved meanwhile: a committed figure must name the code that produced it.
+    ``$EDGE_BENCH_COMMIT`` names it where there is no git checkout."""
+    head, changed = _code_state()
     if head is None:
         return os.environ.get("EDGE_BENCH_COMMIT", "unknown")
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", *GENERATED)
-    if changed:
+    started, changed_then = _AT_START.get(REPO, (head, None))
+    if changed or changed_then or started != head:
+        what = changed or changed_then or f"HEAD moved from {started} while measuring"
         raise UncommittedCode(
-            f"refusing to record figures for uncommitted code (HEAD {head}):\n{changed}\n"
+            f"refusing to record figures for uncommitted code (HEAD {head}):\n{what}\n"
             "commit first, or set EDGE_BENCH_SCRATCH=1 to write results to a scratch folder"
         )
     return head

@@ -127,7 +127,8 @@ def test_end_of_speech_is_the_last_voiced_sample() -> None:
 
 def test_a_result_names_its_commit_and_refuses_uncommitted_code(tmp_path, monkeypatch) -> None:
     """``code_version`` is HEAD from git; a changed tracked file other than the results (and
-    the README table generated from them) refuses the run."""
+    the README table generated from them), now or when the benchmark started, or a HEAD
+    that moved while it ran, refuses the run."""
     import subprocess
 
     import pytest
@@ -149,4 +150,12 @@ def test_a_result_names_its_commit_and_refuses_uncommitted_code(tmp_path, monkey
     assert figures.code_version() == head  # a run writes its own results
     (tmp_path / "edge.py").write_text("x = 2\n")
     with pytest.raises(figures.UncommittedCode, match="edge.py"):
+        figures.code_version()
+    # changed when the benchmark started, committed (or put back) before it ended
+    monkeypatch.setitem(figures._AT_START, tmp_path, figures._code_state())
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "d")
+    with pytest.raises(figures.UncommittedCode, match="edge.py"):
+        figures.code_version()
+    monkeypatch.setitem(figures._AT_START, tmp_path, (head, ""))  # started clean, then a commit
+    with pytest.raises(figures.UncommittedCode, match=f"HEAD moved from {head}"):
         figures.code_version()
