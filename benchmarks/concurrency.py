@@ -9,7 +9,8 @@ models, rounds alternating between them: ``off``, the model serves one request a
 (``sequences=1``, the path every profile without ``max_sequences`` takes); ``on``,
 continuous batching with a sequence per participant (``sequences=8``). N participants
 join (the service warms each one's prompt prefix), then each sends a different typed
-question at the same instant; ``--repeat`` rounds per N, each with fresh participants.
+question at the same instant; ``--repeat`` rounds per N (four times as many for one alone,
+the baseline of every ratio), each with fresh participants.
 Per turn: first reply text and whole reply (seconds from sending it, as a client sees
 them over WebSocket) and the answer's generated tokens; per round, aggregate tokens/s
 (all answers' tokens over the round's wall time). Each reply is checked for the word
@@ -66,6 +67,9 @@ QUESTIONS = [
     ("What is the opposite of hot?", "cold"),
 ]
 MODES = {"off": 1, "on": 8}
+ALONE_ROUNDS = 4
+"""One alone is every ratio's baseline: ``--repeat`` times this many rounds of it (as many
+turns as four at once), so its median is not three samples'."""
 JOIN_SETTLE_S = 2.0  # the join warm-up of every participant finishes before they ask
 LEAD_S = 0.3  # the microphone is open before the speaker starts
 SPOKEN_LIMIT_S = 120.0
@@ -275,7 +279,7 @@ async def run_kind(
     for mode, service in services.items():
         await round_once(service, mode, 1, -1, spoken)  # warm-up, not recorded
     for n in at_once:
-        for r in range(repeat):
+        for r in range(repeat * (ALONE_ROUNDS if n == 1 else 1)):
             order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
             for mode in order:
                 rnd = await round_once(services[mode], mode, n, r, spoken)
