@@ -483,3 +483,43 @@ async def test_query_without_participant_is_dropped() -> None:
     async with runtime, router:
         await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="who am I?"))
     assert not rec.events
+
+
+async def test_a_turn_that_replaces_one_is_processing_before_that_one_goes_idle() -> None:
+    """A new query replaces the participant's running turn: the new turn counts as
+    processing before the replaced one's end, so the participant is never ``idle`` between
+    the new query and its answer (a client takes ``idle`` after a query as the end of that
+    turn: a barge-in's turn ended with no reply)."""
+    rec = Recorder()
+    dests = agents(rec)
+    release = anyio.Event()
+
+    async def slow(t, started):
+        await started()
+        if t.query == "first":
+            await anyio.sleep_forever()
+        await release.wait()
+        return DestinationResult("answer", "done")
+
+    dests["conversation"].answer_fn = slow
+    running: list[int] = []
+
+    async def status(state, pid):
+        running.append((running[-1] if running else 0) + (1 if state == "processing" else -1))
+
+    router = AgentRouter(
+        dests,
+        ScriptedDecisions(default="conversation"),
+        config=CONFIG,
+        hooks=ParticipantHooks(status=status),
+    )
+    runtime = AgentRuntime()
+    runtime.register("router", router.runtime_subscriber())
+    async with runtime, router:
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="first"), participant_id="p1")
+        await _until(lambda: rec.of("answer"))
+        await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="second"), participant_id="p1")
+        await _until(lambda: len(running) >= 3)
+        release.set()
+        await _until(lambda: len(running) >= 4)
+    assert running == [1, 2, 1, 0]

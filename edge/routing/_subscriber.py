@@ -59,7 +59,7 @@ class RouterSubscriber(Agent):
             if message.timestamp_us is not None
             else meta.timestamp_us,
         )
-        inline = self._spawn(turn, ctx.runtime)
+        inline = await self._spawn(turn, ctx.runtime)
         if inline is not None:
             await inline
 
@@ -79,15 +79,18 @@ class RouterSubscriber(Agent):
     async def on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         await self.router._participants.interrupted(ctx.metadata.participant_id, message.request_id)
 
-    def _spawn(self, turn: AgentTurn, runtime: AgentRuntime) -> Awaitable[None] | None:
+    async def _spawn(self, turn: AgentTurn, runtime: AgentRuntime) -> Awaitable[None] | None:
         """Register a runtime turn and start it in the router's task group; returns the
-        coroutine to await inline when the router was not entered."""
+        coroutine to await inline when the router was not entered. The turn is
+        ``processing`` from here, before a turn it replaces can end: that one's ``idle``
+        would otherwise tell the client that the new query's turn is over."""
         router = self.router
         try:
             run = router._participants.arrive(turn)
         except (RuntimeError, ValueError, TypeError) as exc:
             log.warning("dropping query %s: %s", turn.turn_id, exc)
             return None
+        await self._status("processing", turn.participant_id)
         out = TopicOutput(runtime, self._topics.output, turn)
         if router._tasks.running:
             router._tasks.start_soon(self._turn, run, out)
@@ -101,8 +104,8 @@ class RouterSubscriber(Agent):
         return self._turn(run, out)
 
     async def _turn(self, run: Run, out: ControlOutput) -> None:
+        """Run a turn that :meth:`_spawn` reported ``processing``; ``idle`` when it ends."""
         pid = run.turn.participant_id
-        await self._status("processing", pid)
         try:
             await self.router._execute(run, out)
         except TurnCancelled:
