@@ -133,6 +133,7 @@ class OrderedLock:
             while self._held or min(self._waiting) != ticket or self._in_grace(level, graceless):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
+                    self._cond.notify_all()  # the next in line may be free to go now
                     raise YieldedToUrgentError("urgent work holds or waits for the gate")
                 grace = self._urgent_until - time.perf_counter()
                 self._cond.wait(grace if not self._held and grace > 0 else None)

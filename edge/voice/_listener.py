@@ -462,7 +462,8 @@ class Listener:
             job.result = await anyio.to_thread.run_sync(
                 self._transcribe, job, audio, limiter=self._limiter
             )
-        except YieldedToUrgentError:
+        except YieldedToUrgentError:  # not run, as if overtaken: the endpoint reuses another
+            job.started, job.stale = False, True
             log.debug("%s: %s pass gave way to urgent work", self.participant_id, job.kind)
         except REMOTE_ERRORS as exc:
             job.error = str(exc)
