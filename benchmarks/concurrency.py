@@ -5,9 +5,10 @@
     python benchmarks/concurrency.py --spoken             # typed turns only
 
 Two services run side by side, with the detected profile's budgets and the default
-models, rounds alternating between them: ``off``, the model serves one request at a time
-(``sequences=1``, the path every profile without ``max_sequences`` takes); ``on``,
-continuous batching with a sequence per participant (``sequences=8``). N participants
+models, rounds alternating between them: ``on``, the model as the profile runs it
+(``edge serve``: continuous batching, ``llm_sequences`` sequences of
+``sequence_window_tokens`` each); ``off``, one request at a time in one whole context
+window (``sequences=1``, the path of a profile with ``max_sequences = 1``). N participants
 join (the service warms each one's prompt prefix), then each sends a different typed
 question at the same instant; ``--repeat`` rounds per N (four times as many for one alone,
 the baseline of every ratio), each with fresh participants.
@@ -50,8 +51,8 @@ from rich.console import Console
 from rich.table import Table
 from server_latency import base_settings
 
-from edge.device import load_device_config
-from edge.llm import LlamaCppLLM
+from edge.device import DeviceConfig, load_device_config
+from edge.llm import LlamaConfig, LlamaCppLLM
 from edge.runtime import COMPUTE_GATE
 from edge.server import AudioFormat, EdgeClient, EdgeService, Reply
 from edge.voice import PiperTTS, float_to_pcm16, resample
@@ -66,7 +67,7 @@ QUESTIONS = [
     ("What animal says moo?", "cow"),
     ("What is the opposite of hot?", "cold"),
 ]
-MODES = {"off": 1, "on": 8}
+MODES = ("off", "on")
 ALONE_ROUNDS = 4
 """One alone is every ratio's baseline: ``--repeat`` times this many rounds of it (as many
 turns as four at once), so its median is not three samples'."""
@@ -222,9 +223,19 @@ async def round_once(
     return {"rows": rows, "wall_s": wall, "tokens_per_s": tokens_per_s, "gate": gate}
 
 
+def llm_config(device: DeviceConfig, mode: str) -> LlamaConfig:
+    """``on``: the profile's own model settings; ``off``: one sequence, the whole window."""
+    cfg = device.llm_config()
+    if cfg.sequences < 2:
+        raise SystemExit(f"profile {device.profile.name} does not batch (max_sequences = 1)")
+    if mode == "on":
+        return cfg
+    return cfg.model_copy(update={"sequences": 1, "n_ctx": device.budgets.context_window})
+
+
 def make_service(mode: str, voice: bool) -> EdgeService:
     device = load_device_config()
-    llm = LlamaCppLLM(device.llm_model_path, device.llm_config(), sequences=MODES[mode])
+    llm = LlamaCppLLM(device.llm_model_path, llm_config(device, mode))
     settings = base_settings(voice=voice, durable_sessions=False)  # fresh participants
     return EdgeService(settings, device=device, llm=llm)
 
@@ -391,11 +402,9 @@ async def main(args: argparse.Namespace) -> None:
         print_table(result, TYPED_KEYS, "typed", console)
     if "spoken" in result:
         print_table(result["spoken"], SPOKEN_KEYS, "spoken", console)
-    path = write_results(
-        "concurrency",
-        {"modes": {m: {"sequences": s} for m, s in MODES.items()}, **result},
-        plot(result),
-    )
+    device = load_device_config()
+    modes = {m: llm_config(device, m).model_dump(include={"sequences", "n_ctx"}) for m in MODES}
+    path = write_results("concurrency", {"modes": modes, **result}, plot(result))
     console.print(f"wrote {path}")
 
 

@@ -245,3 +245,28 @@ async def test_a_greeting_gets_a_short_reply_without_the_prompts_scaffolding() -
             assert len(ends) <= 3 and len(reply.split()) <= 90, reply
         stored = [r.assistant for r in service.store.history("greeter")[0]]
         assert len(stored) == 2 and not any(s in a for a in stored for s in scaffolding)
+
+
+async def test_the_device_default_batches_and_refuses_a_message_too_long_for_a_sequence() -> None:
+    """The CI profile serves its participants batched, each sequence holding the window its
+    budgets need; a typed turn longer than that gets a clear ``too_long`` error, and the
+    participant's next turn is answered."""
+    from edge.device import load_device_config
+    from edge.server._protocol import MAX_TEXT_CHARS
+
+    device = load_device_config("ci-2core-24gb")
+    assert device.llm_config().sequences == 4
+    service = EdgeService(settings(voice=False), device=device)
+    errors = []
+
+    def seen(message: object) -> None:
+        if getattr(message, "type", None) == "error":
+            errors.append(message)
+
+    async with service, EdgeClient(service.websocket_url, participant_id="long") as client:
+        long = ("Tell me about bees and the flowers they visit. " * 400)[:MAX_TEXT_CHARS]
+        await client.ask(long, limit_s=60, on_message=seen)
+        assert [e.code for e in errors] == ["too_long"], errors
+        assert "too long" in errors[0].message and "context window is" in errors[0].message
+        answer = await client.ask("What do bees make?", limit_s=60)
+        assert answer.text.strip()

@@ -196,6 +196,11 @@ def _budget_table(b: Any) -> Table:
         _mib(b.kv_cache_budget_bytes),
         escape(b.explain["kv_cache_budget_bytes"]),
     )
+    bt.add_row(
+        "sequence_window_tokens",
+        str(b.sequence_window_tokens),
+        escape(b.explain["sequence_window_tokens"]),
+    )
     bt.add_row("llm_sequences", str(b.llm_sequences), escape(b.explain["llm_sequences"]))
     return bt
 

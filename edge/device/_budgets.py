@@ -44,6 +44,11 @@ DEFAULT_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
 MIN_DIALOGUE_BYTES = 1024
 MIN_TOPIC_BYTES = 512
 ROUND_BYTES = 64
+# A batched sequence's window: the largest prompt the budgets make (with its output) times
+# this, for a request longer than the profile's typical one and text that tokenises worse
+# than estimated; rounded up to whole blocks of tokens.
+SEQUENCE_WINDOW_HEADROOM = 1.5
+SEQUENCE_WINDOW_ROUND = 256
 # The recalled block (earlier statements brought back for a request): at most this many
 # units, and none when what is left is smaller than the least useful block.
 RECALL_UNITS = 0.5
@@ -119,6 +124,7 @@ class Budgets(BaseModel):
     kv_cache_budget_bytes: int
     warm_participants: int
     llm_sequences: int = 1
+    sequence_window_tokens: int
     context_window: int
     reserved_output_tokens: int
     # what the budgets imply
@@ -206,6 +212,7 @@ class Memory:
     kv_budget: int
     explain: dict[str, str] = field(default_factory=dict)
     sequences: int = 1
+    window: int = 0
 
 
 def _units(x: BudgetInputs) -> tuple[float, float]:
@@ -463,11 +470,12 @@ _EXPLAIN_ORDER = (
     "per_participant_kv_bytes",
     "warm_participants",
     "kv_cache_budget_bytes",
+    "sequence_window_tokens",
     "llm_sequences",
 )
 
 
-def _memory(x: BudgetInputs, prompts: Prompts) -> Memory:
+def _memory(x: BudgetInputs, prompts: Prompts, comp: Compaction) -> Memory:
     """Step 6: the memory left after models, runtime and the active context; the share
     of it cached participants' KV states may use."""
     ov = x.overrides
@@ -520,19 +528,40 @@ def _memory(x: BudgetInputs, prompts: Prompts) -> Memory:
         if ov.kv_cache_budget_bytes is not None
         else "warm_participants x per_participant_kv_bytes",
     }
-    sequences, explain["llm_sequences"] = _sequences(x, left - kv_budget, active_kv)
-    return Memory(left, per_participant, warm, kv_budget, explain, sequences)
+    window, explain["sequence_window_tokens"] = _sequence_window(x, prompts, comp)
+    sequences, explain["llm_sequences"] = _sequences(x, left - kv_budget, window)
+    return Memory(left, per_participant, warm, kv_budget, explain, sequences, window)
 
 
-def _sequences(x: BudgetInputs, spare: int, window_kv: int) -> tuple[int, str]:
-    """Step 7: concurrent sequences (continuous batching). Each sequence beyond the first
-    holds the KV of another whole context window, paid from what the cached states left."""
+def _sequence_window(x: BudgetInputs, prompts: Prompts, comp: Compaction) -> tuple[int, str]:
+    """Step 7a: the window of one batched sequence: the largest prompt the budgets make,
+    with its output, and headroom (a sequence's KV is resident from the start, so a
+    whole context window per sequence would cost far more memory than the budgets use)."""
+    largest = max(
+        prompts.answer_tokens + x.reserved_output_tokens,
+        prompts.routing_tokens + 8,
+        comp.prompt_tokens,
+    )
+    block = SEQUENCE_WINDOW_ROUND
+    window = min(x.context_window, math.ceil(largest * SEQUENCE_WINDOW_HEADROOM / block) * block)
+    return window, (
+        f"min({x.context_window} context window, {largest} tokens (largest prompt: answer "
+        f"{prompts.answer_tokens} + {x.reserved_output_tokens} out, routing "
+        f"{prompts.routing_tokens}, compaction {comp.prompt_tokens}) x "
+        f"{SEQUENCE_WINDOW_HEADROOM:g}, rounded up to {block})"
+    )
+
+
+def _sequences(x: BudgetInputs, spare: int, window: int) -> tuple[int, str]:
+    """Step 7b: concurrent sequences (continuous batching). Each sequence beyond the first
+    holds the KV of another sequence window, paid from what the cached states left."""
+    window_kv = window * x.kv_bytes_per_token
     fit = 1 + max(0, spare) // window_kv
     n = max(1, min(x.max_sequences, fit))
     return n, (
         f"min({x.max_sequences} max_sequences, 1 + floor({spare / 2**20:.0f} MiB left after "
-        f"the KV cache budget / {window_kv / 2**20:.0f} MiB per window = "
-        f"{x.context_window} tokens x {x.kv_bytes_per_token} B) = min({x.max_sequences}, {fit})"
+        f"the KV cache budget / {window_kv / 2**20:.0f} MiB per sequence = "
+        f"{window} tokens x {x.kv_bytes_per_token} B) = min({x.max_sequences}, {fit})"
     )
 
 
@@ -568,9 +597,11 @@ def _sequences(x: BudgetInputs, spare: int, window_kv: int) -> tuple[int, str]:
 #    ``kv_per_token`` plus twice the fixed part of a saved state;
 #    ``warm_participants = min(max_participants, floor(left * 0.5 / per_participant))``,
 #    at least 1; the LLM's KV cache budget is ``warm_participants * per_participant``.
-# 7. Sequences (requests served at once): each beyond the first holds another window's
-#    KV, ``llm_sequences = min(max_sequences, 1 + floor((left - kv_cache_budget) /
-#    (context_window * kv_per_token)))``.
+# 7. Sequences (requests served at once, continuous batching): a sequence's window is the
+#    largest prompt the budgets make, with its output, x 1.5, rounded up to 256 tokens
+#    (at most the context window); each sequence beyond the first holds another such
+#    window's KV, ``llm_sequences = min(max_sequences, 1 + floor((left -
+#    kv_cache_budget) / (sequence_window * kv_per_token)))``.
 #    (Step 5b runs before it: see :func:`recall_budget`.)
 def derive_budgets(x: BudgetInputs) -> Budgets:
     """Derive every byte budget from the device's figures, or raise :class:`BudgetError`.
@@ -581,7 +612,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
     lat = _latency(x, sec, prompts, comp)
     rec = _recall(x, sec, prompts, lat)
     prompts = Prompts(prompts.answer_tokens + x.tokens(rec.budget), prompts.routing_tokens)
-    mem = _memory(x, prompts)
+    mem = _memory(x, prompts, comp)
     lines = {**sec.explain, **rec.explain, **comp.explain, **mem.explain}
     return Budgets(
         dialogue_budget_bytes=sec.dialogue,
@@ -593,6 +624,7 @@ def derive_budgets(x: BudgetInputs) -> Budgets:
         kv_cache_budget_bytes=mem.kv_budget,
         warm_participants=mem.warm,
         llm_sequences=mem.sequences,
+        sequence_window_tokens=mem.window,
         context_window=x.context_window,
         reserved_output_tokens=x.reserved_output_tokens,
         answer_prompt_tokens_max=prompts.answer_tokens,

@@ -65,15 +65,17 @@ class DeviceConfig(BaseModel):
     def llm_config(self) -> LlamaConfig:
         """For ``LlamaCppLLM(config.llm_model_path, config.llm_config())``: the window,
         threads, GPU layers, KV budget, answer length, temperature and sequences sized to
-        this device."""
+        this device. Batched, each sequence gets the window the budgets need
+        (``sequence_window_tokens``), not the whole context window."""
+        b = self.budgets
         return LlamaConfig(
-            n_ctx=self.budgets.context_window,
+            n_ctx=b.sequence_window_tokens if b.llm_sequences > 1 else b.context_window,
             n_threads=self.threads,
             n_gpu_layers=self.gpu_layers,
-            kv_cache_budget_bytes=self.budgets.kv_cache_budget_bytes,
-            default_max_tokens=self.budgets.reserved_output_tokens,
+            kv_cache_budget_bytes=b.kv_cache_budget_bytes,
+            default_max_tokens=b.reserved_output_tokens,
             temperature=self.profile.llm.temperature,
-            sequences=self.budgets.llm_sequences,
+            sequences=b.llm_sequences,
         )
 
     def context_budgets(self) -> dict[str, int]:

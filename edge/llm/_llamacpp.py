@@ -308,7 +308,8 @@ class LlamaCppLLM(StreamingLLM):
         if len(tokens) >= n_ctx:
             raise ContextOverflowError(
                 f"{what} is {len(tokens)} tokens but the context window is {n_ctx} tokens; "
-                "shorten it (smaller context budgets) or load the model with a larger n_ctx"
+                "shorten it (a shorter message, smaller context budgets) or load the model "
+                "with a larger n_ctx"
             )
 
     def _request(

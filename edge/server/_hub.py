@@ -26,7 +26,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.llm import LLMError
+from edge.llm import ContextOverflowError, LLMError
 from edge.runtime import Agent, HandlerContext
 from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
@@ -57,6 +57,7 @@ NO_SPEECH_ERROR = ErrorMessage(
     code=NO_SPEECH,
 )
 BACKEND_FAILED = "backend_failed"
+TOO_LONG = "too_long"
 """The ``code`` of the ``error`` naming a model's server that failed on a turn."""
 
 
@@ -250,8 +251,12 @@ class OutputHub(Agent):
     async def turn_failed(self, participant_id: str, turn_id: str, exc: Exception) -> None:
         """The router's ``failed`` hook: a turn its model failed on gets an ``error`` naming
         the model (and its server, for a remote one; code ``backend_failed``) before its
-        ``idle``. Other failures are the router's own message (sent before the answer)."""
-        if isinstance(exc, LLMError):
+        ``idle``. Other failures are the router's own message (sent before the answer). A
+        turn too long for the model's window gets code ``too_long``: a shorter one works."""
+        if isinstance(exc, ContextOverflowError):
+            message = f"the message is too long for this device's language model: {exc}"
+            self._send(participant_id, ErrorMessage(message=message, code=TOO_LONG))
+        elif isinstance(exc, LLMError):
             message = f"the language model failed on this turn: {exc}"
             self._send(participant_id, ErrorMessage(message=message, code=BACKEND_FAILED))
 
