@@ -15,7 +15,7 @@ def test_sequences_are_the_profile_maximum_when_memory_holds_their_windows() -> 
     b = derive_budgets(inputs("jetson-agx-orin-64gb"))
     assert b.llm_sequences == 8
     assert "per sequence" in b.explain["llm_sequences"]
-    assert derive_budgets(inputs("ci-2core-24gb")).llm_sequences == 4  # one per participant
+    assert derive_budgets(inputs("ci-2core-24gb")).llm_sequences == 8  # two per participant
 
 
 def test_sequences_shrink_to_what_memory_holds_and_never_below_one() -> None:
@@ -63,7 +63,7 @@ def test_the_model_gets_the_sequence_window_only_when_it_batches() -> None:
 
     batched = load_device_config("ci-2core-24gb")
     cfg = batched.llm_config()
-    assert cfg.sequences == 4 and cfg.n_ctx == batched.budgets.sequence_window_tokens
+    assert cfg.sequences == 8 and cfg.n_ctx == batched.budgets.sequence_window_tokens
     alone = batched.model_copy(
         update={"budgets": batched.budgets.model_copy(update={"llm_sequences": 1})}
     )

@@ -255,7 +255,7 @@ async def test_the_device_default_batches_and_refuses_a_message_too_long_for_a_s
     from edge.server._protocol import MAX_TEXT_CHARS
 
     device = load_device_config("ci-2core-24gb")
-    assert device.llm_config().sequences == 4
+    assert device.llm_config().sequences == 8
     service = EdgeService(settings(voice=False), device=device)
     errors = []
 
