@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.model]
 
 DURATION_S = float(os.environ.get("EDGE_HOSTILE_S", "20"))
 HEALTH_STALL_S = 3.0  # the hello deadline set below: a stall behind a handshake is longer
-RSS_BOUND_MB = 1500  # baseline 650-760 MB with the default models (docs/server.md)
+RSS_BOUND_MB = 1500  # ~1,050 MB at start with the default models, 8 sequences (docs/reliability.md)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
