@@ -222,3 +222,29 @@ async def test_an_answer_sent_back_for_a_new_turn_resumes_with_the_same_words() 
         await model.close()
     assert {q: r.content for q, r in results.items()} == reference  # type: ignore[attr-defined]
     assert done[0] == 2  # the new turn did not wait for a long answer to end
+
+
+async def test_a_question_asked_while_its_prefix_is_warmed_gets_the_same_answer(
+    batched: LlamaCppLLM,
+) -> None:
+    """A participant asks while their prefix is still being warmed (they just joined): the
+    warm-up ends where it is and the answer evaluates the rest, word for word the answer
+    the same prompt gets with no warm-up."""
+    notes = " ".join(f"Note {i}: rack {i % 7} was checked at {i}:00." for i in range(30))
+    prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": notes}]
+    question = [*prefix, {"role": "user", "content": "Which rack was checked at 5:00?"}]
+    reference = await batched.chat(question, max_tokens=16, cache_key="cold")
+    steps = batched._runner.scheduler.steps_of(Priority.BACKGROUND)  # type: ignore[attr-defined]
+    results: dict[str, object] = {}
+
+    async def warm() -> None:
+        results["warm"] = await batched.warm(prefix, cache_key="joiner")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(warm)
+        with anyio.fail_after(30):
+            while batched._runner.scheduler.steps_of(Priority.BACKGROUND) == steps:  # type: ignore[attr-defined]  # noqa: ASYNC110
+                await anyio.sleep(0.001)
+        results["answer"] = await batched.chat(question, max_tokens=16, cache_key="joiner")
+    assert "warm" in results
+    assert results["answer"].content == reference.content  # type: ignore[attr-defined]

@@ -315,3 +315,47 @@ async def test_an_answer_sent_back_to_wait_does_not_take_a_sequence_from_another
     assert len([i for i in a_steps if i < b_steps[0]]) >= WELL_AHEAD_TOKENS
     assert b_steps == list(range(b_steps[0], b_steps[0] + 30))  # "b" alone to its end
     assert a_steps[-1] > b_steps[-1] and a.produced == 40 and a.metrics.preemptions == 1
+
+
+class SlowWarmContext(ScriptedContext):
+    """A warm-up (no logits) takes ten steps; everything else one token per step."""
+
+    def __init__(self, n_seq: int) -> None:
+        super().__init__(n_seq)
+        self.warm_steps: dict[int, int] = {}
+
+    def step(self, jobs: list[SeqJob], chunk: int) -> bool:
+        warms = [j for j in jobs if not j.need_logits]
+        super().step([j for j in jobs if j.need_logits], chunk)
+        self.steps[-1] += [j.key for j in warms]
+        for job in warms:
+            job.reused = 0
+            self.warm_steps[id(job)] = self.warm_steps.get(id(job), 0) + 1
+            job.ready = job.ready or self.warm_steps[id(job)] >= 10
+        return True
+
+
+async def test_a_turn_cuts_its_own_keys_warm_up_short_instead_of_waiting_for_it() -> None:
+    """A participant who asks while their prefix is still being warmed (they just joined)
+    does not wait for the whole warm-up: it ends where it is, the turn goes on from there."""
+    sched = BatchScheduler(scheduler(1)[0]._run_sync, n_seq=2)
+    ctx = SlowWarmContext(2)
+    sched.ctx = ctx  # type: ignore[assignment]
+    warm = SeqJob(
+        key="p", priority=BG, target=[1] * 640, metrics=RequestMetrics(), need_logits=False
+    )
+    log: list[str] = []
+
+    async def warming() -> None:
+        async with sched.admitted(warm):
+            await sched.wait(warm, lambda: warm.ready)
+        log.append("warm done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(warming)
+        while len(ctx.steps) < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("p", INT, 5), log, "answer")
+    assert ctx.warm_steps[id(warm)] < 10
+    assert log.index("warm done") < log.index("end answer")
+    assert sum(s.count("p") for s in ctx.steps) < 10 + 5

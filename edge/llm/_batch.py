@@ -53,6 +53,11 @@ def _urgency(job: SeqJob) -> int:
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
 
 
+def _is_warm(job: SeqJob) -> bool:
+    """A job that only evaluates its tokens (a warm-up): no logits, nothing generated."""
+    return not job.need_logits and not isinstance(job, GenJob)
+
+
 def _produced(job: SeqJob) -> int:
     return job.produced if isinstance(job, GenJob) else 0
 
@@ -408,6 +413,7 @@ class BatchScheduler:
         queue.append(job)
         if job.rank < BACKGROUND_RANK:
             self._urgent_arrivals += 1
+            self._cut_warm_short(job.key)
         queued_at = time.perf_counter()
         try:
             self._admit()
@@ -432,6 +438,16 @@ class BatchScheduler:
             self._served.pop(job.key, None)
         self._admit()
         self._notify()
+
+    def _cut_warm_short(self, key: str) -> None:
+        """Interactive work wants ``key``'s sequence: a warm-up running on it (a head start
+        for that very work, e.g. a participant's prefix warmed as they join) ends where it
+        is. What it evaluated stays in the sequence, and the request evaluates the rest
+        itself, at its own place in line, instead of waiting for the whole warm-up."""
+        for other in [*self.active, *self._waiting.get(key, ())]:
+            if other.key == key and other.rank >= BACKGROUND_RANK and _is_warm(other):
+                other.ready = True
+                self._notify()
 
     def _rank(self, job: SeqJob) -> int:
         """``job``'s rank, raised to the best of its key's waiting jobs: background work
