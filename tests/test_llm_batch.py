@@ -189,41 +189,6 @@ async def test_kv_memory_stays_within_the_sequences_and_the_store(batched: Llama
     assert max(len(t) for t in ctx.tokens) < 1024
 
 
-async def test_an_answer_sent_back_for_a_new_turn_resumes_with_the_same_words() -> None:
-    """Two long answers hold both sequences; a third turn takes the sequence of the one
-    furthest along (its KV saved), which resumes when a sequence is free: every answer's
-    greedy words are those it gets alone."""
-    model = LlamaCppLLM(n_ctx=1024, temperature=0.0, sequences=2)
-    long_ones = ["Write a long story about a robot.", "List twenty animals, one per line."]
-    questions = [*long_ones, QUESTIONS[4]]
-    budgets = [48, 48, 16]
-    try:
-        reference = {
-            q: (await model.chat(ask(q), max_tokens=n, cache_key=f"ref{i}")).content
-            for i, (q, n) in enumerate(zip(questions, budgets, strict=True))
-        }
-        results: dict[str, object] = {}
-        done: list[int] = []
-        sched = model._runner.scheduler  # type: ignore[attr-defined]
-
-        async def one(i: int) -> None:
-            q = questions[i]
-            results[q] = await model.chat(ask(q), max_tokens=budgets[i], cache_key=f"p{i}")
-            done.append(i)
-
-        async with anyio.create_task_group() as tg:
-            for i in (0, 1):
-                tg.start_soon(one, i)
-            with anyio.fail_after(60):
-                while sum(getattr(j, "produced", 0) >= 26 for j in sched.active) < 2:  # noqa: ASYNC110
-                    await anyio.sleep(0.002)
-            tg.start_soon(one, 2)
-    finally:
-        await model.close()
-    assert {q: r.content for q, r in results.items()} == reference  # type: ignore[attr-defined]
-    assert done[0] == 2  # the new turn did not wait for a long answer to end
-
-
 async def test_a_question_asked_while_its_prefix_is_warmed_gets_the_same_answer(
     batched: LlamaCppLLM,
 ) -> None:

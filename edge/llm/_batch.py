@@ -12,9 +12,7 @@ with its own sampler from its own row of logits.
 
 :class:`BatchScheduler` (the event loop side) admits requests as :class:`SeqJob` s, at most
 one per cache key and at most ``n_seq`` at once, interactive before background and, within
-a priority, the key served least recently first; with every sequence taken, a new turn
-takes one from background work or from an answer well ahead of its listener, which waits
-to resume. It bounds each key's queue. There is no
+a priority, the key served least recently first; it bounds each key's queue. There is no
 driver task: a request that needs the next step runs it (in a worker thread) unless
 another request is already running it, and then waits for that one.
 """
@@ -36,12 +34,10 @@ from edge.runtime import NORMAL, URGENT, place_in_line, urgency
 
 from ._engine import LlamaEngine, SavedState, common_prefix, install_abort_callback
 from ._kvstore import KVStore
-from ._runner import FIRST_WORDS_TOKENS, Generation, Request, gated, step_urgency
+from ._runner import Generation, Request, gated, step_urgency
 from ._types import LLMClosedError, LLMError, Priority, RequestMetrics
 
 BACKGROUND_RANK = 1
-WELL_AHEAD_TOKENS = 2 * FIRST_WORDS_TOKENS
-"""An answer this far along gives its sequence to a turn that waits for a first word."""
 
 
 def _urgency(job: SeqJob) -> int:
@@ -56,15 +52,6 @@ _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
 def _is_warm(job: SeqJob) -> bool:
     """A job that only evaluates its tokens (a warm-up): no logits, nothing generated."""
     return not job.need_logits and not isinstance(job, GenJob)
-
-
-def _produced(job: SeqJob) -> int:
-    return job.produced if isinstance(job, GenJob) else 0
-
-
-def _started(job: SeqJob) -> bool:
-    """Whether ``job`` has produced anything (a request sent back to wait has)."""
-    return _produced(job) > 0
 
 
 class QueueFullError(LLMError):
@@ -469,15 +456,10 @@ class BatchScheduler:
             self._served[job.key] = next(self._arrival)
 
     def _preempt_for(self, job: SeqJob) -> bool:
-        """Send an admitted job back to the head of its queue for interactive ``job``:
-        background work first; else, when ``job`` has not started, the answer furthest
-        past its first words (it has text ahead of its listener, while ``job``'s
-        participant waits for a first word). It resumes when a sequence is free."""
+        """Send an admitted background job back to the head of its queue for ``job``."""
         if self._rank(job) >= BACKGROUND_RANK:
             return False
         victims = [j for j in self.active if self._rank(j) >= BACKGROUND_RANK]
-        if not victims and not _started(job):
-            victims = sorted(filter(self._well_ahead, self.active), key=_produced)
         if not victims:
             return False
         victim = victims[-1]
@@ -485,16 +467,6 @@ class BatchScheduler:
         victim.metrics.preemptions += 1
         self._waiting.setdefault(victim.key, deque()).appendleft(victim)
         return True
-
-    def _well_ahead(self, job: SeqJob) -> bool:
-        """An answer with :data:`WELL_AHEAD_TOKENS` out (typically a whole first sentence:
-        seconds of speech ahead of its listener)."""
-        return (
-            isinstance(job, GenJob)
-            and not job.finished
-            and self._rank(job) < BACKGROUND_RANK
-            and job.produced >= WELL_AHEAD_TOKENS
-        )
 
     # -- stepping ------------------------------------------------------------------------
     def _notify(self) -> None:
@@ -557,8 +529,6 @@ class BatchScheduler:
                 self._steps_by[priority] = self._steps_by.get(priority, 0) + 1
         finally:
             self._stepping = False
-            if self._waiting:
-                self._admit()  # an answer may be far enough along to give way now
             self._notify()
 
     def _mark_paused(self, jobs: list[SeqJob]) -> None:
