@@ -431,10 +431,15 @@ class BatchScheduler:
         for that very work, e.g. a participant's prefix warmed as they join) ends where it
         is. What it evaluated stays in the sequence, and the request evaluates the rest
         itself, at its own place in line, instead of waiting for the whole warm-up."""
-        for other in [*self.active, *self._waiting.get(key, ())]:
-            if other.key == key and other.rank >= BACKGROUND_RANK and _is_warm(other):
-                other.ready = True
-                self._notify()
+        warms = [
+            j
+            for j in [*self.active, *self._waiting.get(key, ())]
+            if j.key == key and j.rank >= BACKGROUND_RANK and _is_warm(j)
+        ]
+        for job in warms:
+            job.ready = True
+        if warms:
+            self._notify()
 
     def _rank(self, job: SeqJob) -> int:
         """``job``'s rank, raised to the best of its key's waiting jobs: background work

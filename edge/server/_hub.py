@@ -57,8 +57,9 @@ NO_SPEECH_ERROR = ErrorMessage(
     code=NO_SPEECH,
 )
 BACKEND_FAILED = "backend_failed"
-TOO_LONG = "too_long"
 """The ``code`` of the ``error`` naming a model's server that failed on a turn."""
+TOO_LONG = "too_long"
+"""The ``code`` of the ``error`` of a turn whose prompt does not fit the model's window."""
 
 
 class Sink(Protocol):
