@@ -113,6 +113,10 @@ def test_a_backend_down_fails_fast_during_its_back_off_then_tries_again(closed_p
     with pytest.raises(RemoteSpeechError, match="connection refused"):
         stt.transcribe(speech)
     assert backend.requests == 3 and backend.errors == 3
+    now[0] += 2.0 - 0.003  # 3 ms of the back-off left: /health still shows it, not 0
+    assert backend.health()["retry_in_s"] == 0.01
+    with pytest.raises(RemoteSpeechError, match=r"tried again in 0.1 s"):
+        stt.transcribe(speech)
 
 
 def test_a_server_answering_garbage_is_a_named_error() -> None:

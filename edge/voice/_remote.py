@@ -16,6 +16,7 @@ on a loop of its own when called outside one.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -133,7 +134,7 @@ class RemoteBackend:
             "latency_p50_ms": self.latency_p50_ms(),
             "requests": self.requests,
             "errors": self.errors,
-            **({"retry_in_s": round(retry_in, 2)} if retry_in else {}),
+            **({"retry_in_s": _up(retry_in, 2)} if retry_in else {}),
             **({"fallback_uses": self.fallback_uses} if self.fallback_uses else {}),
         }
 
@@ -174,7 +175,7 @@ class RemoteBackend:
             error = self.last_error
         if wait > 0:
             raise RemoteSpeechError(
-                f"{self.name} is down ({error}); it is tried again in {wait:.1f} s"
+                f"{self.name} is down ({error}); it is tried again in {_up(wait, 1)} s"
             )
 
     # -- requests ---------------------------------------------------------------------------
@@ -229,6 +230,12 @@ async def read_or_fail(client: AsyncTcpClient) -> Event:
     if Error.is_type(event.type):
         raise RuntimeError(f"the server answered an error: {Error.from_event(event).text}")
     return event
+
+
+def _up(seconds: float, digits: int) -> float:
+    """``seconds`` rounded up to ``digits`` decimals: a wait still under way never reads 0."""
+    scale = 10**digits
+    return math.ceil(seconds * scale) / scale
 
 
 def _cause(exc: BaseException, timeout_s: float) -> str:
