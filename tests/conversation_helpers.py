@@ -58,7 +58,7 @@ class WarmingLLM(ScriptedLLM):
         self.warmed: list[tuple[list[ChatMessage], str, Priority]] = []
 
     async def warm(
-        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None
+        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None, user_next=False
     ) -> RequestMetrics:
         self.warmed.append((list(messages), cache_key, Priority(priority)))
         return RequestMetrics(priority=Priority(priority), cache_key=cache_key)
@@ -76,7 +76,7 @@ class MovingLLM(WarmingLLM):
         self.release = anyio.Event()
 
     async def warm(
-        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None
+        self, messages, *, cache_key, priority=Priority.BACKGROUND, seed_key=None, user_next=False
     ) -> RequestMetrics:
         self.held[cache_key] = messages[1].content
         self.events.append(("warm", cache_key))

@@ -167,6 +167,27 @@ async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> No
     assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
 
 
+async def test_a_warm_ahead_of_the_users_message_leaves_only_its_text_to_evaluate(
+    llm: LlamaCppLLM,
+) -> None:
+    """``user_next``: the warmed prefix ends where the next user message's text begins, so
+    the request evaluates its own words and the generation prompt only; a warm ending with
+    the generation prompt leaves the user message's role header to evaluate too."""
+    context = ask("Context: Hana is in the clean room.", system=SYSTEM + " Ahead.")
+    question = "Where is Hana?"
+    msgs = [*context, {"role": "user", "content": question}]
+    closed = await llm.warm(context, cache_key="kai")
+    ahead = await llm.warm(context, cache_key="lea", user_next=True)
+    assert ahead.prompt_tokens > closed.prompt_tokens - 3  # the header, not the answer's
+    shut = await llm.chat(msgs, max_tokens=2, cache_key="kai")
+    opened = await llm.chat(msgs, max_tokens=2, cache_key="lea")
+    new = opened.metrics.prompt_tokens - opened.metrics.reused_tokens
+    assert new < shut.metrics.prompt_tokens - shut.metrics.reused_tokens
+    generation_prompt = 6  # <|im_end|> \n <|im_start|> ass istant \n
+    assert new <= llm.count_tokens(question) + generation_prompt
+    assert opened.content == shut.content  # the same prompt, evaluated in other pieces
+
+
 async def test_a_new_participant_starts_from_the_seed_state(llm: LlamaCppLLM) -> None:
     """An answer (or a warm) for a key with no state yet starts from ``seed_key``'s: the
     shared system prompt is reused even when another prompt fills the live context; the
@@ -225,6 +246,8 @@ async def test_closed_service_refuses_requests() -> None:
     await model.close()
     with pytest.raises(LLMClosedError):
         model.stream(ask("hi"))
+    with pytest.raises(LLMClosedError):
+        await model.warm(ask("hi"), cache_key="a", user_next=True)
     health = await model.health()
     assert not health.ok
 

@@ -89,6 +89,7 @@ class Prefixes:
                 cache_key=key,
                 priority=Priority.BACKGROUND,
                 seed_key=seed,
+                user_next=True,
             )
         except Exception as exc:
             log.warning("warming the prompt of %s failed: %r", key, exc)
@@ -137,7 +138,9 @@ class Prefixes:
             ChatMessage(role="user", content=context),
         ]
         try:
-            await self.llm.warm(messages, cache_key=key, priority=Priority.BACKGROUND)
+            await self.llm.warm(
+                messages, cache_key=key, priority=Priority.BACKGROUND, user_next=True
+            )
         except LLMError as exc:
             log.warning("re-warming the prompt under %r failed: %s", key, exc)
             return False

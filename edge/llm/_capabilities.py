@@ -54,6 +54,7 @@ class Warmable(Protocol):
         cache_key: str,
         priority: Priority | str = ...,
         seed_key: str | None = None,
+        user_next: bool = False,
     ) -> RequestMetrics: ...
 
 

@@ -41,6 +41,9 @@ def check_gguf(path: Path) -> None:
         )
 
 
+_USER_TEXT_MARK = "\u2063edge-user-text\u2063"
+"""Stands in for a user message's text, to find where a chat template puts it."""
+
 _LLAMA_LOG = logging.getLogger("edge.llm.llama_cpp")
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 """ggml.h's ``ggml_log_level`` (DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT 5 continues a line)."""
@@ -235,6 +238,19 @@ class LlamaEngine:
         self._formatter.add_generation_prompt = add_generation_prompt
         result = self._formatter(messages=[m.model_dump() for m in messages], enable_thinking=False)
         return result.prompt
+
+    def format_warm(self, messages: Sequence[ChatMessage], user_next: bool) -> str:
+        """The prompt prefix a warm of ``messages`` evaluates: with the generation prompt,
+        or, when the next request adds a user message (``user_next``), everything before
+        that message's text (its role header included), so the request evaluates only its
+        words and the generation prompt (the generation prompt still, when the template
+        hides where the text would go)."""
+        if not user_next:
+            return self.format_chat(messages, True)
+        probe = ChatMessage(role="user", content=_USER_TEXT_MARK)
+        text = self.format_chat([*messages, probe], False)
+        cut = text.rfind(_USER_TEXT_MARK)
+        return text[:cut] if cut >= 0 else self.format_chat(messages, True)
 
     def tokenize_prompt(self, text: str) -> list[int]:
         """Tokens of a rendered prompt (special tokens parsed, no extra BOS)."""

@@ -392,17 +392,17 @@ class LlamaCppLLM(StreamingLLM):
         cache_key: str,
         priority: Priority | str = Priority.BACKGROUND,
         seed_key: str | None = None,
+        user_next: bool = False,
     ) -> RequestMetrics:
         """Evaluate the prompt of ``messages`` into ``cache_key``'s KV state, generating
         nothing, so the next request with this prefix starts fast (a key without a state
-        starts from ``seed_key``'s, as in :class:`~edge.llm.GenerationOptions`)."""
-        if self._closed:
-            raise LLMClosedError("the LLM service is closed")
+        starts from ``seed_key``'s, as in :class:`~edge.llm.GenerationOptions`); with
+        ``user_next``, up to where a user message's text would begin (``format_warm``)."""
         started = time.perf_counter()
         msgs = as_messages(messages)
         metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
-        prompt = self._engine.tokenize_prompt(self._engine.format_chat(msgs, True))
+        prompt = self._engine.tokenize_prompt(self._engine.format_warm(msgs, user_next))
         self._check_fits(prompt, "the prompt to warm")
         metrics.prompt_tokens = len(prompt)
         metrics.reused_tokens = await self._runner.warm(
