@@ -174,6 +174,30 @@ async def test_compaction_is_preempted_by_answers_and_resumes(batched: LlamaCppL
     assert bg.content == reference.content  # type: ignore[attr-defined]
 
 
+async def test_only_background_steps_run_with_the_abort_callback(
+    batched: LlamaCppLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp's abort callback takes the GIL between graph nodes (a busy event loop
+    slows every step it is set for), so only steps that may be aborted, background work
+    alone, run with it; any interactive work in a step runs it without."""
+    ctx = batched._runner.scheduler.ctx  # type: ignore[attr-defined]
+    steps: list[tuple[set[Priority], bool]] = []
+    decode = ctx._decode
+
+    def spy(entries):  # type: ignore[no-untyped-def]
+        steps.append(({job.priority for job, _, _ in entries}, ctx._abort_hook.armed))
+        return decode(entries)
+
+    monkeypatch.setattr(ctx, "_decode", spy)
+    await batched.chat(
+        ask(QUESTIONS[0]), max_tokens=2, priority=Priority.BACKGROUND, cache_key="hook-bg"
+    )
+    await batched.chat(ask(QUESTIONS[1]), max_tokens=2, cache_key="hook-int")
+    assert {armed for kinds, armed in steps if kinds == {Priority.BACKGROUND}} == {True}
+    assert {armed for kinds, armed in steps if Priority.INTERACTIVE in kinds} == {False}
+    assert not ctx._abort_hook.armed  # between steps
+
+
 async def test_kv_memory_stays_within_the_sequences_and_the_store(batched: LlamaCppLLM) -> None:
     runner = batched._runner
     ctx = runner.scheduler.ctx  # type: ignore[attr-defined]

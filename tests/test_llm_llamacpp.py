@@ -167,6 +167,27 @@ async def test_warm_fills_the_cache_for_the_next_request(llm: LlamaCppLLM) -> No
     assert r.metrics.reused_tokens >= warm.prompt_tokens - 1
 
 
+async def test_only_background_evaluations_run_with_the_abort_callback(
+    llm: LlamaCppLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-sequence engine sets llama.cpp's abort callback (which takes the GIL between
+    graph nodes) only while a background evaluation may be aborted: its prompt's."""
+    engine = llm._engine
+    evaluated: list[bool] = []
+    evaluate = engine.llama.eval
+
+    def spy(tokens):  # type: ignore[no-untyped-def]
+        evaluated.append(engine._abort_hook.armed)
+        return evaluate(tokens)
+
+    monkeypatch.setattr(engine.llama, "eval", spy)
+    await llm.chat(ask("Name a room."), max_tokens=2, priority=Priority.BACKGROUND, cache_key="o")
+    background, evaluated[:] = list(evaluated), []
+    await llm.chat(ask("Name a day."), max_tokens=2, cache_key="p")
+    assert background[0]  # the background prompt
+    assert evaluated and not any(evaluated)
+
+
 async def test_a_warm_ahead_of_the_users_message_leaves_only_its_text_to_evaluate(
     llm: LlamaCppLLM,
 ) -> None:

@@ -32,7 +32,7 @@ import anyio
 
 from edge.runtime import NORMAL, URGENT, place_in_line, urgency
 
-from ._engine import LlamaEngine, SavedState, common_prefix, install_abort_callback
+from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix
 from ._kvstore import KVStore
 from ._runner import Generation, Request, gated, step_urgency
 from ._types import LLMClosedError, LLMError, Priority, RequestMetrics
@@ -152,8 +152,10 @@ class SeqContext:
         self._used = [0] * n_seq
         self._clock = itertools.count(1)
         self.store = store
-        self.abort_check: Callable[[], bool] | None = None
-        self._abort_cb: Any = None
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_hook = AbortHook.install(
+            self.ctx.ctx, lambda: bool(self._abort_check and self._abort_check())
+        )
 
     def close(self) -> None:
         if self._batch is not None:
@@ -162,11 +164,17 @@ class SeqContext:
         self.ctx.close()
         self.store.clear()
 
-    def install_abort(self, install: Callable[[Any, Callable[[], bool]], Any]) -> None:
-        check = self
-        self._abort_cb = install(
-            self.ctx.ctx, lambda: bool(check.abort_check and check.abort_check())
-        )
+    @property
+    def abort_check(self) -> Callable[[], bool] | None:
+        """Asked between graph nodes of the next steps (True: drop the step); None: steps
+        run to the end, without llama.cpp's abort callback (:class:`AbortHook`)."""
+        return self._abort_check
+
+    @abort_check.setter
+    def abort_check(self, check: Callable[[], bool] | None) -> None:
+        self._abort_check = check
+        if self._abort_hook is not None:
+            self._abort_hook.arm(check is not None)
 
     # -- sequences -----------------------------------------------------------------------
     def seq_of(self, key: str) -> int | None:
@@ -624,7 +632,6 @@ class BatchRunner:
             store=engine.store,
             base_params=engine.llama.context_params,
         )
-        ctx.install_abort(install_abort_callback)
         self.scheduler.ctx = ctx
 
     @property

@@ -110,27 +110,49 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def install_abort_callback(ctx: Any, should_abort: Callable[[], bool]) -> Any:
-    """Have llama.cpp ask ``should_abort`` between graph nodes of an evaluation on ``ctx``;
-    returns the callback (keep it alive), or None when this build has no such hook."""
-    from llama_cpp import llama_cpp as capi
+class AbortHook:
+    """llama.cpp's abort callback on one context, set only while an evaluation may be
+    aborted (:meth:`arm`). llama.cpp calls it between graph nodes, hundreds of times a
+    token, and each call takes the GIL: while it is set, an evaluation slows down whenever
+    another thread runs Python, the event loop included (beside a busy Python thread,
+    twice as slow on the 2-core reference machine), so interactive evaluations run
+    without it."""
 
-    lib = capi._lib
-    if not hasattr(lib, "llama_set_abort_callback"):
-        log.info(
-            "this llama.cpp build has no abort callback; background work yields "
-            "between batches only"
-        )
-        return None
-    lib.llama_set_abort_callback.argtypes = [
-        capi.llama_context_p_ctypes,
-        capi.ggml_abort_callback,
-        ctypes.c_void_p,
-    ]
-    lib.llama_set_abort_callback.restype = None
-    callback = capi.ggml_abort_callback(lambda _data: should_abort())
-    lib.llama_set_abort_callback(ctx, callback, None)
-    return callback
+    def __init__(self, ctx: Any, should_abort: Callable[[], bool]) -> None:
+        from llama_cpp import llama_cpp as capi
+
+        lib = capi._lib
+        lib.llama_set_abort_callback.argtypes = [
+            capi.llama_context_p_ctypes,
+            capi.ggml_abort_callback,
+            ctypes.c_void_p,
+        ]
+        lib.llama_set_abort_callback.restype = None
+        self._set = lib.llama_set_abort_callback
+        self._ctx = ctx
+        self._callback = capi.ggml_abort_callback(lambda _data: should_abort())
+        self._none = capi.ggml_abort_callback(0)
+        self.armed = True
+        self.arm(False)
+
+    @classmethod
+    def install(cls, ctx: Any, should_abort: Callable[[], bool]) -> AbortHook | None:
+        """The hook on ``ctx`` (disarmed), or None when this build has no such hook."""
+        from llama_cpp import llama_cpp as capi
+
+        if not hasattr(capi._lib, "llama_set_abort_callback"):
+            log.info(
+                "this llama.cpp build has no abort callback; background work yields "
+                "between batches only"
+            )
+            return None
+        return cls(ctx, should_abort)
+
+    def arm(self, on: bool) -> None:
+        """Have llama.cpp ask ``should_abort`` between graph nodes (``on``) or not."""
+        if on != self.armed:
+            self._set(self._ctx, self._callback if on else self._none, None)
+            self.armed = on
 
 
 class LlamaEngine:
@@ -161,7 +183,7 @@ class LlamaEngine:
         self._logits_fresh = False
         self.llama: Any = None
         self._abort_check: Callable[[], bool] | None = None
-        self._abort_cb: Any = None
+        self._abort_hook: AbortHook | None = None
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -219,13 +241,13 @@ class LlamaEngine:
 
     def _install_abort_callback(self) -> None:
         """Let background evaluations stop between graph nodes (see :meth:`eval`)."""
-        self._abort_cb = install_abort_callback(
+        self._abort_hook = AbortHook.install(
             self.llama._ctx.ctx, lambda: bool(self._abort_check and self._abort_check())
         )
 
     @property
     def can_abort(self) -> bool:
-        return self._abort_cb is not None
+        return self._abort_hook is not None
 
     def close(self) -> None:
         if self.llama is not None:
@@ -376,6 +398,8 @@ class LlamaEngine:
         self._dirty = True
         self._logits_fresh = False
         self._abort_check = abort_check
+        if self._abort_hook is not None:
+            self._abort_hook.arm(abort_check is not None)
         try:
             self.llama.eval(tokens)
         except RuntimeError as exc:
