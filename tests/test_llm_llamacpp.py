@@ -188,24 +188,6 @@ async def test_only_background_evaluations_run_with_the_abort_callback(
     assert evaluated and not any(evaluated)
 
 
-async def test_a_tokens_bytes_and_end_mark_are_asked_of_llama_cpp_once(
-    llm: LlamaCppLLM, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each call into llama.cpp gives the GIL up and waits for it back (behind a busy event
-    loop, up to Python's switch interval), so a token's bytes and whether it ends the
-    answer are asked once per token id, then remembered."""
-    engine = llm._engine
-    calls: list[list[int]] = []
-    detokenize = engine.llama.detokenize
-    monkeypatch.setattr(engine.llama, "detokenize", lambda t: calls.append(t) or detokenize(t))
-    first = await llm.chat(ask("Name a room."), max_tokens=6, cache_key="q", temperature=0)
-    again = await llm.chat(ask("Name a room."), max_tokens=6, cache_key="q", temperature=0)
-    assert again.content == first.content
-    assert len(calls) == len({t[0] for t in calls})  # each token id once
-    eog = engine.llama.token_eos()
-    assert engine.is_eog(eog) and engine.is_eog(eog) and eog in engine._eog
-
-
 async def test_a_warm_ahead_of_the_users_message_leaves_only_its_text_to_evaluate(
     llm: LlamaCppLLM,
 ) -> None:

@@ -184,8 +184,6 @@ class LlamaEngine:
         self.llama: Any = None
         self._abort_check: Callable[[], bool] | None = None
         self._abort_hook: AbortHook | None = None
-        self._pieces: dict[int, bytes] = {}
-        self._eog: dict[int, bool] = {}
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -284,22 +282,12 @@ class LlamaEngine:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
     def token_bytes(self, token: int) -> bytes:
-        """A token's bytes, asked of llama.cpp once per token id (each call into llama.cpp
-        gives up the GIL and waits to take it back, behind a busy event loop)."""
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self.llama.detokenize([token])
-        return piece
+        return self.llama.detokenize([token])
 
     def is_eog(self, token: int) -> bool:
-        """Whether ``token`` ends a generation (asked of llama.cpp once per token id)."""
-        eog = self._eog.get(token)
-        if eog is None:
-            import llama_cpp
+        import llama_cpp
 
-            vocab = self.llama._model.vocab
-            eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(vocab, token))
-        return eog
+        return bool(llama_cpp.llama_vocab_is_eog(self.llama._model.vocab, token))
 
     # -- KV state ------------------------------------------------------------------------
     def switch_to(self, key: str, seed: str | None = None) -> None:
