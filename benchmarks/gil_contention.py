@@ -1,22 +1,19 @@
-"""What Python running beside the model costs its steps: llama.cpp's abort callback and
-per-token calls into llama.cpp, quiet and beside a busy Python thread.
+"""What Python running beside the model costs its steps through llama.cpp's abort
+callback, quiet and beside a busy Python thread.
 
     python benchmarks/gil_contention.py                 # 6 rounds
     python benchmarks/gil_contention.py --rounds 10
 
 One ``LlamaCppLLM`` as the detected profile runs it (batched), answering one interactive
 question at a time (a ~35-token prompt after a warmed system prompt, 24 tokens out). Each
-call llama.cpp makes back into Python (the abort callback, between graph nodes) and each
-call into llama.cpp that gives the GIL up and takes it back must wait for the GIL while
-another thread runs Python: in the service, the event loop serving several participants.
+call llama.cpp makes back into Python (the abort callback, between graph nodes, hundreds of
+times a token) must wait for the GIL while another thread runs Python: in the service, the
+event loop serving several participants.
 A thread spinning in Python stands in for that event loop (the worst case: in the
 concurrency benchmark the loop is busy in bursts). Conditions, rounds alternating:
 
-* ``as now``: the abort callback set only for background evaluations (``AbortHook``), a
-  token's bytes and end-of-generation mark remembered per token id;
-* ``callback set``: the callback set for every evaluation, as before ed5f775;
-* ``per-token calls``: bytes and end mark asked of llama.cpp for every token, as before
-  00e14b2.
+* ``as now``: the abort callback set only for background evaluations (``AbortHook``);
+* ``callback set``: the callback set for every evaluation, as before ed5f775.
 
 Per condition, quiet and busy: prompt ms per evaluated token and decode ms per token
 (medians). Writes ``benchmarks/results/<machine class>/gil_contention.json``.
@@ -40,7 +37,7 @@ from edge.llm import LlamaCppLLM
 
 SYSTEM = "You are a helpful assistant on a headset in a robotics lab. " * 6
 QUESTION = "I am going hiking in the mountains next weekend, so what warm clothes should I pack?"
-CONDITIONS = ("as now", "callback set", "per-token calls")
+CONDITIONS = ("as now", "callback set")
 
 
 class BusyThread:
@@ -62,21 +59,12 @@ class BusyThread:
 
 def set_condition(llm: LlamaCppLLM, condition: str) -> None:
     """Put the model into ``condition`` (see the module docstring)."""
-    engine: Any = llm._engine  # the benchmark reaches into the model on purpose
-    hook = llm._runner.scheduler.ctx._abort_hook  # type: ignore[attr-defined]
-    engine.__dict__.pop("token_bytes", None)
-    engine.__dict__.pop("is_eog", None)
+    hook: Any = llm._runner.scheduler.ctx._abort_hook  # type: ignore[attr-defined]
     hook.__dict__.pop("arm", None)
     hook.arm(False)
     if condition == "callback set":
         hook.arm(True)
         hook.arm = lambda _on: None  # stays set
-    elif condition == "per-token calls":
-        import llama_cpp
-
-        vocab = engine.llama._model.vocab
-        engine.token_bytes = lambda t: engine.llama.detokenize([t])
-        engine.is_eog = lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t))
 
 
 async def measure(rounds: int) -> dict[str, dict[str, dict[str, float]]]:
