@@ -12,8 +12,9 @@ event loop serving several participants.
 A thread spinning in Python stands in for that event loop (the worst case: in the
 concurrency benchmark the loop is busy in bursts). Conditions, rounds alternating:
 
-* ``as now``: the abort callback set only for background evaluations (``AbortHook``);
-* ``callback set``: the callback set for every evaluation, as before ed5f775.
+* ``background_only``: the abort callback set only for background evaluations
+  (``AbortHook``), as ``edge serve`` runs;
+* ``always_set``: the callback set for every evaluation, as before ed5f775.
 
 Per condition, quiet and busy: prompt ms per evaluated token and decode ms per token
 (medians). Writes ``benchmarks/results/<machine class>/gil_contention.json``.
@@ -37,7 +38,7 @@ from edge.llm import LlamaCppLLM
 
 SYSTEM = "You are a helpful assistant on a headset in a robotics lab. " * 6
 QUESTION = "I am going hiking in the mountains next weekend, so what warm clothes should I pack?"
-CONDITIONS = ("as now", "callback set")
+CONDITIONS = ("background_only", "always_set")
 
 
 class BusyThread:
@@ -62,7 +63,7 @@ def set_condition(llm: LlamaCppLLM, condition: str) -> None:
     hook: Any = llm._runner.scheduler.ctx._abort_hook  # type: ignore[attr-defined]
     hook.__dict__.pop("arm", None)
     hook.arm(False)
-    if condition == "callback set":
+    if condition == "always_set":
         hook.arm(True)
         hook.arm = lambda _on: None  # stays set
 
@@ -95,7 +96,7 @@ async def measure(rounds: int) -> dict[str, dict[str, dict[str, float]]]:
                 row = samples.setdefault((load, condition), {"prompt": [], "decode": []})
                 row["prompt"].append(1000 * (m.prompt_eval_s or 0) / m.evaluated_tokens)
                 row["decode"].append(1000 * (m.generation_s or 0) / max(1, m.generated_tokens - 1))
-    set_condition(llm, "as now")
+    set_condition(llm, "background_only")
     await llm.close()
     out: dict[str, dict[str, dict[str, float]]] = {}
     for (load, condition), row in samples.items():
