@@ -114,9 +114,8 @@ class AbortHook:
     """llama.cpp's abort callback on one context, set only while an evaluation may be
     aborted (:meth:`arm`). llama.cpp calls it between graph nodes, hundreds of times a
     token, and each call takes the GIL: while it is set, an evaluation slows down whenever
-    another thread runs Python, the event loop included (beside a busy Python thread,
-    twice as slow on the 2-core reference machine), so interactive evaluations run
-    without it."""
+    another thread runs Python, the event loop included (``benchmarks/gil_contention.py``),
+    so interactive evaluations run without it."""
 
     def __init__(self, ctx: Any, should_abort: Callable[[], bool]) -> None:
         from llama_cpp import llama_cpp as capi
