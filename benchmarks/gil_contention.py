@@ -14,7 +14,7 @@ concurrency benchmark the loop is busy in bursts). Conditions, rounds alternatin
 
 * ``background_only``: the abort callback set only for background evaluations
   (``AbortHook``), as ``edge serve`` runs;
-* ``always_set``: the callback set for every evaluation, as before ed5f775.
+* ``always_set``: the callback set for every evaluation, as it once was.
 
 Per condition, quiet and busy: prompt ms per evaluated token and decode ms per token
 (medians). Writes ``benchmarks/results/<machine class>/gil_contention.json``.
@@ -61,11 +61,11 @@ class BusyThread:
 def set_condition(llm: LlamaCppLLM, condition: str) -> None:
     """Put the model into ``condition`` (see the module docstring)."""
     hook: Any = llm._runner.scheduler.ctx._abort_hook  # type: ignore[attr-defined]
-    hook.__dict__.pop("arm", None)
-    hook.arm(False)
+    hook.__dict__.pop("watch", None)
+    hook.watch(None)
     if condition == "always_set":
-        hook.arm(True)
-        hook.arm = lambda _on: None  # stays set
+        hook.watch(lambda: False)
+        hook.watch = lambda _check: None  # stays set, as for every evaluation
 
 
 async def measure(rounds: int) -> dict[str, dict[str, dict[str, float]]]:

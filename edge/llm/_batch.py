@@ -152,10 +152,7 @@ class SeqContext:
         self._used = [0] * n_seq
         self._clock = itertools.count(1)
         self.store = store
-        self._abort_check: Callable[[], bool] | None = None
-        self._abort_hook = AbortHook.install(
-            self.ctx.ctx, lambda: bool(self._abort_check and self._abort_check())
-        )
+        self._abort_hook = AbortHook.install(self.ctx.ctx)
 
     def close(self) -> None:
         if self._batch is not None:
@@ -168,13 +165,12 @@ class SeqContext:
     def abort_check(self) -> Callable[[], bool] | None:
         """Asked between graph nodes of the next steps (True: drop the step); None: steps
         run to the end, without llama.cpp's abort callback (:class:`AbortHook`)."""
-        return self._abort_check
+        return self._abort_hook.check if self._abort_hook is not None else None
 
     @abort_check.setter
     def abort_check(self, check: Callable[[], bool] | None) -> None:
-        self._abort_check = check
         if self._abort_hook is not None:
-            self._abort_hook.arm(check is not None)
+            self._abort_hook.watch(check)
 
     # -- sequences -----------------------------------------------------------------------
     def seq_of(self, key: str) -> int | None:

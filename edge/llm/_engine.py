@@ -112,12 +112,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 class AbortHook:
     """llama.cpp's abort callback on one context, set only while an evaluation may be
-    aborted (:meth:`arm`). llama.cpp calls it between graph nodes, hundreds of times a
-    token, and each call takes the GIL: while it is set, an evaluation slows down whenever
-    another thread runs Python, the event loop included (``benchmarks/gil_contention.py``),
-    so interactive evaluations run without it."""
+    aborted: while :attr:`check` is set (:meth:`watch`), llama.cpp asks it between graph
+    nodes and drops the evaluation when it answers True. It is called hundreds of times a
+    token and each call takes the GIL, so an evaluation with it set slows down whenever
+    another thread runs Python, the event loop included (``benchmarks/gil_contention.py``);
+    interactive evaluations run without it."""
 
-    def __init__(self, ctx: Any, should_abort: Callable[[], bool]) -> None:
+    def __init__(self, ctx: Any) -> None:
         from llama_cpp import llama_cpp as capi
 
         lib = capi._lib
@@ -129,14 +130,15 @@ class AbortHook:
         lib.llama_set_abort_callback.restype = None
         self._set = lib.llama_set_abort_callback
         self._ctx = ctx
-        self._callback = capi.ggml_abort_callback(lambda _data: should_abort())
+        self.check: Callable[[], bool] | None = None
+        self._callback = capi.ggml_abort_callback(lambda _data: bool(self.check and self.check()))
         self._none = capi.ggml_abort_callback(0)
-        self.armed = True
-        self.arm(False)
+        self._set(ctx, self._none, None)
 
     @classmethod
-    def install(cls, ctx: Any, should_abort: Callable[[], bool]) -> AbortHook | None:
-        """The hook on ``ctx`` (disarmed), or None when this build has no such hook."""
+    def install(cls, ctx: Any) -> AbortHook | None:
+        """The hook on ``ctx`` (watching nothing), or None when this build has no such
+        hook."""
         from llama_cpp import llama_cpp as capi
 
         if not hasattr(capi._lib, "llama_set_abort_callback"):
@@ -145,13 +147,19 @@ class AbortHook:
                 "between batches only"
             )
             return None
-        return cls(ctx, should_abort)
+        return cls(ctx)
 
-    def arm(self, on: bool) -> None:
-        """Have llama.cpp ask ``should_abort`` between graph nodes (``on``) or not."""
-        if on != self.armed:
-            self._set(self._ctx, self._callback if on else self._none, None)
-            self.armed = on
+    @property
+    def armed(self) -> bool:
+        """Whether llama.cpp calls back into Python between graph nodes."""
+        return self.check is not None
+
+    def watch(self, check: Callable[[], bool] | None) -> None:
+        """Have llama.cpp ask ``check`` between graph nodes of the next evaluations, or
+        (None) run them to the end without the callback."""
+        if (check is None) != (self.check is None):
+            self._set(self._ctx, self._none if check is None else self._callback, None)
+        self.check = check
 
 
 class LlamaEngine:
@@ -181,7 +189,6 @@ class LlamaEngine:
         self._dirty = False
         self._logits_fresh = False
         self.llama: Any = None
-        self._abort_check: Callable[[], bool] | None = None
         self._abort_hook: AbortHook | None = None
 
     # -- loading -------------------------------------------------------------------------
@@ -240,9 +247,7 @@ class LlamaEngine:
 
     def _install_abort_callback(self) -> None:
         """Let background evaluations stop between graph nodes (see :meth:`eval`)."""
-        self._abort_hook = AbortHook.install(
-            self.llama._ctx.ctx, lambda: bool(self._abort_check and self._abort_check())
-        )
+        self._abort_hook = AbortHook.install(self.llama._ctx.ctx)
 
     @property
     def can_abort(self) -> bool:
@@ -266,12 +271,13 @@ class LlamaEngine:
         that message's text (its role header included), so the request evaluates only its
         words and the generation prompt (the generation prompt still, when the template
         hides where the text would go)."""
-        if not user_next:
-            return self.format_chat(messages, True)
-        probe = ChatMessage(role="user", content=_USER_TEXT_MARK)
-        text = self.format_chat([*messages, probe], False)
-        cut = text.rfind(_USER_TEXT_MARK)
-        return text[:cut] if cut >= 0 else self.format_chat(messages, True)
+        if user_next:
+            probe = ChatMessage(role="user", content=_USER_TEXT_MARK)
+            text = self.format_chat([*messages, probe], False)
+            cut = text.rfind(_USER_TEXT_MARK)
+            if cut >= 0:
+                return text[:cut]
+        return self.format_chat(messages, True)
 
     def tokenize_prompt(self, text: str) -> list[int]:
         """Tokens of a rendered prompt (special tokens parsed, no extra BOS)."""
@@ -396,9 +402,8 @@ class LlamaEngine:
             return
         self._dirty = True
         self._logits_fresh = False
-        self._abort_check = abort_check
         if self._abort_hook is not None:
-            self._abort_hook.arm(abort_check is not None)
+            self._abort_hook.watch(abort_check)
         try:
             self.llama.eval(tokens)
         except RuntimeError as exc:
@@ -406,7 +411,8 @@ class LlamaEngine:
                 raise EvalAborted from None
             raise
         finally:
-            self._abort_check = None
+            if self._abort_hook is not None:
+                self._abort_hook.watch(None)
         self._logits_fresh = True
 
     def reset(self) -> None:
