@@ -349,10 +349,14 @@ async def test_prepared_speech_is_used_by_a_matching_reply_and_never_sent_alone(
     speaker = Speaker("p1", VoiceConfig(playback_speed=0), tts, anyio.CapacityLimiter(1), publish)
     async with anyio.create_task_group() as tg:
         await tg.start(speaker.run)
-        speaker.prepare("Paris is the capital,")
-        speaker.prepare("Words nobody asks for.")  # a discarded speculation's first piece
+        speaker.prepare("Words nobody asks for.")  # a dropped guess's, not synthesized yet
+        speaker.prepare("Paris is the capital,")  # the newer guess's first piece replaces it
+        await wait_for(lambda: len(tts.spoken) == 1)
+        speaker.prepare("An older guess, made already.")
         await wait_for(lambda: len(tts.spoken) == 2)
+        speaker.prepare("Paris is the capital,")  # made speech is kept
         await anyio.sleep(0.05)
+        assert tts.spoken == ["Paris is the capital,", "An older guess, made already."]
         assert sent == []  # prepared speech is never published on its own
         reply = "Paris is the capital, and the largest city, of France."
         speaker.on_output(ResponseOutput(text=reply, request_id="r1", source="conversation"))
@@ -363,7 +367,7 @@ async def test_prepared_speech_is_used_by_a_matching_reply_and_never_sent_alone(
     assert tts.spoken.count("Paris is the capital,") == 1  # synthesized once, ahead
     assert speaker.prepared_used == 1
     assert next(c.text for c in sent if c.text) == "Paris is the capital,"
-    assert all("nobody" not in c.text for c in sent)
+    assert all("nobody" not in c.text and "older" not in c.text for c in sent)
 
 
 async def test_held_deltas_are_read_without_adopting_or_discarding() -> None:

@@ -111,6 +111,23 @@ async def test_speech_becomes_a_query_with_partials_and_reused_final() -> None:
         assert meta.participant_id == "p1" and meta.source == "voice"
 
 
+async def test_no_partial_pass_starts_once_speech_pauses() -> None:
+    """A partial started in the pause (due there by ``partial_interval_s``) would hold up the
+    speculative pass that becomes the final transcript: the pause gets that one pass only."""
+    stt = ToneSTT()
+    config = VoiceConfig(
+        vad=FAST_VAD, partial_interval_s=0.25, speculative_after_ms=200, playback_speed=0
+    )
+    runtime, voice, rec, _ = make(config, stt=stt)
+    async with voice, runtime:
+        await feed(runtime, utterance(), pause_s=0.01)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        whole = [s for s in stt.calls if s >= 0.9]  # passes over all of the speech
+        assert len(whole) == 1, stt.calls
+        listener, _ = voice.session("p1")
+        assert listener.stats[0].reused_pass
+
+
 class FullWindowToneSTT(ToneSTT):
     """Records which passes asked for the whole window."""
 

@@ -423,6 +423,10 @@ class Listener:
             # worth it while a pass is shorter than the end-of-utterance silence.
             return
         ep = self._endpointer
+        if ep.silence_samples and self.config.speculative_final:
+            # Speech paused: the speculative pass starts within speculative_after_ms and a
+            # partial started now would hold it up, and with it the final transcript.
+            return
         if ep.silence_samples and _reusable(self._passes, self._utterance, ep.last_voiced_end, 0):
             return  # a pass covers the speech so far: the rest of the pause is silence
         if ep.position - self._last_partial_covers >= interval * self._rate:

@@ -154,6 +154,10 @@ class Speaker:
         text = speakable(text)
         if not text or text in self._prepared or any(s.text == text for s in self._plan):
             return
+        # one listener's newer likely reply supersedes the older ones still waiting (their
+        # guesses were dropped): Piper's time goes to the newest; made speech is kept
+        for stale in [p.text for p in self._prepared.values() if not p.claimed]:
+            del self._prepared[stale]
         self._prepared[text] = _Prepared(text)
         while len(self._prepared) > _PREPARED_KEPT:
             del self._prepared[next(iter(self._prepared))]
