@@ -419,16 +419,13 @@ class Listener:
         if self._limiter.borrowed_tokens >= self._limiter.total_tokens:
             return  # the model is busy (another participant): never queue a partial
         if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
-            # A pass in flight when speech pauses delays the final one; partials are only
-            # worth it while a pass is shorter than the end-of-utterance silence.
-            return
+            return  # a pass in flight at a pause delays the final one: only while it is short
         ep = self._endpointer
-        if ep.silence_samples and self.config.speculative_final:
-            # Speech paused: the speculative pass starts within speculative_after_ms and a
-            # partial started now would hold it up, and with it the final transcript.
-            return
-        if ep.silence_samples and _reusable(self._passes, self._utterance, ep.last_voiced_end, 0):
-            return  # a pass covers the speech so far: the rest of the pause is silence
+        if ep.silence_samples and (
+            self.config.speculative_final  # the pause's pass is due: none may hold it up
+            or _reusable(self._passes, self._utterance, ep.last_voiced_end, 0)
+        ):
+            return  # (or a pass covers the speech so far: the rest of the pause is silence)
         if ep.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
