@@ -101,9 +101,10 @@ class VoiceConfig(BaseModel):
       speech does not resume; the short wait skips the pauses inside sentences);
       when speech stops, the latest partial transcript is offered as the pause's guess
       at once if it missed at most ``partial_guess_gap_ms`` of the speech (0, the
-      default, turns that off: on a 2-core device the guessed answer's model work slowed
-      the transcription that confirms it from ~0.3 s to 1-1.6 s, more than it gained;
-      where STT and the LLM run in parallel, ~300 lets the answer start a pass earlier);
+      default, turns that off: on a 2-core device the guessed answer's model work needs
+      the cores of the transcription that confirms it, and waits for it at the compute
+      gate, so it gains nothing there; where STT and the LLM run in parallel, ~300 lets
+      the answer start a pass earlier);
     * ``full_window_pause_pass``: the pass started in a pause encodes Whisper's whole 30 s
       window (``FullWindowSpeechToText``) instead of a window fitted to the utterance.
       Off by default: with the fitted window the pause pass took ~0.1 s instead of
