@@ -14,7 +14,8 @@ concurrency benchmark the loop is busy in bursts). Conditions, rounds alternatin
 
 * ``background_only``: the abort callback set only for background evaluations
   (``AbortHook``), as ``edge serve`` runs;
-* ``always_set``: the callback set for every evaluation, as it once was.
+* ``always_set``: the callback set for every evaluation (the alternative it is measured
+  against).
 
 Per condition, quiet and busy: prompt ms per evaluated token and decode ms per token
 (medians). Writes ``benchmarks/results/<machine class>/gil_contention.json``.

@@ -421,11 +421,12 @@ class Listener:
         if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
             return  # a pass in flight at a pause delays the final one: only while it is short
         ep = self._endpointer
-        if ep.silence_samples and (
-            self.config.speculative_final  # the pause's pass is due: none may hold it up
-            or _reusable(self._passes, self._utterance, ep.last_voiced_end, 0)
+        paused = ep.silence_samples > 0
+        if paused and (
+            self.config.speculative_final  # its pass is due soon: none may hold it up
+            or _reusable(self._passes, self._utterance, ep.last_voiced_end, 0)  # heard all
         ):
-            return  # (or a pass covers the speech so far: the rest of the pause is silence)
+            return
         if ep.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
