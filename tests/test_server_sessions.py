@@ -218,6 +218,44 @@ async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_i
             await client.ask("still here")  # the connection carries on
 
 
+async def test_a_history_page_of_cjk_text_stays_within_its_byte_limit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The page limit counts encoded bytes: CJK text is three bytes a character, so a page
+    counted in characters could pass the client's frame limit."""
+    from edge.server import _sessions
+
+    monkeypatch.setattr(_sessions, "MAX_REPLY_BYTES", 1200)
+    said = [f"{i} 冷凍庫の扉のパッキンを交換しました" * 3 for i in range(8)]
+    async with service() as svc:
+        async with EdgeClient(svc.websocket_url, participant_id="alice") as client:
+            for text in said:
+                await client.ask(text)
+            pages = [await client.history(limit=500)]
+            while (seen := sum(len(p.entries) for p in pages)) < pages[0].total:
+                pages.append(await client.history(offset=seen, limit=500))
+    sizes = [
+        sum(len(json.dumps(e, ensure_ascii=False).encode()) for e in page.entries) for page in pages
+    ]
+    assert all(size <= 1200 for size in sizes), sizes
+    assert len(pages) > 1 and [u for page in pages for u in users(page)] == said
+
+
+async def test_a_wrong_session_token_cannot_take_over_a_connected_participant() -> None:
+    """Anyone with the device token may connect, but only the session token takes over a
+    participant's live connection: a wrong one is refused and the owner stays connected."""
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as owner:
+            await owner.ask("my locker is number 42")
+            for resume in ("guessed", "x" * 43):
+                with pytest.raises(ConnectionError, match="that token is not it"):
+                    async with EdgeClient(url, participant_id="alice", resume=resume):
+                        pass
+                assert svc.hub.connected() == ["alice"]
+            turn = await owner.ask("which locker is mine?", limit_s=30)
+            assert turn.text == "You said: which locker is mine?. That is all.", turn.errors
+            assert owner.ws is not None and owner.ws.close_code is None
+
+
 # -- reconnects: a resumed participant is served whatever the old link's state ----------
 
 
