@@ -179,7 +179,7 @@ async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> N
     assert meta.timestamp_us == 7
 
 
-async def _until(cond, limit_s: float = 2.0) -> None:
+async def _until(cond, limit_s: float = 30.0) -> None:  # a hang guard
     with anyio.fail_after(limit_s):
         while not cond():  # noqa: ASYNC110 - polling state the test cannot await
             await anyio.sleep(0.01)
@@ -200,10 +200,10 @@ async def test_publisher_is_not_held_for_the_turn_and_stop_drains() -> None:
     runtime = AgentRuntime()
     runtime.register("router", router.runtime_subscriber())
     async with runtime, router:
-        with anyio.fail_after(1):
+        with anyio.fail_after(30):  # the turn never ends by itself: only a hang fails
             await runtime.publish(USER_QUERY_TOPIC, UserQuery(text="hi"), participant_id="p1")
         await _until(lambda: rec.of("answer"))
-        with anyio.fail_after(2):
+        with anyio.fail_after(30):  # the turn never ends by itself: only a hang fails
             await router.stop()  # cancels and drains the running turn
     assert ("release", "conversation", "p1") in rec.events
 
