@@ -11,12 +11,13 @@ import anyio
 import pytest
 from server_helpers import answer_for, settings, slow_departures
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import ClientRequestError, EdgeClient, EdgeService
 from edge.server._client import local_token
-from edge.store import dumps
+from edge.store import STORE_FILE, SessionStore, dumps
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +102,46 @@ async def test_forget_erases_the_participant_everywhere() -> None:
         async with EdgeClient(url, participant_id="alice") as fresh:  # a new participant
             assert fresh.welcome is not None and fresh.welcome.resumed is False
             assert (await fresh.history()).total == 0
+
+
+async def test_forget_on_the_device_erases_a_connected_participant_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`edge sessions forget alice` while alice is connected: her open session ends with a
+    goodbye saying why (it can no longer answer from her history), the service drops her
+    context, and nothing of her reappears in the store after she has left."""
+    from edge.cli._main import main
+    from edge.server._protocol import Goodbye
+
+    async with service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as alice:
+            await alice.ask("my locker is number 42", limit_s=30)
+            forget = ["sessions", "--data-dir", str(tmp_path), "forget", "alice"]
+            assert await anyio.to_thread.run_sync(main, forget) == 0
+            with anyio.fail_after(30):  # a hang guard: the service looks twice a second
+                while not isinstance((message := (await alice.receive())[0]), Goodbye):
+                    pass
+            assert message.reason == "forgotten"
+            assert alice.ws is not None
+            with pytest.raises(ConnectionClosed):
+                await alice.ws.recv()
+            assert alice.ws.close_code == 1000
+        with anyio.fail_after(30):
+            while svc.store.forgotten():  # noqa: ASYNC110 - handled once she is erased
+                await anyio.sleep(0.01)
+        assert "alice" not in svc.context.participants() and not svc.store.exists("alice")
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as fresh:
+            assert fresh.welcome is not None and fresh.welcome.resumed is False
+            turn = await fresh.ask("which locker is mine?", limit_s=30)
+            assert turn.text == "You said: which locker is mine?. That is all."
+            prompt = svc.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
+            assert "locker is number 42" not in prompt
+            assert users(await fresh.history()) == ["which locker is mine?"]
+    store = SessionStore(tmp_path / STORE_FILE)
+    try:
+        records, _ = store.history("alice")
+        assert [r.user for r in records if r.kind == "exchange"] == ["which locker is mine?"]
+    finally:
+        store.close()
 
 
 async def test_the_data_dir_is_private_and_forget_leaves_no_words_on_disk(

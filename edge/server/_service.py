@@ -189,6 +189,9 @@ class EdgeService(ServiceParts, ServiceAddresses):
             stack.callback(self.store.close)  # after the context manager's last write
             await stack.enter_async_context(self.context)  # closed before runtime stop
             await stack.enter_async_context(self.sessions.retention_task(self.hub.connected))
+            await stack.enter_async_context(
+                self.sessions.forgotten_watch(self.hub.connected, self.hub.end)
+            )
 
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)  # router.stop() first

@@ -117,6 +117,7 @@ class WebSocketSession:
             tuple[ServerMessage, bytes | None]
         ](outbox_size)
         self._scope: anyio.CancelScope | None = None
+        self._reading = anyio.CancelScope()  # cancelled: stop reading, send what is queued
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
         self._close: tuple[int, str] | None = None  # code and reason, when we end it
@@ -148,12 +149,21 @@ class WebSocketSession:
         if self._scope is not None:
             self._scope.cancel()
 
+    def forgotten(self) -> None:
+        """The participant was erased on the device (`edge sessions forget`): the reading
+        stops, the goodbye goes out after what is queued, and the session departs."""
+        self._leave_reason = "forget"
+        self._close = (NORMAL_CLOSURE, "this participant was forgotten on the device")
+        self.deliver(Goodbye(reason="forgotten"))
+        self._reading.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer, self._receive)
-                    await self._reader()
+                    with self._reading:
+                        await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
         finally:
             self._send.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ._database import StoreDatabase, StoreError, _purge_recall_index
+from ._database import StoreDatabase, StoreError, _purge_recall_index, token_hash
 from ._types import ParticipantInfo, Retention
 
 
@@ -28,16 +28,35 @@ class StoreRetention(StoreDatabase):
 
     # -- erasing ------------------------------------------------------------------------
 
-    def forget(self, participant_id: str) -> bool:
+    def forget(self, participant_id: str, *, notify: bool = False) -> bool:
         """Erase the participant everywhere (records, summaries, identities, reports,
-        token); False when there was nothing to erase."""
+        token); False when there was nothing to erase. ``notify`` (another process than
+        the service, such as `edge sessions forget`): the id's hash is left for a running
+        service, which erases what it holds of them and removes it (:meth:`forgotten`)."""
         with self.transaction() as db:
             erased = db.execute("DELETE FROM participants WHERE id = ?", (participant_id,))
             if erased.rowcount > 0:
                 _purge_recall_index(db)
+            if notify and erased.rowcount > 0:
+                db.execute(
+                    "INSERT INTO forgotten (hash, at_us) VALUES (?, ?) "
+                    "ON CONFLICT (hash) DO UPDATE SET at_us = excluded.at_us",
+                    (token_hash(participant_id), self._clock()),
+                )
         if erased.rowcount > 0:
             self.scrub()
         return erased.rowcount > 0
+
+    def forgotten(self) -> dict[str, int]:
+        """Participants another process erased (``forget(notify=True)``) and no service has
+        handled yet: the hash of each id (:func:`token_hash`) and when it was erased."""
+        with self._read() as db:
+            return dict(db.execute("SELECT hash, at_us FROM forgotten").fetchall())
+
+    def handled_forgotten(self, hashes: Sequence[str]) -> None:
+        """The service erased what it held of these (or held nothing of them)."""
+        with self.transaction() as db:
+            db.executemany("DELETE FROM forgotten WHERE hash = ?", [(h,) for h in hashes])
 
     def scrub(self) -> None:
         """Make erased words gone from every file: the recall index merged without them
