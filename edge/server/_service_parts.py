@@ -185,6 +185,7 @@ class ServiceParts:
             history_bytes=s.session_history_bytes,
             history_age_s=_days(s.session_history_days),
             idle_expiry_s=_days(s.session_idle_days),
+            assigned_idle_expiry_s=_days(s.session_assigned_idle_days),
         )
         self.sessions = Sessions(self.store, context, retention)
         return context
