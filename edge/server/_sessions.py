@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from edge.conversation import ContextManager
+from edge.notes import kept_draft
 from edge.runtime import BackgroundTasks, now_us
 from edge.store import (
     Retention,
@@ -195,7 +196,10 @@ class Sessions:
                 "entries": sum(b.kind != "summary" for b in mine),
                 "summary": self.context.summary(participant_id, name),
             }
-        return ContextView(blocks=[asdict(b) for b in blocks], sections=sections)
+        dictating = kept_draft(self.store, participant_id)
+        return ContextView(
+            blocks=[asdict(b) for b in blocks], sections=sections, dictating=dictating
+        )
 
     async def _compact(self, participant_id: str, request: CompactRequest) -> Compacted:
         try:
