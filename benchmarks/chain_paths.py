@@ -4,9 +4,13 @@
   from the end of speech; (b) push-to-talk, timed from the client's ``end_of_utterance``.
 * ``wyoming_turn`` — Home Assistant's way: ``asr`` (audio streamed in real time, then the
   silence Home Assistant's own VAD waits out, then ``audio-stop``), the transcript to a
-  conversation agent, its reply text to ``tts``; streaming ``handle`` and streaming
-  ``synthesize`` when the service advertises them. (c) is our Wyoming service for all
-  three, (d) the chain (wyoming-faster-whisper, llama-cpp-python's server, wyoming-piper).
+  conversation agent, its reply text to ``tts`` (streaming ``synthesize`` when the service
+  advertises it). (c) is our Wyoming service for all three, its ``handle`` read as Home
+  Assistant's Wyoming conversation entity reads it (:func:`ha_handle_reply`: the whole
+  answer, in ``handled``); (c2) the same with a ``handle`` client that does not exist yet,
+  reading the ``handled-chunk`` stream (:func:`streaming_handle_reply`); (d) the chain
+  (wyoming-faster-whisper, llama-cpp-python's server streamed into wyoming-piper, as Home
+  Assistant streams an LLM agent's reply).
 
 Every turn returns its marks (``perf_counter`` seconds) relative to its own start mark.
 """
@@ -268,13 +272,65 @@ async def tts_first_audio(
             await tts.write_event(SynthesizeStop().event())
 
 
-async def handle_reply(
+# What Home Assistant's Wyoming conversation entity reads after its ``transcript``
+# (homeassistant/components/wyoming/conversation.py, ``_async_process``): it stops at the
+# first of ``handled``, ``not-handled``, ``intent`` (or an ``intents-start`` ... ``intents-stop``
+# list), ``not-recognized`` or ``error``, and skips every other event unread
+# (``handled-start``, ``handled-chunk`` and ``handled-stop`` included). Its pipeline then
+# sends the whole answer text to the TTS.
+HA_CONVERSATION_READS = frozenset(
+    {"handled", "not-handled", "intent", "intents-start", "intents-stop", "not-recognized", "error"}
+)
+HA_CONTEXT = {"device_id": "bench-device", "satellite_id": "assist_satellite.bench"}
+
+
+def ha_context(conversation_id: str) -> dict[str, str]:
+    """The context Home Assistant puts on the ``transcript``: its conversation id, and the
+    device and satellite the question came from."""
+    return {"conversation_id": conversation_id, **HA_CONTEXT}
+
+
+async def ha_handle_reply(
     port: int, text: str, conversation_id: str, out: ObjectSendStream[str], marks: Marks
 ) -> None:
-    """A Wyoming ``handle`` service's answer, streamed into ``out`` as it arrives."""
+    """A Wyoming ``handle`` service's answer as Home Assistant gets it: one ``transcript``
+    with its context, then events until one it reads (:data:`HA_CONVERSATION_READS`); the
+    answer goes whole into ``out``. ``marks.notes["read"]`` lists the events it read,
+    ``["skipped"]`` those it left unread."""
+    read: list[str] = marks.notes.setdefault("read", [])
+    skipped: list[str] = marks.notes.setdefault("skipped", [])
     async with out, AsyncTcpClient(HOST, port) as handle:
-        context = {"conversation_id": conversation_id}
-        await handle.write_event(Transcript(text=text, context=context).event())
+        context = ha_context(conversation_id)
+        await handle.write_event(Transcript(text=text, context=context, language="en").event())
+        while True:
+            event = await handle.read_event()
+            if event is None:
+                raise ConnectionError("the handle service closed the connection")
+            if event.type not in HA_CONVERSATION_READS:
+                skipped.append(event.type)
+                continue
+            read.append(event.type)
+            if Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                answer = Handled.from_event(event) if Handled.is_type(event.type) else None
+                reply = answer.text if answer else NotHandled.from_event(event).text
+                marks.first("reply_text")
+                marks.notes["handled"] = answer is not None
+                marks.notes["answer"] = reply or ""
+                await deliver(out, reply or "")
+                return
+            if Error.is_type(event.type):
+                raise RuntimeError(f"handle: {Error.from_event(event).text}")
+            raise RuntimeError(f"handle answered {event.type!r}: an intent, not an answer")
+
+
+async def streaming_handle_reply(
+    port: int, text: str, conversation_id: str, out: ObjectSendStream[str], marks: Marks
+) -> None:
+    """A client that does not exist yet: a Wyoming ``handle`` answer read as it streams
+    (``handled-chunk`` pieces into ``out`` as they arrive), up to ``handled-stop``."""
+    async with out, AsyncTcpClient(HOST, port) as handle:
+        context = ha_context(conversation_id)
+        await handle.write_event(Transcript(text=text, context=context, language="en").event())
         while True:
             event = await handle.read_event()
             if event is None:
@@ -363,5 +419,8 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "premature": False,  # Home Assistant endpoints the audio itself
         "heard": [text],
         "handled": marks.notes.get("handled"),
+        "answer": marks.notes.get("answer"),
+        "events_read": sorted(set(marks.notes.get("read", []))),
+        "events_skipped": sorted(set(marks.notes.get("skipped", []))),
         "errors": [],
     }
