@@ -17,6 +17,7 @@ Every turn returns its marks (``perf_counter`` seconds) relative to its own star
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -42,6 +43,9 @@ HOST = "127.0.0.1"
 RATE = 16_000
 CHUNK_S = 0.05  # microphone frames
 HA_SILENCE_S = 0.7  # Home Assistant's default end-of-speech silence before audio-stop
+# Home Assistant's assist pipeline streams an agent's reply into the TTS only once it is
+# longer than this (STREAM_RESPONSE_CHARS); a shorter reply goes to the TTS whole
+HA_STREAM_RESPONSE_CHARS = 60
 HANDS_FREE_TAIL_S = 2.0  # silence streamed after speech on the hands-free path
 TURN_LIMIT_S = 60.0
 
@@ -209,9 +213,25 @@ async def describe(port: int) -> Info:
                 return Info.from_event(event)
 
 
-async def asr_turn(port: int, utt: Utterance, marks: Marks) -> str:
-    """Stream the question and Home Assistant's trailing silence, then ``audio-stop``."""
-    async with AsyncTcpClient(HOST, port) as asr:
+class FromAddress(AsyncTcpClient):
+    """A Wyoming client connecting from ``source``, another loopback address: a second
+    Home Assistant, as the service sees it."""
+
+    def __init__(self, host: str, port: int, source: str) -> None:
+        super().__init__(host, port)
+        self.source = source
+
+    async def connect(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(
+            self.host, self.port, local_addr=(self.source, 0)
+        )
+
+
+async def asr_turn(port: int, utt: Utterance, marks: Marks, source: str | None = None) -> str:
+    """Stream the question and Home Assistant's trailing silence, then ``audio-stop``
+    (from the loopback address ``source`` when given)."""
+    client = AsyncTcpClient(HOST, port) if source is None else FromAddress(HOST, port, source)
+    async with client as asr:
         await asr.write_event(Transcribe(language="en").event())
         await asr.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
         text: list[str] = []
@@ -244,7 +264,13 @@ async def asr_turn(port: int, utt: Utterance, marks: Marks) -> str:
 async def tts_first_audio(
     port: int, streaming: bool, deltas: ObjectReceiveStream[str], marks: Marks
 ) -> None:
-    """Speak the reply text as it arrives, as Home Assistant does; stop at the first audio."""
+    """Speak the reply text as Home Assistant's pipeline hands it to its TTS; stop at the
+    first audio. A streamed reply (an agent's deltas) is held until it is longer than
+    :data:`HA_STREAM_RESPONSE_CHARS`, then what came so far goes as one piece and the rest
+    follows delta by delta; a shorter reply goes whole once it is complete (Home
+    Assistant's ``assist_pipeline``: a short answer is not streamed). Against a TTS that
+    advertises streaming synthesize, the text goes as ``synthesize-start``,
+    ``synthesize-chunk``..., ``synthesize-stop``, else as one ``synthesize``."""
     async with AsyncTcpClient(HOST, port) as tts, anyio.create_task_group() as tg:
 
         async def first_audio() -> None:
@@ -260,16 +286,29 @@ async def tts_first_audio(
                     raise RuntimeError(f"tts: {Error.from_event(event).text}")
 
         tg.start_soon(first_audio)
-        whole: list[str] = []
+        held: list[str] = []
+        started = False
+        async for delta in deltas:
+            if started:
+                await tts.write_event(SynthesizeChunk(text=delta).event())
+                continue
+            held.append(delta)
+            if streaming and len("".join(held)) > HA_STREAM_RESPONSE_CHARS:
+                started = marks.notes["tts_streamed"] = True
+                marks.first("tts_text")
+                await tts.write_event(SynthesizeStart().event())
+                await tts.write_event(SynthesizeChunk(text="".join(held)).event())
+        if started:
+            await tts.write_event(SynthesizeStop().event())
+            return
+        marks.first("tts_text")
+        whole = "".join(held)
         if streaming:
             await tts.write_event(SynthesizeStart().event())
-        async for delta in deltas:
-            whole.append(delta)
-            if streaming:
-                await tts.write_event(SynthesizeChunk(text=delta).event())
-        await tts.write_event(Synthesize(text="".join(whole)).event())
-        if streaming:
+            await tts.write_event(SynthesizeChunk(text=whole).event())
             await tts.write_event(SynthesizeStop().event())
+        else:
+            await tts.write_event(Synthesize(text=whole).event())
 
 
 # What Home Assistant's Wyoming conversation entity reads after its ``transcript``
@@ -353,6 +392,60 @@ async def streaming_handle_reply(
                 raise RuntimeError(f"handle: {Error.from_event(event).text}")
 
 
+# Home Assistant's Ollama integration (homeassistant/components/ollama/entity.py and
+# const.py): its default prompt, num_ctx, keep_alive and history, sent through the
+# ``ollama`` client it uses: POST /api/chat, streamed as NDJSON, the whole chat log each turn.
+HA_OLLAMA_PROMPT = (
+    "You are a voice assistant for Home Assistant.\n"
+    "Answer questions about the world truthfully.\n"
+    "Answer in plain text. Keep it simple and to the point."
+)
+HA_OLLAMA_OPTIONS = {"num_ctx": 8192}
+HA_OLLAMA_KEEP_ALIVE = -1  # keep the model loaded
+HA_OLLAMA_MAX_HISTORY = 20  # earlier rounds sent with each request
+
+
+@dataclass
+class OllamaAgent:
+    """Home Assistant's Ollama conversation agent for one conversation: each turn sends the
+    system prompt, up to :data:`HA_OLLAMA_MAX_HISTORY` earlier rounds and the question, and
+    streams the reply's content deltas on (the pipeline decides what reaches the TTS)."""
+
+    client: Any  # ollama.AsyncClient
+    model: str
+    history: list[dict[str, str]] = field(default_factory=list)
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        rounds = self.history[-2 * HA_OLLAMA_MAX_HISTORY :]
+        system = {"role": "system", "content": HA_OLLAMA_PROMPT}
+        return [system, *rounds, {"role": "user", "content": text}]
+
+    async def reply(self, text: str, out: ObjectSendStream[str], marks: Marks) -> None:
+        parts: list[str] = []
+        async with out:
+            stream = await self.client.chat(
+                model=self.model,
+                messages=self.messages(text),
+                tools=None,
+                stream=True,
+                keep_alive=HA_OLLAMA_KEEP_ALIVE,
+                options=HA_OLLAMA_OPTIONS,
+                think=None,
+                format=None,
+            )
+            async for chunk in stream:
+                piece = chunk.message.content or ""
+                if piece:
+                    marks.first("reply_text")
+                    parts.append(piece)
+                    await deliver(out, piece)
+        marks.notes["answer"] = "".join(parts)
+        self.history += [
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": "".join(parts)},
+        ]
+
+
 async def chat_reply(
     port: int, text: str, instructions: str, out: ObjectSendStream[str], marks: Marks
 ) -> None:
@@ -399,11 +492,12 @@ class WyomingPath:
     tts_port: int
     tts_streaming: bool
     reply: Callable[[str, ObjectSendStream[str], Marks], Awaitable[None]]
+    asr_source: str | None = None  # the loopback address the asr connection comes from
 
 
 async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
     marks = Marks()
-    text = await asr_turn(path.asr_port, utt, marks)
+    text = await asr_turn(path.asr_port, utt, marks, path.asr_source)
     send, receive = anyio.create_memory_object_stream[str](max_buffer_size=math.inf)
     with anyio.fail_after(TURN_LIMIT_S):
         async with anyio.create_task_group() as tg:
@@ -420,6 +514,7 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "heard": [text],
         "handled": marks.notes.get("handled"),
         "answer": marks.notes.get("answer"),
+        "tts_streamed": bool(marks.notes.get("tts_streamed")),
         "events_read": sorted(set(marks.notes.get("read", []))),
         "events_skipped": sorted(set(marks.notes.get("skipped", []))),
         "errors": [],

@@ -25,7 +25,12 @@ noise hits them alike. Paths, each timed to the first byte of reply audio:
   (c2) the same with a handle client that does not exist yet: it reads the answer as
       ``handled-chunk`` events and feeds them to the TTS as they come;
   (d) the chain, from ``audio-stop``: the same asr and tts, its LLM agent's reply streamed
-      into the TTS as Home Assistant streams an LLM conversation agent's.
+      into the TTS as Home Assistant streams an LLM conversation agent's (held until it is
+      over 60 characters, a shorter one whole);
+  (e) Home Assistant's Ollama integration as its conversation agent against our Ollama API
+      (``POST /api/chat`` streamed, with the integration's prompt, options, keep_alive and
+      history), our Wyoming asr and tts around it; only when ``edge serve`` answers
+      ``/api/tags``.
 
 A reply that starts before the speaker finished (or an utterance split in two) is a
 premature endpoint: a failed turn, counted and left out of the timings. Prints the table
@@ -57,8 +62,11 @@ from chain_paths import (
     CHUNK_S,
     HA_CONVERSATION_READS,
     HA_SILENCE_S,
+    HA_STREAM_RESPONSE_CHARS,
     HANDS_FREE_TAIL_S,
     RATE,
+    TURN_LIMIT_S,
+    OllamaAgent,
     Utterance,
     WyomingPath,
     chat_reply,
@@ -74,7 +82,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edge.catalogue import default_model_path
-from edge.server import AudioFormat, EdgeClient, ServiceSettings
+from edge.server import AudioFormat, EdgeClient, ServiceSettings, read_token
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
 # Where the chain's settings differ from our path's, and why (benchmarks/README.md).
@@ -99,6 +107,7 @@ PATHS = {
     "c": "edge Wyoming, read as Home Assistant reads it",
     "c2": "edge Wyoming, handled-chunk streamed (a client that does not exist yet)",
     "d": "the chain (whisper + llama.cpp server + piper)",
+    "e": "Home Assistant's Ollama integration on our Ollama API (our Wyoming asr/tts)",
 }
 _HA_ASR = (
     f"transcribe, audio-start, audio-chunk every {CHUNK_S:g} s in real time, then "
@@ -144,8 +153,20 @@ CLIENTS: dict[str, dict[str, str]] = {
     "d": {
         "asr": _HA_ASR,
         "conversation": "POST /v1/chat/completions, stream true, max_tokens 128, the system "
-        "prompt and the question; reads the SSE deltas, each to the TTS as it comes (as Home "
-        "Assistant streams an LLM agent's reply)",
+        "prompt and the question; reads the SSE deltas, streamed to the TTS as Home "
+        f"Assistant streams an LLM agent's reply (once over {HA_STREAM_RESPONSE_CHARS} "
+        "characters; a shorter reply whole)",
+        "tts": _HA_TTS,
+        "timed_from": "audio-stop",
+    },
+    "e": {
+        "asr": _HA_ASR + ", from 127.0.0.2 (a Home Assistant that never asks our handle)",
+        "conversation": "the ollama client as Home Assistant's Ollama integration calls it: "
+        "POST /api/chat, stream true, keep_alive -1, options num_ctx 8192, no tools, the "
+        "integration's default prompt, up to 20 earlier rounds and the question, with the "
+        "device token as Bearer key over TLS; reads the NDJSON chunks' message.content, "
+        f"streamed to the TTS once over {HA_STREAM_RESPONSE_CHARS} characters (a shorter "
+        "reply whole)",
         "tts": _HA_TTS,
         "timed_from": "audio-stop",
     },
@@ -232,6 +253,7 @@ class Bench:
         self.clients: dict[str, EdgeClient] = {}
         self.advertised: dict[str, dict[str, bool]] = {}
         self.paths: list[str] = []
+        self.ollama: OllamaAgent | None = None
 
     async def prepare(self) -> None:
         edge_info = await describe(self.wyoming_port)
@@ -244,6 +266,9 @@ class Bench:
         self.paths = ["a", "b", "c", "c2", "d"]
         if not await supports_end_of_utterance(self.ws_url):
             self.paths.remove("b")
+        self.ollama = await self.ollama_agent()
+        if self.ollama is not None:
+            self.paths.append("e")
         for path in ("a", "b"):
             if path in self.paths:
                 client = EdgeClient(
@@ -258,10 +283,34 @@ class Bench:
         for client in self.clients.values():
             await client.__aexit__(None, None, None)
 
+    async def ollama_agent(self) -> OllamaAgent | None:
+        """Home Assistant's Ollama agent on our service, when it offers the Ollama API (the
+        model is the first ``/api/tags`` lists, as the integration's setup offers it)."""
+        import ollama
+
+        client = ollama.AsyncClient(
+            host=f"https://{svc.HOST}:{self.services['edge'].port}",
+            headers={"Authorization": f"Bearer {edge_token()}"},
+            verify=edge_trust(),
+            timeout=TURN_LIMIT_S,
+        )
+        try:
+            models = (await client.list()).models
+        except (ollama.ResponseError, httpx.HTTPError, ConnectionError):
+            return None
+        return OllamaAgent(client, models[0].model) if models and models[0].model else None
+
     def wyoming(self, path: str) -> WyomingPath:
+        if path == "e":
+            assert self.ollama is not None
+            port = self.wyoming_port
+            streaming = self.advertised["edge"]["synthesize"]
+            # a Home Assistant whose agent is Ollama never asks our handle: its asr comes
+            # from another address than (c)'s Home Assistant, so no answer is guessed for it
+            return WyomingPath(port, port, streaming, self.ollama.reply, asr_source="127.0.0.2")
         if path in ("c", "c2"):
             client = ha_handle_reply if path == "c" else streaming_handle_reply
-            reply = functools.partial(client, self.wyoming_port, conversation_id=f"bench-{path}")
+            reply = functools.partial(client, self.wyoming_port, conversation_id="bench-ha")
             return WyomingPath(
                 self.wyoming_port,
                 self.wyoming_port,
@@ -293,11 +342,20 @@ class Bench:
 
     async def speculation(self) -> dict[str, float]:
         """edge serve's speculation counters (``GET /health``)."""
-        cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
-        trust = ssl.create_default_context(cafile=str(cert))
-        async with httpx.AsyncClient(timeout=10, verify=trust) as http:
+        async with httpx.AsyncClient(timeout=10, verify=edge_trust()) as http:
             response = await http.get(f"https://{svc.HOST}:{self.services['edge'].port}/health")
             return response.json().get("speculation", {})
+
+
+def edge_trust() -> ssl.SSLContext:
+    """Trust for edge serve's certificate (in its data directory, on this machine)."""
+    cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
+    return ssl.create_default_context(cafile=str(cert))
+
+
+def edge_token() -> str:
+    """edge serve's device token (in its data directory, on this machine)."""
+    return read_token(Path(os.environ["EDGE_DATA_DIR"])) or ""
 
 
 def speculation_delta(
