@@ -6,6 +6,8 @@ bound. A likely answer started in the client's end silence is generated whole be
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import pytest
 
@@ -13,6 +15,7 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService
 from edge.server._reply_length import sentence_bound
+from edge.server._wyoming_stream import PreparedSpeech, speak_sentence
 from tests.server_helpers import ask_handled, settings, wait_for
 from tests.test_server_wyoming_speculation import CONTEXT, transcribe
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS
@@ -88,3 +91,41 @@ async def test_the_likely_answer_is_whole_before_its_handle_comes() -> None:
             answer = await ask(svc, "tone 440")
     assert answer == WHOLE.format("tone 440")
     assert svc.answers.stats.adopted == 1 and len(llm.requests) == 2
+
+
+class GatedTTS(ToneTTS):
+    """A voice whose synthesis waits until ``gate`` opens (a loaded host's slow Piper)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def synthesize(self, text: str):  # type: ignore[no-untyped-def]
+        self.gate.wait(10)
+        return super().synthesize(text)
+
+
+async def test_a_synthesize_waits_for_its_sentence_being_prepared() -> None:
+    """The ``synthesize`` that follows ``handled`` may come while the answer's first
+    sentence is still being synthesized ahead: it takes that audio when done rather than
+    synthesizing the sentence a second time."""
+    tts = GatedTTS()
+    prepared = PreparedSpeech(tts, "wyoming:")
+
+    async def deltas():  # type: ignore[no-untyped-def]
+        yield "Paris is the capital."
+
+    written: list[str] = []
+
+    async def write(event) -> None:  # type: ignore[no-untyped-def]
+        written.append(event.type)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(prepared.prepare_reply, "wyoming:01HA", deltas())
+        await wait_for(lambda: bool(prepared._underway))
+        tg.start_soon(speak_sentence, write, tts, "Paris is the capital.", prepared)
+        await anyio.sleep(0.05)
+        assert written == []  # waiting for the prepared audio, not synthesizing again
+        tts.gate.set()
+    assert tts.spoken == ["Paris is the capital."]  # synthesized once, ahead
+    assert prepared.used == 1 and written[0] == "audio-start"
