@@ -44,6 +44,7 @@ from ._conversation import (
 from ._manager import ContextManager
 from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._render import ContextBlock
+from ._reply import ReplyFilter
 
 __all__ = [
     "COMPACTION_RESERVE_BYTES",
@@ -68,6 +69,7 @@ __all__ = [
     "MemoryRecallIndex",
     "PrefixWarmer",
     "RecallIndex",
+    "ReplyFilter",
     "Statement",
     "TranscriptEntry",
     "least_compaction_input",
