@@ -73,7 +73,6 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _failed(request: Request, exc: Exception) -> Response:
-    limited_log.log(logging.ERROR, "api", "%s failed", request.url.path, exc_info=True)
     return error_response(ApiError(500, f"internal error: {exc}"), request.url.path)
 
 
@@ -120,6 +119,8 @@ class ApiApp:
                     await error_response(exc, scope["path"])(scope, receive, send)
                     return
             await self.router(scope, body, send)
+        except Exception:  # answered 500 by _failed (or a stream cut short): logged here
+            limited_log.log(logging.ERROR, "api", "%s failed", scope["path"], exc_info=True)
         finally:
             self.slots.release(address)
 

@@ -106,24 +106,3 @@ async def cut_at_stop(
             yield text
     finally:
         await pieces.aclose()  # type: ignore[attr-defined]
-
-
-async def primed(reply: Answer) -> Answer:
-    """Wait for the answer's first piece (or its error) before a response is started, so
-    a refused turn is an error response rather than a stream that ends in one."""
-    pieces = reply.pieces
-    try:
-        first = await anext(pieces)
-    except StopAsyncIteration:
-        return reply
-
-    async def rest() -> AsyncIterator[str]:
-        try:
-            yield first
-            async for piece in pieces:
-                yield piece
-        finally:
-            await pieces.aclose()  # type: ignore[attr-defined]
-
-    reply.pieces = rest()
-    return reply

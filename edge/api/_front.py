@@ -4,6 +4,7 @@ server (its ``front``), which keeps serving everything else as before."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -47,7 +48,7 @@ def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
         limits=limits or ApiLimits(max_requests=service.settings.max_sessions),
         stt=voice.stt if voice is not None else None,
         tts=voice.tts if voice is not None else None,
-        llm_path=getattr(device, "llm_model_path", None),
+        llm_path=Path(path) if (path := getattr(device, "llm_model_path", None)) else None,
     )
     front = ApiFront(faces)
     service.websocket.front = front

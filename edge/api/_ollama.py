@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages, primed
+from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages
 from ._errors import ApiError, invalid
 from ._faces import Faces
 from ._turns import Answer
@@ -130,7 +130,7 @@ async def chat(faces: Faces, request: Request) -> Response:
         stop=tuple(s for s in options.stop or () if s),
     )
     started = time.perf_counter()
-    reply = await primed(answer(faces.gateway, faces.participants, chat_request))
+    reply = answer(faces.gateway, faces.participants, chat_request)
     if not body.stream:
         text = "".join([piece async for piece in reply.pieces])
         return JSONResponse(_final(faces, text, reply.finish_reason, reply, started))

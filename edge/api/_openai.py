@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages, primed
+from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages
 from ._errors import ApiError, invalid, openai_body
 from ._faces import Faces
 
@@ -70,7 +70,7 @@ async def chat_completions(faces: Faces, request: Request) -> Response:
         temperature=body.temperature,
         stop=stop,
     )
-    reply = await primed(answer(faces.gateway, faces.participants, chat))
+    reply = answer(faces.gateway, faces.participants, chat)
     completion = _Completion(faces.llm_id(), reply)
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage

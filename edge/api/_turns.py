@@ -129,7 +129,8 @@ class TurnFeed:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def pieces(self, turn_id: str) -> AsyncIterator[str]:
+    async def pieces(self, turn_id: str, deadline: float) -> AsyncIterator[str]:
+        """The turn's text, piece by piece, until it is idle (or ``deadline`` passes)."""
         seen, started = 0, False
         while True:
             changed = self._changed
@@ -142,9 +143,10 @@ class TurnFeed:
                 if piece:
                     started = True
                     yield piece
-            if self.idle:
+            if self.idle or anyio.current_time() >= deadline:
                 return
-            await changed.wait()
+            with anyio.move_on_after(deadline - anyio.current_time()):
+                await changed.wait()
 
 
 class Member:
@@ -154,7 +156,7 @@ class Member:
 
     def __init__(self, pid: str, now: float) -> None:
         self.pid = pid
-        self.lock = anyio.Lock()
+        self.lock = anyio.Semaphore(1)  # not a Lock: a turn's stream moves between tasks
         self.feed = TurnFeed()
         self.last_used = now
         self.joined = False
@@ -203,10 +205,9 @@ class Participants:
                 raise ApiError(400, str(exc), param="messages") from None
             reply = ""
             try:
-                with anyio.fail_after(TURN_LIMIT_S):
-                    async for piece in feed.pieces(turn_id):
-                        reply += piece
-                        yield piece
+                async for piece in feed.pieces(turn_id, anyio.current_time() + TURN_LIMIT_S):
+                    reply += piece
+                    yield piece
             finally:
                 if not feed.idle:  # the client left (or the turn ran too long): stop it
                     with anyio.CancelScope(shield=True):
@@ -240,9 +241,7 @@ class Participants:
         WebSocket participant who left)."""
         now = self._clock()
         gone = [
-            m
-            for m in self._members.values()
-            if not m.lock.locked() and now - m.last_used >= self.idle_s
+            m for m in self._members.values() if m.lock.value and now - m.last_used >= self.idle_s
         ]
         for member in gone:
             await self._leave(member, "idle")
