@@ -237,6 +237,7 @@ class ServiceParts:
             speculation=self.answers.stats,
             sessions=self.sessions,
             backends=self.backends.health,
+            llm=self.llm,
         )
 
     def _make_websocket(self) -> WebSocketServer:
