@@ -178,6 +178,8 @@ class EdgeService(ServiceParts, ServiceAddresses):
             if preload:
                 if isinstance(self.llm, Loadable):
                     await self.llm.load()
+                for warning in getattr(self.placement(), "warnings", []):
+                    log.warning("%s", warning)  # GPU layers asked for, none offloaded
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
