@@ -62,11 +62,13 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
                 and "unsupported event 'wake-word'" in Error.from_event(event).text
             )
 
+            # the scripted answer has two sentences; a Wyoming reply stops after one
+            # (wyoming_reply_sentences)
             for question in ("turn on the lights", "and the fan"):
                 await client.write_event(Transcript(text=question).event())
                 chunks, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
-                assert Handled.from_event(event).text == f"You said: {question}. That is all."
+                assert Handled.from_event(event).text == f"You said: {question}."
                 assert "".join(chunks) == Handled.from_event(event).text
             (pid,) = service.hub.connected()  # a random id of its own, namespaced
             assert pid.startswith("wyoming:anon-") and len(pid) == len("wyoming:anon-") + 12
@@ -140,7 +142,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
                 _, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
                 handled = Handled.from_event(event)
-                assert handled.text == f"You said: {question}. That is all."
+                assert handled.text == f"You said: {question}."
                 assert handled.context == context
         pid = "wyoming:01HACONV"
         rendered = service.context.render(pid)
@@ -247,12 +249,12 @@ async def test_a_request_while_its_conversation_is_leaving_is_answered(monkeypat
                 assert event is not None and Handled.is_type(event.type), event
                 return Handled.from_event(event).text
 
-        assert await ask("where is the lab") == "You said: where is the lab. That is all."
+        assert await ask("where is the lab") == "You said: where is the lab."
         backend.conversations.idle_s = 0
         async with anyio.create_task_group() as tg:
             tg.start_soon(backend.conversations.expire)  # its departure takes 0.3 s
             await anyio.sleep(0.05)
-            assert await ask("and the cafeteria") == "You said: and the cafeteria. That is all."
+            assert await ask("and the cafeteria") == "You said: and the cafeteria."
 
 
 def test_the_wyoming_allow_list_admits_only_its_addresses() -> None:

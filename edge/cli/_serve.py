@@ -168,12 +168,14 @@ def _raise_open_files_limit(wanted: int = 65_536) -> None:
 
 
 async def _serve(args: argparse.Namespace, console: Console) -> int:
+    from edge.api import serve_api
     from edge.server import EdgeService
 
     settings = settings_from_args(args)
     _raise_open_files_limit()
     console.print("[dim]loading models…[/]")
     service = EdgeService(settings)
+    serve_api(service)  # OpenAI's and Ollama's APIs on the same port (docs/api.md)
     async with service:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
@@ -182,6 +184,8 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
             print(f"console on this device: {service.local_console_url}", flush=True)
         if service.tls_fingerprint:  # what a browser or `edge client` should be shown
             print(f"certificate key SHA-256: {service.tls_fingerprint}", flush=True)
+        web = service.websocket_url.replace("ws", "http", 1)
+        print(f"OpenAI API: {web}/v1  Ollama API: {web}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 

@@ -109,6 +109,13 @@ class ServiceSettings(BaseSettings):
         "default: the number the instructions state)",
         json_schema_extra={"metavar": "N"},
     )
+    wyoming_reply_sentences: int = Field(
+        default=1,
+        ge=0,
+        description="most sentences in a reply to a Wyoming (Home Assistant) client, the "
+        "rest not generated (0: the same bound as other replies)",
+        json_schema_extra={"metavar": "N"},
+    )
     summary_context_topics: tuple[str, ...] = Field(
         default=("scene",),
         description="context topics whose latest text replaces the previous (repeatable)",

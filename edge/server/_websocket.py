@@ -18,9 +18,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -78,6 +79,17 @@ class AccessPolicy:
     def current_token(self) -> str | None:
         """The token a new connection must present now (None: none needed)."""
         return self.token.current() if isinstance(self.token, TokenFile) else self.token
+
+
+class PortFront(Protocol):
+    """Another protocol on this port (``edge.api``'s HTTP APIs): its connection class sees
+    each request first and keeps those it serves; its WebSocket paths get its handler."""
+
+    def connection_class(self) -> type[ServerConnection]: ...
+
+    def upgrade(self, path: str) -> Callable[[ServerConnection], Awaitable[None]] | None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Refused(Exception):
@@ -409,6 +421,7 @@ class WebSocketServer:
         self.sessions: dict[int, WebSocketSession] = {}
         self._ids = itertools.count(1)
         self._server: Server | None = None
+        self.front: PortFront | None = None  # set before entering (edge.api.serve_api)
 
     @property
     def bound_port(self) -> int:
@@ -426,6 +439,7 @@ class WebSocketServer:
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
+            create_connection=self.front.connection_class() if self.front else None,
             **self._tls_options(),
         )
         return self
@@ -442,6 +456,8 @@ class WebSocketServer:
         if server is not None:
             server.close()  # closes every session (code 1001); each publishes its departure
             with anyio.CancelScope(shield=True):
+                if self.front is not None:
+                    await self.front.aclose()
                 await server.wait_closed()
 
     def health(self) -> dict[str, Any]:
@@ -495,6 +511,14 @@ class WebSocketServer:
         refused = self.slots.acquire(address)
         if refused is not None:
             await ws.close(TRY_AGAIN_LATER, refused)
+            return
+        path = ws.request.path.split("?")[0] if ws.request is not None else ""
+        route = self.front.upgrade(path) if self.front is not None else None
+        if route is not None:
+            try:
+                await route(ws)
+            finally:
+                self.slots.release(address)
             return
         sid = next(self._ids)
         session = WebSocketSession(
