@@ -155,9 +155,9 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
                 "() => document.getElementById('st-connection').dataset.state === 'open'",
                 polling=10,
             )
-            await page.fill("#turn-text", "which door was it")
+            await page.fill("#turn-text", "and the green door too")
             await page.keyboard.press("Enter")
-            reply = page.locator("#turns .turn .text").filter(has_text="which door was it")
+            reply = page.locator("#turns .turn .text").filter(has_text="and the green door too")
             await reply.wait_for(timeout=5_000)
             earlier = page.locator("#turns .turn").filter(has_text="remember the red door")
             await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
@@ -173,7 +173,7 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
             await page.locator("#turns .turn .text").filter(has_text="the blue one").wait_for()
             again = await page.locator("#turns .turn .heard").all_text_contents()
     assert scene == "A lab bench with a centrifuge."
-    assert heard == ["remember the red door", "which door was it"]
+    assert heard == ["remember the red door", "and the green door too"]
     assert again == [*heard, "and the blue one"]
 
 

@@ -42,10 +42,10 @@ async def test_a_reconnect_with_the_token_keeps_the_context() -> None:
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
             assert again.welcome is not None and again.welcome.resumed is True
             assert again.session_token == token
-            await again.ask("which locker is mine?")
+            await again.ask("and the bike is in the yard")
             assert users(await again.history()) == [
                 "my locker is number 42",
-                "which locker is mine?",
+                "and the bike is in the yard",
             ]
             view = await again.context_view()
             assert "locker is number 42" in "".join(b["text"] for b in view.blocks)
@@ -62,9 +62,9 @@ async def test_the_router_reads_the_resumed_dialogue_from_the_context() -> None:
             token = first.session_token
             await first.ask("my locker is number 42")
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
-            await again.ask("which locker is mine?")
+            await again.ask("and the bike is in the yard")
             history = [e.user for e in svc.router.history("alice")]
-            assert history == ["my locker is number 42", "which locker is mine?"]
+            assert history == ["my locker is number 42", "and the bike is in the yard"]
         assert [r.user for r in svc.store.history("alice")[0]] == history  # recorded once
 
 
@@ -131,15 +131,18 @@ async def test_forget_on_the_device_erases_a_connected_participant_everywhere(tm
         assert "alice" not in svc.context.participants() and not svc.store.exists("alice")
         async with EdgeClient(url, participant_id="alice", token=svc.token) as fresh:
             assert fresh.welcome is not None and fresh.welcome.resumed is False
-            turn = await fresh.ask("which locker is mine?", limit_s=30)
-            assert turn.text == "You said: which locker is mine?. That is all."
+            turn = await fresh.ask("and the bike is in the yard", limit_s=30)
+            assert turn.text == "You said: and the bike is in the yard. That is all."
             prompt = svc.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
             assert "locker is number 42" not in prompt
-            assert users(await fresh.history()) == ["which locker is mine?"]
+            told = await fresh.ask("which locker is mine?", limit_s=30)  # from her record
+            assert "42" not in told.text, told.text
+            assert users(await fresh.history())[0] == "and the bike is in the yard"
     store = SessionStore(tmp_path / STORE_FILE)
     try:
         records, _ = store.history("alice")
-        assert [r.user for r in records if r.kind == "exchange"] == ["which locker is mine?"]
+        exchanges = [r.user for r in records if r.kind == "exchange"]
+        assert "my locker is number 42" not in exchanges and exchanges, exchanges
     finally:
         store.close()
 
@@ -233,7 +236,7 @@ async def test_sessions_survive_a_restart_and_health_reports_the_store(tmp_path)
             url, participant_id="alice", resume=token, token=second.token
         ) as client:
             assert client.welcome is not None and client.welcome.resumed
-            await client.ask("what is the freezer code?")
+            await client.ask("and the door code changes on Monday")
         prompt = second.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
         assert "the freezer code is 5512" in prompt
 
@@ -292,8 +295,8 @@ async def test_a_wrong_session_token_cannot_take_over_a_connected_participant() 
                     async with EdgeClient(url, participant_id="alice", resume=resume):
                         pass
                 assert svc.hub.connected() == ["alice"]
-            turn = await owner.ask("which locker is mine?", limit_s=30)
-            assert turn.text == "You said: which locker is mine?. That is all.", turn.errors
+            turn = await owner.ask("and the bike is in the yard", limit_s=30)
+            assert turn.text == "You said: and the bike is in the yard. That is all.", turn.errors
             assert owner.ws is not None and owner.ws.close_code is None
 
 
@@ -332,8 +335,8 @@ async def test_a_departure_longer_than_the_hello_deadline_still_lets_the_hello_i
             token = first.session_token
             await first.ask("my locker is number 42")
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
-            turn = await again.ask("which locker is mine?", limit_s=5)
-            assert turn.text == "You said: which locker is mine?. That is all."
+            turn = await again.ask("and the bike is in the yard", limit_s=5)
+            assert turn.text == "You said: and the bike is in the yard. That is all."
 
 
 async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
@@ -352,11 +355,11 @@ async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
             with anyio.fail_after(3):  # served at once, not after keepalive gives up
                 async with EdgeClient(url, participant_id="alice", resume=token) as again:
                     assert again.welcome is not None and again.welcome.resumed
-                    turn = await again.ask("which locker is mine?", limit_s=3)
-                    assert turn.text == "You said: which locker is mine?. That is all."
+                    turn = await again.ask("and the bike is in the yard", limit_s=3)
+                    assert turn.text == "You said: and the bike is in the yard. That is all."
                     assert users(await again.history()) == [
                         "my locker is number 42",
-                        "which locker is mine?",
+                        "and the bike is in the yard",
                     ]
                     assert svc.hub.connected() == ["alice"]
         finally:
