@@ -212,7 +212,7 @@ async def test_a_wyoming_conversation_survives_a_restart(tmp_path) -> None:
     """Home Assistant's conversation is a durable participant: idle expiry and a restart
     of the service suspend it; its next request finds the earlier dialogue."""
     context = {"conversation_id": "01HAKEEP"}
-    for question in ("the spare key is under the mat", "where is the spare key"):
+    for question in ("the spare key is under the mat", "and the torch is in the drawer"):
         llm = ScriptedLLM(answer_for)
         service = EdgeService(
             settings(wyoming_port=0, data_dir=tmp_path),
