@@ -7,7 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.structure import breaches, package_imports, package_loops, private_imports, size_breaches
+from tools.structure import (
+    Classes,
+    breaches,
+    package_imports,
+    package_loops,
+    private_imports,
+    size_breaches,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +38,72 @@ def test_the_check_names_each_kind_of_breach() -> None:
     assert [*private_imports(Path("edge/voice/_z.py"), reach)] == []
     loop = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [*package_loops(loop)] == ["package loop: a -> b -> c -> a"]
+
+
+def _methods(prefix: str, count: int) -> str:
+    """``count`` methods of 10 lines each."""
+    body = "\n".join(f"        x{i} = {i}" for i in range(8))
+    return "".join(
+        f"    def {prefix}{n}(self):\n{body}\n        return x0\n\n" for n in range(count)
+    )
+
+
+def _strict(files: dict[str, str]) -> list[str]:
+    trees = {Path(path): ast.parse(text) for path, text in files.items()}
+    classes = Classes(trees)
+    return [line for path, tree in trees.items() for line in size_breaches(path, tree, classes)]
+
+
+def test_the_strict_check_counts_a_class_with_its_mixins() -> None:
+    """The old `SessionStore` shape: a database class and mixins over it, each under
+    300 lines, put together as one class of 332 (the old `EdgeService` was the same:
+    two mixin modules under one class). The plain check passes it, the strict one not."""
+    files = {
+        "edge/store/_database.py": f"class StoreDatabase:\n{_methods('db', 12)}",
+        "edge/store/_records.py": (
+            "from ._database import StoreDatabase\n\n"
+            f"class StoreRecords(StoreDatabase):\n{_methods('record', 12)}"
+        ),
+        "edge/store/_tokens.py": (
+            "from ._database import StoreDatabase\n\n"
+            f"class SessionTokens(StoreDatabase):\n{_methods('token', 6)}"
+        ),
+        "edge/store/_store.py": (
+            "from ._records import StoreRecords\nfrom ._tokens import SessionTokens\n\n"
+            "class SessionStore(SessionTokens, StoreRecords):\n    pass\n"
+        ),
+    }
+    plain = [
+        line for path, text in files.items() for line in size_breaches(Path(path), ast.parse(text))
+    ]
+    assert plain == []
+    found = _strict(files)
+    assert any("class SessionStore: 332 lines" in line for line in found), found
+    assert not any("StoreDatabase" in line or "SessionTokens" in line for line in found), found
+
+
+def test_the_strict_check_counts_unpacked_keywords_as_parameters() -> None:
+    keys = "\n".join(f"    k{i}: int" for i in range(7))
+    source = (
+        "from typing import TypedDict, Unpack\n\n"
+        f"class Options(TypedDict, total=False):\n{keys}\n\n"
+        "class Wide:\n    def __init__(self, a, *, b, **options: Unpack[Options]):\n"
+        "        pass\n\n"
+        "class Inherits(Wide):\n    pass\n"
+    )
+    assert _strict({"edge/x/_y.py": "def f(): pass\n"}) == []
+    found = _strict({"edge/x/_y.py": source})
+    assert [line.split(" ", 1)[1] for line in found] == [
+        "class Wide: constructor has 9 parameters",
+        "class Inherits: constructor has 9 parameters",
+    ]
+    assert list(size_breaches(Path("edge/x/_y.py"), ast.parse(source))) == []
+
+
+def test_the_store_and_the_service_pass_the_strict_class_size_check() -> None:
+    """`SessionStore` is one database held by its parts, not mixins over one ``self``."""
+    found = breaches(ROOT, strict=True)
+    assert not [line for line in found if line.startswith("edge/store/")], found
 
 
 def test_the_command_exits_nonzero_only_on_a_breach() -> None:

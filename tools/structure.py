@@ -1,10 +1,14 @@
 """Check the code's shape: the limits `docs/architecture.md` promises, run by `make test`.
 
     python tools/structure.py            # prints each breach, exits 1 if there is one
+    python tools/structure.py --strict   # also counts bases and Unpack keys (below)
 
 In `edge/`: no function over 60 lines (from its ``def`` line to its last, docstring
 included; a nested function counts in its parent too), no class over 300 lines, no
-constructor over 8 parameters (``self``, ``*args`` and ``**kwargs`` not counted). In
+constructor over 8 parameters (``self``, ``*args`` and ``**kwargs`` not counted). With
+``--strict``, a class counts with its `edge`-defined bases (a class split into mixins is
+still one class), each key of a ``**options: Unpack[SomeTypedDict]`` is a parameter, and a
+class without ``__init__`` has its first `edge`-defined base's. In
 `edge/`, `benchmarks/` and `tools/`: no import of a private module (``edge.x._y``) from
 outside its package ``edge.x`` (tests may reach into internals). Between the packages of
 `edge/`: no loop (no package imports one that imports it back, directly or not).
@@ -24,27 +28,95 @@ SIZED = ("edge",)
 NO_PRIVATE_IMPORTS = ("edge", "benchmarks", "tools")
 
 
+class Classes:
+    """Every class defined in `edge/`, to find a class's `edge`-defined bases and the keys
+    of a ``TypedDict`` a constructor unpacks. A name is looked up in the class's own module
+    first, then among the classes of that name in `edge/` when there is only one."""
+
+    def __init__(self, trees: dict[Path, ast.AST]) -> None:
+        self.by_module: dict[Path, dict[str, ast.ClassDef]] = {}
+        self.by_name: dict[str, list[ast.ClassDef]] = {}
+        for path, tree in trees.items():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    self.by_module.setdefault(path, {})[node.name] = node
+                    self.by_name.setdefault(node.name, []).append(node)
+        self.module_of = {
+            id(node): path for path, nodes in self.by_module.items() for node in nodes.values()
+        }
+
+    def find(self, path: Path, expr: ast.expr) -> ast.ClassDef | None:
+        name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+        if name is None:
+            return None
+        if (own := self.by_module.get(path, {}).get(name)) is not None:
+            return own
+        found = self.by_name.get(name, [])
+        return found[0] if len(found) == 1 else None
+
+    def bases(self, path: Path, node: ast.ClassDef) -> list[tuple[Path, ast.ClassDef]]:
+        """``node``'s `edge`-defined bases, theirs after them, each once, in order."""
+        out: list[tuple[Path, ast.ClassDef]] = []
+        for expr in node.bases:
+            base = self.find(path, expr)
+            if base is None or base is node or any(b is base for _, b in out):
+                continue
+            where = self.module_of[id(base)]
+            out.append((where, base))
+            out += [b for b in self.bases(where, base) if not any(b[1] is o for _, o in out)]
+        return out
+
+
 def lines(node: ast.stmt) -> int:
     return (node.end_lineno or node.lineno) - node.lineno + 1
 
 
-def constructor_params(node: ast.ClassDef) -> int:
-    for item in node.body:
-        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            args = item.args
-            return len(args.posonlyargs) + len(args.args) - 1 + len(args.kwonlyargs)
+def class_lines(path: Path, node: ast.ClassDef, classes: Classes | None) -> int:
+    """``node``'s lines with those of its `edge`-defined bases."""
+    bases = classes.bases(path, node) if classes is not None else []
+    return lines(node) + sum(lines(base) for _, base in bases)
+
+
+def _unpacked_keys(path: Path, kwarg: ast.arg | None, classes: Classes | None) -> int:
+    """The keys of the ``TypedDict`` in ``**options: Unpack[TypedDict]`` (0 otherwise)."""
+    note = kwarg.annotation if kwarg is not None else None
+    if not isinstance(note, ast.Subscript) or classes is None:
+        return 0
+    if (getattr(note.value, "id", None) or getattr(note.value, "attr", None)) != "Unpack":
+        return 0
+    typed = classes.find(path, note.slice)
+    if typed is None:
+        return 0
+    keys = [typed] + [base for _, base in classes.bases(path, typed)]
+    return sum(isinstance(item, ast.AnnAssign) for cls in keys for item in cls.body)
+
+
+def constructor_params(
+    node: ast.ClassDef, path: Path | None = None, classes: Classes | None = None
+) -> int:
+    owners = [(path, node)]
+    if classes is not None and path is not None:
+        owners += classes.bases(path, node)
+    for where, owner in owners:
+        for item in owner.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                args = item.args
+                plain = len(args.posonlyargs) + len(args.args) - 1 + len(args.kwonlyargs)
+                return plain + (_unpacked_keys(where, args.kwarg, classes) if where else 0)
     return 0
 
 
-def size_breaches(path: Path, tree: ast.AST) -> Iterator[str]:
+def size_breaches(path: Path, tree: ast.AST, classes: Classes | None = None) -> Iterator[str]:
+    """Functions, classes and constructors in ``tree`` over the limits; with ``classes``
+    (every class in `edge/`), a class counts with its bases and ``Unpack`` keys count."""
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if lines(node) > MAX_FUNCTION_LINES:
                 yield f"{path}:{node.lineno} function {node.name}: {lines(node)} lines"
         elif isinstance(node, ast.ClassDef):
-            if lines(node) > MAX_CLASS_LINES:
-                yield f"{path}:{node.lineno} class {node.name}: {lines(node)} lines"
-            if (params := constructor_params(node)) > MAX_CONSTRUCTOR_PARAMS:
+            if (size := class_lines(path, node, classes)) > MAX_CLASS_LINES:
+                yield f"{path}:{node.lineno} class {node.name}: {size} lines"
+            if (params := constructor_params(node, path, classes)) > MAX_CONSTRUCTOR_PARAMS:
                 yield f"{path}:{node.lineno} class {node.name}: constructor has {params} parameters"
 
 
@@ -112,21 +184,29 @@ def package_loops(graph: dict[str, set[str]]) -> Iterator[str]:
         yield from walk(start, [start])
 
 
-def breaches(root: Path) -> list[str]:
+def breaches(root: Path, *, strict: bool = False) -> list[str]:
+    """Every breach under ``root``; ``strict`` counts a class with its `edge`-defined bases
+    and each ``Unpack`` key as a constructor parameter (``--strict``; not yet in
+    ``make test``: classes outside the store and the service still breach it)."""
     found: list[str] = []
+    trees: dict[str, dict[Path, ast.AST]] = {}
     for top in sorted(set(SIZED) | set(NO_PRIVATE_IMPORTS)):
         for path in sorted((root / top).rglob("*.py")):
             relative = path.relative_to(root)
             tree = ast.parse(path.read_text(encoding="utf-8"), str(relative))
-            if top in SIZED:
-                found += size_breaches(relative, tree)
-            if top in NO_PRIVATE_IMPORTS:
-                found += private_imports(relative, tree)
+            trees.setdefault(top, {})[relative] = tree
+    for top in SIZED:
+        classes = Classes(trees.get(top, {})) if strict else None
+        for relative, tree in trees.get(top, {}).items():
+            found += size_breaches(relative, tree, classes)
+    for top in NO_PRIVATE_IMPORTS:
+        for relative, tree in trees.get(top, {}).items():
+            found += private_imports(relative, tree)
     return found + list(package_loops(package_imports(root)))
 
 
 def main() -> int:
-    found = breaches(Path(__file__).resolve().parent.parent)
+    found = breaches(Path(__file__).resolve().parent.parent, strict="--strict" in sys.argv)
     for line in found:
         print(line)
     return 1 if found else 0

@@ -86,7 +86,7 @@ class StoreDatabase:
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.keep_history = keep_history
-        self._clock = clock
+        self.clock = clock
         self._lock = threading.Lock()
         if self.path is not None:
             self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -152,7 +152,8 @@ class StoreDatabase:
             self._db.execute("COMMIT")
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock, for reads (no transaction)."""
         with self._lock:
             yield self._db
 
@@ -163,7 +164,7 @@ class StoreDatabase:
     def size_bytes(self) -> int:
         """The store's size on disk (database, WAL and shared-memory files)."""
         if self.path is None:
-            with self._read() as db:
+            with self.read() as db:
                 pages = db.execute("PRAGMA page_count").fetchone()[0]
                 return int(pages) * int(db.execute("PRAGMA page_size").fetchone()[0])
         total = 0
@@ -174,8 +175,8 @@ class StoreDatabase:
                 pass
         return total
 
-    def _ensure(self, db: sqlite3.Connection, participant_id: str) -> None:
-        now = self._clock()
+    def ensure(self, db: sqlite3.Connection, participant_id: str) -> None:
+        now = self.clock()
         db.execute(
             "INSERT INTO participants (id, created_us, last_seen_us) VALUES (?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET last_seen_us = excluded.last_seen_us",

@@ -11,8 +11,11 @@ from ._database import _RECORD_COLUMNS, MAX_REPORTS, StoreDatabase, _record
 from ._types import Record, StoredParticipant, StoredSection
 
 
-class StoreRecords(StoreDatabase):
+class StoreRecords:
     """Recording exchanges, states and compactions, and reading the model's view and the history."""
+
+    def __init__(self, database: StoreDatabase) -> None:
+        self.database = database
 
     # -- writing ------------------------------------------------------------------------
 
@@ -22,7 +25,7 @@ class StoreRecords(StoreDatabase):
         """Record ``record`` with its identities ``keys`` (the first is the one that must
         be new); None when that identity is already known (nothing is written). A
         ``state`` replaces the section's previous state in the model's view."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             if (
                 keys
                 and db.execute(
@@ -31,7 +34,7 @@ class StoreRecords(StoreDatabase):
                 ).fetchone()
             ):
                 return None
-            self._ensure(db, participant_id)
+            self.database.ensure(db, participant_id)
             if record.kind == "state":
                 self._leave_view(
                     db,
@@ -70,14 +73,14 @@ class StoreRecords(StoreDatabase):
         )
 
     def _leave_view(self, db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
-        if self.keep_history:
+        if self.database.keep_history:
             db.execute(f"UPDATE records SET in_view = 0 WHERE {where}", args)
         else:
             db.execute(f"DELETE FROM records WHERE {where}", args)
 
     def set_system(self, participant_id: str, system: str) -> None:
-        with self.transaction() as db:
-            self._ensure(db, participant_id)
+        with self.database.transaction() as db:
+            self.database.ensure(db, participant_id)
             db.execute("UPDATE participants SET system = ? WHERE id = ?", (system, participant_id))
 
     def apply_compaction(
@@ -92,7 +95,7 @@ class StoreRecords(StoreDatabase):
         the model's view, and the report. A failed compaction passes no ``covered`` (its
         records stay in view) and the section's stalled state. Nothing is written for a
         participant erased meanwhile (a compaction never brings one back)."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             if not db.execute(
                 "SELECT 1 FROM participants WHERE id = ?", (participant_id,)
             ).fetchone():
@@ -117,7 +120,7 @@ class StoreRecords(StoreDatabase):
     ) -> None:
         db.execute(
             "INSERT INTO compactions (participant, section, at_us, report) VALUES (?, ?, ?, ?)",
-            (participant_id, section, self._clock(), json.dumps(report, sort_keys=True)),
+            (participant_id, section, self.database.clock(), json.dumps(report, sort_keys=True)),
         )
         db.execute(
             "DELETE FROM compactions WHERE participant = ? AND id NOT IN (SELECT id FROM "
@@ -128,7 +131,7 @@ class StoreRecords(StoreDatabase):
     # -- reading ------------------------------------------------------------------------
 
     def exists(self, participant_id: str) -> bool:
-        with self._read() as db:
+        with self.database.read() as db:
             return (
                 db.execute("SELECT 1 FROM participants WHERE id = ?", (participant_id,)).fetchone()
                 is not None
@@ -136,7 +139,7 @@ class StoreRecords(StoreDatabase):
 
     def load(self, participant_id: str) -> StoredParticipant | None:
         """The participant's model view, or None when the store has never seen them."""
-        with self._read() as db:
+        with self.database.read() as db:
             row = db.execute(
                 "SELECT system FROM participants WHERE id = ?", (participant_id,)
             ).fetchone()
@@ -178,7 +181,7 @@ class StoreRecords(StoreDatabase):
 
     def view_records(self, participant_id: str, section: str, *, limit: int) -> list[Record]:
         """The oldest records of ``section`` still in the model's view."""
-        with self._read() as db:
+        with self.database.read() as db:
             rows = db.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM records WHERE participant = ? AND in_view = 1 "
                 "AND section = ? ORDER BY timestamp_us, id LIMIT ?",
@@ -188,14 +191,14 @@ class StoreRecords(StoreDatabase):
 
     def compactions(self, participant_id: str, limit: int = MAX_REPORTS) -> list[dict[str, Any]]:
         """The newest compaction reports, newest first."""
-        with self._read() as db:
+        with self.database.read() as db:
             return [r for r in self._reports(db, participant_id, limit) if r is not None]
 
     def history(
         self, participant_id: str, *, offset: int = 0, limit: int = 100
     ) -> tuple[list[Record], int]:
         """A page of the whole conversation in recorded-time order, and the total count."""
-        with self._read() as db:
+        with self.database.read() as db:
             total = db.execute(
                 "SELECT COUNT(*) FROM records WHERE participant = ?", (participant_id,)
             ).fetchone()[0]

@@ -13,11 +13,14 @@ ASSIGNED_ID = re.compile(r"(?:p|wyoming:anon)-[0-9a-f]{12}")
 """An id the service assigned to a client that named none (``p-`` + 12 hex)."""
 
 
-class StoreRetention(StoreDatabase):
+class StoreRetention:
     """Listing participants and erasing them: forget, retention, and scrubbing erased words."""
 
+    def __init__(self, database: StoreDatabase) -> None:
+        self.database = database
+
     def participants(self) -> list[ParticipantInfo]:
-        with self._read() as db:
+        with self.database.read() as db:
             rows = db.execute(
                 "SELECT p.id, p.created_us, p.last_seen_us, p.token_hash IS NOT NULL, "
                 "COUNT(r.id), COALESCE(SUM(r.in_view), 0), COALESCE(SUM(LENGTH(CAST(r.text "
@@ -37,7 +40,7 @@ class StoreRetention(StoreDatabase):
         token); False when there was nothing to erase. ``notify`` (another process than
         the service, such as `edge sessions forget`): the id's hash is left for a running
         service, which erases what it holds of them and removes it (:meth:`forgotten`)."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             erased = db.execute("DELETE FROM participants WHERE id = ?", (participant_id,))
             if erased.rowcount > 0:
                 _purge_recall_index(db)
@@ -45,7 +48,7 @@ class StoreRetention(StoreDatabase):
                 db.execute(
                     "INSERT INTO forgotten (hash, at_us) VALUES (?, ?) "
                     "ON CONFLICT (hash) DO UPDATE SET at_us = excluded.at_us",
-                    (token_hash(participant_id), self._clock()),
+                    (token_hash(participant_id), self.database.clock()),
                 )
         if erased.rowcount > 0:
             self.scrub()
@@ -54,34 +57,35 @@ class StoreRetention(StoreDatabase):
     def forgotten(self) -> dict[str, int]:
         """Participants another process erased (``forget(notify=True)``) and no service has
         handled yet: the hash of each id (:func:`token_hash`) and when it was erased."""
-        with self._read() as db:
+        with self.database.read() as db:
             return dict(db.execute("SELECT hash, at_us FROM forgotten").fetchall())
 
     def handled_forgotten(self, hashes: Sequence[str]) -> None:
         """The service erased what it held of these (or held nothing of them)."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             db.executemany("DELETE FROM forgotten WHERE hash = ?", [(h,) for h in hashes])
 
     def scrub(self) -> None:
         """Make erased words gone from every file: the recall index merged without them
         (done by the erasing transaction), the freed pages zeroed (``secure_delete``) and
         the WAL, which still holds the pages as they were, checkpointed and truncated."""
-        if self.path is None:
+        path = self.database.path
+        if path is None:
             return
-        with self._lock:
-            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        with self.database.read() as db:
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if busy:
             raise StoreError(
-                f"{self.path}-wal: another connection kept the checkpoint that erases "
+                f"{path}-wal: another connection kept the checkpoint that erases "
                 "words from the WAL from completing; close it and erase again"
             )
 
     def enforce(self, retention: Retention, active: Sequence[str] = ()) -> dict[str, int]:
         """Apply ``retention``: erase idle participants (never one in ``active``) and trim
         compacted history by age and size. The model's view is never touched."""
-        now = self._clock()
+        now = self.database.clock()
         erased = records = 0
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             for pid in self._idle(db, retention, now, set(active)):
                 erased += db.execute("DELETE FROM participants WHERE id = ?", (pid,)).rowcount
             if retention.history_age_s is not None:

@@ -8,8 +8,11 @@ from ._database import StoreDatabase, new_token, token_hash
 from ._types import SessionRefused
 
 
-class SessionTokens(StoreDatabase):
+class SessionTokens:
     """A participant's session: its token (only a SHA-256 is kept) and small durable values."""
+
+    def __init__(self, database: StoreDatabase) -> None:
+        self.database = database
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -17,7 +20,7 @@ class SessionTokens(StoreDatabase):
         """Open a session: a new (or token-less) participant gets a fresh session token;
         an existing one must present its token in ``resume``. Returns ``(token,
         resumed)``; raises :class:`SessionRefused`. Only a SHA-256 of the token is stored."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             row = db.execute(
                 "SELECT token_hash FROM participants WHERE id = ?", (participant_id,)
             ).fetchone()
@@ -31,10 +34,10 @@ class SessionTokens(StoreDatabase):
                         + f". Token lost? `edge sessions token {participant_id}` on the "
                         "service's machine issues a new one (the conversation is kept)"
                     )
-                self._ensure(db, participant_id)
+                self.database.ensure(db, participant_id)
                 return resume, True
             token = new_token()
-            self._ensure(db, participant_id)
+            self.database.ensure(db, participant_id)
             db.execute(
                 "UPDATE participants SET token_hash = ? WHERE id = ?",
                 (token_hash(token), participant_id),
@@ -45,7 +48,7 @@ class SessionTokens(StoreDatabase):
         """A new session token for a stored participant, for one who lost theirs: the old
         token stops working, the conversation is kept. ``KeyError`` when none is stored."""
         token = new_token()
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             changed = db.execute(
                 "UPDATE participants SET token_hash = ? WHERE id = ?",
                 (token_hash(token), participant_id),
@@ -55,15 +58,15 @@ class SessionTokens(StoreDatabase):
         return token
 
     def touch(self, participant_id: str) -> None:
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             db.execute(
                 "UPDATE participants SET last_seen_us = ? WHERE id = ?",
-                (self._clock(), participant_id),
+                (self.database.clock(), participant_id),
             )
 
     def session_value(self, participant_id: str, key: str) -> str | None:
         """What :meth:`set_session_value` kept under ``key`` for the participant."""
-        with self._read() as db:
+        with self.database.read() as db:
             row = db.execute(
                 "SELECT value FROM session_state WHERE participant = ? AND key = ?",
                 (participant_id, key),
@@ -73,14 +76,14 @@ class SessionTokens(StoreDatabase):
     def set_session_value(self, participant_id: str, key: str, value: str | None) -> None:
         """Keep ``value`` under ``key`` with the participant's session (None erases it);
         durable when the call returns, erased with the participant."""
-        with self.transaction() as db:
+        with self.database.transaction() as db:
             if value is None:
                 db.execute(
                     "DELETE FROM session_state WHERE participant = ? AND key = ?",
                     (participant_id, key),
                 )
                 return
-            self._ensure(db, participant_id)
+            self.database.ensure(db, participant_id)
             db.execute(
                 "INSERT INTO session_state (participant, key, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (participant, key) DO UPDATE SET value = excluded.value",
