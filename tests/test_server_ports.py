@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -73,6 +74,7 @@ async def test_the_console_on_the_device_itself_is_a_localhost_url() -> None:
         # listening on every interface (never bound in tests: the settings' host names it)
         # the host name's URL is printed, and localhost's for the device itself
         for everywhere in WILDCARD_HOSTS:
-            service.settings = service.settings.model_copy(update={"host": everywhere})
+            wide = service.settings.model_copy(update={"host": everywhere})
+            service.addresses.parts = replace(service.parts, settings=wide)
             assert service.local_console_url == f"http://localhost:{port}/?token={service.token}"
             assert service.console_url.startswith(f"http://{socket.gethostname()}:{port}/")

@@ -56,6 +56,7 @@ from ._protocol import (
     parse_client_message,
 )
 from ._service import EdgeService
+from ._service_parts import ServiceParts
 from ._settings import ServiceSettings
 from ._tls import TLSError, local_fingerprint
 from ._websocket import AccessPolicy, WebSocketServer
@@ -96,6 +97,7 @@ __all__ = [
     "Reply",
     "ServerMessage",
     "ServerTrust",
+    "ServiceParts",
     "ServiceSettings",
     "Status",
     "TLSError",

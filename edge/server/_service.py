@@ -1,7 +1,8 @@
 """``EdgeService``: the whole product in one runtime, with a lifecycle you can see.
 
 The packages, the topics between them and the data flow of a spoken turn are drawn once,
-in ``docs/architecture.md``; the construction below follows it step by step.
+in ``docs/architecture.md``; the construction (``_service_parts.build_parts``) follows it
+step by step and returns the parts, frozen; the service holds them and runs them.
 
 Startup: the LLM and the voice models load, the voice pipeline and runtime start, the
 context manager and router open, then the servers listen and mDNS advertises them.
@@ -16,62 +17,21 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import tzinfo
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
+from typing import Unpack
 
-from edge.conversation import (
-    SYSTEM_PROMPT_KEY,
-    Conversation,
-    ConversationConfig,
-)
-from edge.decisions import DecisionService, LocalDecisionService
-from edge.interaction import (
-    VOICE_OUTPUT_TOPIC,
-)
-from edge.llm import LLMService, Loadable
-from edge.notes import NotesAgent, StoredDrafts
-from edge.runtime import AgentRuntime, now_us
-from edge.speculation import TurnSpeculator, speculative_answers
-from edge.store import private_dir
+from edge.llm import Loadable
+from edge.runtime import now_us
 
-from ._hub import OutputHub
-from ._mdns import (
-    MdnsAdvertiser,
-)
+from ._mdns import MdnsAdvertiser
 from ._ports import check_port_free
-from ._remote_speech import Backends
-from ._reply_length import sentence_bound
 from ._service_addresses import ServiceAddresses
-from ._service_parts import ServiceParts
+from ._service_parts import Injected, ServiceParts, build_parts
 from ._settings import ServiceSettings
-
-if TYPE_CHECKING:
-    from edge.device import DeviceConfig
-    from edge.voice import SpeechToText, TextToSpeech, VoiceConfig
 
 log = logging.getLogger(__name__)
 
 
-def _reply_bound(sentences: int | None) -> int | Literal["instructions"] | None:
-    """The conversation's ``max_sentences`` for the ``reply_sentences`` setting."""
-    if sentences is None:
-        return "instructions"
-    return sentences or None
-
-
-class Injected(TypedDict, total=False):
-    """Parts a caller may give :class:`EdgeService` instead of those it builds (tests pass a
-    ``ScriptedLLM``, ``ScriptedDecisions`` and fake speech models)."""
-
-    llm: LLMService | None
-    decisions: DecisionService | None
-    device: DeviceConfig | None
-    stt: SpeechToText | None
-    tts: TextToSpeech | None
-    voice_config: VoiceConfig | None
-    vad_factory: Callable[[], Any] | None
-
-
-class EdgeService(ServiceParts, ServiceAddresses):
+class EdgeService:
     """The service ``edge serve`` runs; ``async with EdgeService(settings) as service:``.
 
     Parts can be injected (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake
@@ -82,6 +42,10 @@ class EdgeService(ServiceParts, ServiceAddresses):
     time in microseconds) and ``timezone`` are what the runtime, the store, the context
     manager and the conversation record and show times with (the system clock and the
     local zone by default).
+
+    The service is its parts (:class:`ServiceParts`, built once, in :attr:`parts`; each is
+    also an attribute, ``service.router is service.parts.router``), its addresses
+    (:attr:`addresses`) and the lifecycle below.
     """
 
     def __init__(
@@ -92,65 +56,50 @@ class EdgeService(ServiceParts, ServiceAddresses):
         timezone: tzinfo | None = None,
         **injected: Unpack[Injected],
     ) -> None:
-        self.settings = settings or ServiceSettings()
-        if self.settings.durable_sessions or not (self.settings.insecure or self.settings.token):
-            private_dir(self.settings.data_dir)  # 0700, every file 0600: checked at start
-        self._clock = clock
-        self._timezone = timezone
-        llm, stt, tts = injected.get("llm"), injected.get("stt"), injected.get("tts")
-        self.device = self._load_device(injected.get("device"), llm, stt, tts)
-        self.backends = Backends(self.settings, self.instance_name)  # remote models' health
-        self.llm: LLMService = llm if llm is not None else self._make_llm()
-        self.models = self._model_names()
-        self.runtime = AgentRuntime(clock)
-        self.hub = OutputHub()
-        self.context = self._make_context()
-        # a satellite's answers are a sentence or two, ended as the model writes them;
-        # answers may start before the endpoint (a bounded one is prepared whole)
-        bounded = sentence_bound(self.llm, {"wyoming:": self.settings.wyoming_reply_sentences})
-        self.answers = speculative_answers(bounded, whole_ahead=bounded.bounded)
-        self._make_agents(injected.get("decisions"))
-        self._vad_factory = injected.get("vad_factory")
-        self.voice = self._make_voice(stt, tts, injected.get("voice_config"), self._vad_factory)
-        self.backends.watch(self.voice, self.llm)
-        self.warmer = self.context.prefix_warmer(lambda: self.conversation.system_message)
-        self.speculator = TurnSpeculator(
-            self.router,
-            self.conversation,
-            self.answers,
-            speech=[self.voice] if self.voice is not None else [],
-        )
-        self._register_agents()
-        self.gateway = self._make_gateway()
-        self._token = self._access_token()
-        self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
-        self.websocket = self._make_websocket()
-        self.wyoming = self._make_wyoming()
-        self.mdns: MdnsAdvertiser | None = None
+        given = settings or ServiceSettings()
+        p: ServiceParts = build_parts(given, clock=clock, timezone=timezone, injected=injected)
+        self.parts = p
+        self.addresses = ServiceAddresses(p, lambda: self._stack is not None)
+        self.settings, self.device, self.backends = p.settings, p.device, p.backends
+        self.llm, self.models, self.runtime = p.llm, p.models, p.runtime
+        self.hub, self.store = p.hub, p.store
+        self.sessions, self.context, self.answers = p.sessions, p.context, p.answers
+        self.conversation, self.notes, self.decisions = p.conversation, p.notes, p.decisions
+        self.router, self.voice, self.warmer = p.router, p.voice, p.warmer
+        self.speculator, self.gateway, self.tls = p.speculator, p.gateway, p.tls
+        self.websocket, self.wyoming = p.websocket, p.wyoming
+        self.instance_name, self.wyoming_host = p.instance_name, p.wyoming_host
+        self.profile_name, self.tls_fingerprint = p.profile_name, p.tls_fingerprint
+        self.placement, self.describe = self.addresses.placement, self.addresses.describe
         self._stack: contextlib.AsyncExitStack | None = None
 
-    def _make_agents(self, decisions: DecisionService | None) -> None:
-        """The routed destinations (the conversation, the notes agent) and their router."""
-        self.conversation = Conversation(
-            self.answers,
-            context=self.context,
-            config=ConversationConfig(
-                instructions=self.settings.instructions,
-                seed_key=SYSTEM_PROMPT_KEY,
-                max_sentences=_reply_bound(self.settings.reply_sentences),
-            ),
-            runtime=self.runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
-            clock=self._clock,
-        )
-        self.notes = None
-        if self.settings.notes:
-            drafts = StoredDrafts(self.store)
-            self.notes = NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC, drafts=drafts)
-        self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
-        if isinstance(self.decisions, LocalDecisionService):
-            self.sessions.on_forget.append(self.decisions.forget)
-        self.router = self._make_router()
+    @property
+    def token(self) -> str | None:
+        """The device access token clients must present now (None: none needed)."""
+        return self.parts.token
+
+    @property
+    def mdns(self) -> MdnsAdvertiser | None:
+        """The mDNS advertiser while the service advertises (None otherwise)."""
+        return self.addresses.mdns
+
+    @property
+    def websocket_url(self) -> str:
+        return self.addresses.websocket_url
+
+    @property
+    def console_url(self) -> str:
+        """The browser console's URL, with the device token in it when one is needed."""
+        return self.addresses.console_url
+
+    @property
+    def local_console_url(self) -> str | None:
+        """The console's URL on the device itself (``localhost``), or None."""
+        return self.addresses.local_console_url
+
+    @property
+    def wyoming_uri(self) -> str | None:
+        return self.addresses.wyoming_uri
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -214,8 +163,8 @@ class EdgeService(ServiceParts, ServiceAddresses):
             if self.wyoming is not None:
                 await stack.enter_async_context(self.wyoming)
             if self.settings.mdns:
-                self.mdns = self._advertiser()
-                await stack.enter_async_context(self.mdns)
+                self.addresses.mdns = self.addresses.advertiser()
+                await stack.enter_async_context(self.addresses.mdns)
         except BaseException:
             self._stack = None
             await stack.aclose()

@@ -3,15 +3,13 @@ its URLs, the mDNS records it advertises and the description ``edge serve`` prin
 
 from __future__ import annotations
 
-import contextlib
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from edge import __version__
-from edge.llm import LLMService
 
-from ._gateway import Gateway
 from ._mdns import (
     WEBSOCKET_SERVICE,
     WYOMING_SERVICE,
@@ -19,49 +17,32 @@ from ._mdns import (
     advertised_addresses,
 )
 from ._protocol import PROTOCOL_VERSION
-from ._remote_speech import Backends
-from ._settings import ServiceSettings
-from ._tls import CertificateKeeper
-from ._websocket import WebSocketServer
-from ._wyoming import WyomingServer
+from ._service_parts import ServiceParts
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every interface: shown as the host name
 
 
 class ServiceAddresses:
-    """The addresses and description of :class:`~edge.server.EdgeService` (a part of it)."""
+    """The addresses and description of the service built as ``parts``; ``running`` tells
+    whether it listens now (its URLs are shown only then)."""
 
-    settings: ServiceSettings
-    device: Any
-    llm: LLMService
-    models: dict[str, str]
-    voice: Any
-    gateway: Gateway
-    tls: CertificateKeeper | None
-    websocket: WebSocketServer
-    wyoming: WyomingServer | None
-    mdns: MdnsAdvertiser | None
-    _stack: contextlib.AsyncExitStack | None
-    backends: Backends
-
-    instance_name: str
-    profile_name: str | None
-    token: str | None
-    tls_fingerprint: str | None
-    wyoming_host: str
+    def __init__(self, parts: ServiceParts, running: Callable[[], bool]) -> None:
+        self.parts = parts
+        self._running = running
+        self.mdns: MdnsAdvertiser | None = None
 
     # -- addresses --------------------------------------------------------------------
 
     def _display_host(self, host: str | None = None) -> str:
-        host = host or self.settings.host
+        host = host or self.parts.settings.host
         if host in WILDCARD_HOSTS:
             return socket.gethostname()
         return host
 
     @property
     def websocket_url(self) -> str:
-        scheme = "wss" if self.tls is not None else "ws"
-        return f"{scheme}://{self._display_host()}:{self.websocket.bound_port}"
+        scheme = "wss" if self.parts.tls is not None else "ws"
+        return f"{scheme}://{self._display_host()}:{self.parts.websocket.bound_port}"
 
     @property
     def console_url(self) -> str:
@@ -74,44 +55,48 @@ class ServiceAddresses:
         """The console opened on the device itself, when the service listens on every
         interface: ``http://localhost`` is a secure origin, so the page may use the
         microphone there (the host name's address is not). None otherwise."""
-        return self._console_at("localhost") if self.settings.host in WILDCARD_HOSTS else None
+        return self._console_at("localhost") if self.parts.settings.host in WILDCARD_HOSTS else None
 
     def _console_at(self, host: str) -> str:
-        scheme = "https" if self.tls is not None else "http"
-        base = f"{scheme}://{host}:{self.websocket.bound_port}/"
-        return base + (f"?token={quote(self.token, safe='')}" if self.token else "")
+        scheme = "https" if self.parts.tls is not None else "http"
+        base = f"{scheme}://{host}:{self.parts.websocket.bound_port}/"
+        return base + (f"?token={quote(self.parts.token, safe='')}" if self.parts.token else "")
 
     @property
     def wyoming_uri(self) -> str | None:
-        if self.wyoming is None:
+        if self.parts.wyoming is None:
             return None
-        return f"tcp://{self._display_host(self.wyoming_host)}:{self.wyoming.bound_port}"
+        return (
+            f"tcp://{self._display_host(self.parts.wyoming_host)}:{self.parts.wyoming.bound_port}"
+        )
 
-    def _advertiser(self) -> MdnsAdvertiser:
-        s = self.settings
-        mdns = MdnsAdvertiser(self.instance_name, interfaces=s.mdns_interfaces)
+    def advertiser(self) -> MdnsAdvertiser:
+        s = self.parts.settings
+        mdns = MdnsAdvertiser(self.parts.instance_name, interfaces=s.mdns_interfaces)
         addresses = advertised_addresses(s.host, s.mdns_interfaces)
         txt = {
             "version": __version__,
-            "profile": self.profile_name or "",
-            "model": self.models.get("llm", ""),
+            "profile": self.parts.profile_name or "",
+            "model": self.parts.models.get("llm", ""),
             "protocol": str(PROTOCOL_VERSION),
             "path": "/",
-            "auth": "token" if self.token is not None else "none",
-            "tls": self.tls_fingerprint or "none",  # SHA-256 of the certificate's key
+            "auth": "token" if self.parts.token is not None else "none",
+            "tls": self.parts.tls_fingerprint or "none",  # SHA-256 of the certificate's key
         }
-        mdns.add(WEBSOCKET_SERVICE, self.websocket.bound_port, addresses, txt)
-        if self.wyoming is not None and self.wyoming_host == s.host:  # reachable as advertised
+        mdns.add(WEBSOCKET_SERVICE, self.parts.websocket.bound_port, addresses, txt)
+        if (
+            self.parts.wyoming is not None and self.parts.wyoming_host == s.host
+        ):  # reachable as advertised
             wyoming_txt = {**txt, "auth": "address" if s.wyoming_allow else "none", "tls": "none"}
-            mdns.add(WYOMING_SERVICE, self.wyoming.bound_port, addresses, wyoming_txt)
+            mdns.add(WYOMING_SERVICE, self.parts.wyoming.bound_port, addresses, wyoming_txt)
         return mdns
 
     def _access_note(self) -> dict[str, str]:
-        s = self.settings
+        s = self.parts.settings
         token_note = (
             "none needed (--insecure)"
-            if self.token is None
-            else f"{self.token}  (edge token shows it; --rotate for a new one)"
+            if self.parts.token is None
+            else f"{self.parts.token}  (edge token shows it; --rotate for a new one)"
         )
         if s.wyoming_port is None:
             wyoming = "off"
@@ -121,10 +106,10 @@ class ServiceAddresses:
             )
         else:
             wyoming = "loopback only (--wyoming-allow ADDRESS lets Home Assistant in)"
-        if self.tls is None:
+        if self.parts.tls is None:
             tls = "off (--no-tls): plain http:// and ws://"
         else:
-            c = self.tls.certificate
+            c = self.parts.tls.certificate
             origin = "self-signed" if c.self_made else str(c.cert_path)
             tls = f"{origin}, until {c.not_after:%Y-%m-%d} (key SHA-256 below)"
         return {"token": token_note, "tls": tls, "wyoming access": wyoming}
@@ -132,21 +117,23 @@ class ServiceAddresses:
     def placement(self) -> Any:
         """Where the local models run (:func:`edge.device.placement`), None without a
         device profile or with a remote LLM."""
-        if self.device is None or self.settings.llm_url:
+        if self.parts.device is None or self.parts.settings.llm_url:
             return None
         from edge.device import placement
 
-        return placement(self.device, loaded_layers=getattr(self.llm, "gpu_layers", None))
+        return placement(
+            self.parts.device, loaded_layers=getattr(self.parts.llm, "gpu_layers", None)
+        )
 
     def describe(self) -> dict[str, Any]:
         """What runs, for ``edge serve`` to print."""
-        d = self.device
+        d = self.parts.device
         where = self.placement()
         return {
-            "profile": self.profile_name,
+            "profile": self.parts.profile_name,
             "chosen_by": d.choice.reason if d is not None else None,
-            "models": self.models,
-            "llm": type(self.llm).__name__,
+            "models": self.parts.models,
+            "llm": type(self.parts.llm).__name__,
             "budgets": {
                 **(d.context_budgets() if d is not None else {}),
                 **(
@@ -163,11 +150,11 @@ class ServiceAddresses:
                     else {}
                 ),
             },
-            "context_topics": list(self.gateway.context_topics),
-            "voice": self.voice is not None,
-            "backends": {**(where.rows() if where else {}), **self.backends.banner()},
-            "websocket": self.websocket_url if self._stack is not None else None,
-            "wyoming": self.wyoming_uri if self._stack is not None else None,
+            "context_topics": list(self.parts.gateway.context_topics),
+            "voice": self.parts.voice is not None,
+            "backends": {**(where.rows() if where else {}), **self.parts.backends.banner()},
+            "websocket": self.websocket_url if self._running() else None,
+            "wyoming": self.wyoming_uri if self._running() else None,
             "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],
             "access": self._access_note(),
             "notes": [*(d.notes if d is not None else []), *(where.warnings if where else [])],

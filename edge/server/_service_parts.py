@@ -1,26 +1,28 @@
 """How :class:`~edge.server.EdgeService` builds its parts, in the order of
 ``docs/architecture.md``: the device configuration, the LLM, the context manager over the
-sessions store, the router, the voice pipeline, the gateway and the network faces. The
-service's ``__init__`` calls them one after another; each reads what the earlier ones made.
+sessions store, the router, the voice pipeline, the gateway and the network faces.
+:func:`build_parts` runs the steps one after another (each reads what the earlier ones
+made) and returns them as one frozen :class:`ServiceParts`.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from datetime import tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from edge import __version__
 from edge.conversation import (
+    SYSTEM_PROMPT_KEY,
     ContextConfig,
     ContextManager,
     Conversation,
+    ConversationConfig,
     PrefixWarmer,
 )
-from edge.decisions import DecisionService
+from edge.decisions import DecisionService, LocalDecisionService
 from edge.interaction import (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
@@ -29,11 +31,17 @@ from edge.interaction import (
     VOICE_OUTPUT_TOPIC,
 )
 from edge.llm import LLMService
-from edge.notes import NOTES_TOPIC, NotesAgent
+from edge.notes import NOTES_TOPIC, NotesAgent, StoredDrafts
 from edge.routing import AgentRouter, ParticipantHooks, RoutableAgent, RouterConfig, RouterTopics
 from edge.runtime import AgentRuntime
-from edge.speculation import Guess, SpeculativeAnswers, TurnSpeculator, prefetching
-from edge.store import STORE_FILE, Retention, SessionStore
+from edge.speculation import (
+    Guess,
+    SpeculativeAnswers,
+    TurnSpeculator,
+    prefetching,
+    speculative_answers,
+)
+from edge.store import STORE_FILE, Retention, SessionStore, private_dir
 from edge.voice import TRANSCRIPT_TOPIC
 
 from ._access import TokenFile, is_loopback
@@ -43,13 +51,19 @@ from ._mdns import (
     advertised_addresses,
     mdns_host_name,
 )
-from ._remote_speech import Backends, profile_remotes
+from ._remote_speech import Backends
+from ._reply_length import sentence_bound
+from ._service_models import instance_name, load_device, make_llm, make_voice, model_names
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._tls import CertificateKeeper, local_names
 from ._websocket import AccessPolicy, WebSocketServer
 from ._wyoming import WyomingBackend, WyomingLimits, WyomingServer
 from ._wyoming_asr import AsrSpeculation
+
+if TYPE_CHECKING:
+    from edge.device import DeviceConfig
+    from edge.voice import SpeechToText, TextToSpeech, VoiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +72,34 @@ def _days(days: float | None) -> float | None:
     return None if days is None else days * 86_400.0
 
 
+def _reply_bound(sentences: int | None) -> int | Literal["instructions"] | None:
+    """The conversation's ``max_sentences`` for the ``reply_sentences`` setting."""
+    if sentences is None:
+        return "instructions"
+    return sentences or None
+
+
+class Injected(TypedDict, total=False):
+    """Parts a caller may give :class:`~edge.server.EdgeService` instead of those it builds
+    (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake speech models)."""
+
+    llm: LLMService | None
+    decisions: DecisionService | None
+    device: DeviceConfig | None
+    stt: SpeechToText | None
+    tts: TextToSpeech | None
+    voice_config: VoiceConfig | None
+    vad_factory: Callable[[], Any] | None
+
+
+@dataclass(frozen=True)
 class ServiceParts:
-    """The construction steps of :class:`~edge.server.EdgeService` (a part of it)."""
+    """Everything :class:`~edge.server.EdgeService` runs, built once by :func:`build_parts`
+    (``settings`` are those given, with the device profile's remote models)."""
 
     settings: ServiceSettings
     device: Any
+    backends: Backends  # remote models' health
     llm: LLMService
     models: dict[str, str]
     runtime: AgentRuntime
@@ -79,18 +116,125 @@ class ServiceParts:
     warmer: PrefixWarmer
     speculator: TurnSpeculator
     gateway: Gateway
+    access_token: str | TokenFile | None
     tls: CertificateKeeper | None
-    _token: str | TokenFile | None
-    _clock: Callable[[], int]
-    _timezone: tzinfo | None
-    _vad_factory: Any
-    backends: Backends
+    websocket: WebSocketServer
+    wyoming: WyomingServer | None
 
-    # -- construction helpers -----------------------------------------------------------
+    @property
+    def token(self) -> str | None:
+        """The device access token clients must present now (None: none needed)."""
+        token = self.access_token
+        return token.current() if isinstance(token, TokenFile) else token
+
+    @property
+    def instance_name(self) -> str:
+        """The mDNS instance name."""
+        return instance_name(self.settings)
 
     @property
     def profile_name(self) -> str | None:
         return self.device.profile.name if self.device is not None else None
+
+    @property
+    def tls_fingerprint(self) -> str | None:
+        """SHA-256 of the served certificate's public key (None without TLS)."""
+        return self.tls.certificate.fingerprint if self.tls is not None else None
+
+    @property
+    def wyoming_host(self) -> str:
+        """Home Assistant cannot send a token, so Wyoming listens on loopback unless an
+        allow-list of client addresses (``wyoming_allow``) is configured."""
+        return wyoming_host(self.settings)
+
+
+def wyoming_host(settings: ServiceSettings) -> str:
+    host = settings.host
+    if settings.wyoming_allow or is_loopback(host):
+        return host
+    return "127.0.0.1"
+
+
+def build_parts(
+    settings: ServiceSettings,
+    *,
+    clock: Callable[[], int],
+    timezone: tzinfo | None,
+    injected: Injected,
+) -> ServiceParts:
+    """Build every part, in the order of the module docstring."""
+    built = _Build(settings, clock, timezone, injected)
+    return ServiceParts(**{f.name: getattr(built, f.name) for f in fields(ServiceParts)})
+
+
+class _Build:
+    """One construction of the service's parts: each step reads what the earlier ones
+    made; :func:`build_parts` keeps the result, not this."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        clock: Callable[[], int],
+        timezone: tzinfo | None,
+        injected: Injected,
+    ) -> None:
+        if settings.durable_sessions or not (settings.insecure or settings.token):
+            private_dir(settings.data_dir)  # 0700, every file 0600: checked at start
+        self._clock = clock
+        self._timezone = timezone
+        llm, stt, tts = injected.get("llm"), injected.get("stt"), injected.get("tts")
+        self.settings, self.device = load_device(settings, injected.get("device"), llm, stt, tts)
+        self.backends = Backends(self.settings, instance_name(self.settings))
+        self.llm: LLMService = llm if llm is not None else make_llm(self.settings, self.device)
+        self.models = model_names(self.settings, self.device)
+        self.runtime = AgentRuntime(clock)
+        self.hub = OutputHub()
+        self.context = self._make_context()
+        # a satellite's answers are a sentence or two, ended as the model writes them;
+        # answers may start before the endpoint (a bounded one is prepared whole)
+        bounded = sentence_bound(self.llm, {"wyoming:": self.settings.wyoming_reply_sentences})
+        self.answers = speculative_answers(bounded, whole_ahead=bounded.bounded)
+        self._make_agents(injected.get("decisions"))
+        self._vad_factory = injected.get("vad_factory")
+        speech = (stt, tts, injected.get("voice_config"), self._vad_factory)
+        self.voice = make_voice(self.settings, self.device, self.backends, self.hub, speech)
+        self.backends.watch(self.voice, self.llm)
+        self.warmer = self.context.prefix_warmer(lambda: self.conversation.system_message)
+        self.speculator = TurnSpeculator(
+            self.router,
+            self.conversation,
+            self.answers,
+            speech=[self.voice] if self.voice is not None else [],
+        )
+        self._register_agents()
+        self.gateway = self._make_gateway()
+        self.access_token = self._access_token()
+        self.tls = self._make_tls()  # before any model loads: a bad certificate fails fast
+        self.websocket = self._make_websocket()
+        self.wyoming = self._make_wyoming()
+
+    def _make_agents(self, decisions: DecisionService | None) -> None:
+        """The routed destinations (the conversation, the notes agent) and their router."""
+        self.conversation = Conversation(
+            self.answers,
+            context=self.context,
+            config=ConversationConfig(
+                instructions=self.settings.instructions,
+                seed_key=SYSTEM_PROMPT_KEY,
+                max_sentences=_reply_bound(self.settings.reply_sentences),
+            ),
+            runtime=self.runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            clock=self._clock,
+        )
+        self.notes = None
+        if self.settings.notes:
+            drafts = StoredDrafts(self.store)
+            self.notes = NotesAgent(self.runtime, output_topic=VOICE_OUTPUT_TOPIC, drafts=drafts)
+        self.decisions = decisions if decisions is not None else LocalDecisionService(self.llm)
+        if isinstance(self.decisions, LocalDecisionService):
+            self.sessions.on_forget.append(self.decisions.forget)
+        self.router = self._make_router()
 
     def _access_token(self) -> str | TokenFile | None:
         """The device access token WebSocket clients must present (None: ``insecure``);
@@ -102,58 +246,15 @@ class ServiceParts:
             return s.token.get_secret_value()
         return TokenFile(s.data_dir)
 
-    @property
-    def token(self) -> str | None:
-        """The device access token clients must present now (None: none needed)."""
-        return self._token.current() if isinstance(self._token, TokenFile) else self._token
-
-    @property
-    def instance_name(self) -> str:
-        """The mDNS instance name."""
-        return self.settings.service_name or f"edge on {socket.gethostname()}"
-
     def _make_tls(self) -> CertificateKeeper | None:
         """The certificate served on the WebSocket port (None: ``--no-tls``)."""
         s = self.settings
         if not s.tls:
             return None
         names = local_names(
-            mdns_host_name(self.instance_name), advertised_addresses(s.host, s.mdns_interfaces)
+            mdns_host_name(instance_name(s)), advertised_addresses(s.host, s.mdns_interfaces)
         )
         return CertificateKeeper(s.data_dir, names, cert_file=s.tls_cert, key_file=s.tls_key)
-
-    @property
-    def tls_fingerprint(self) -> str | None:
-        """SHA-256 of the served certificate's public key (None without TLS)."""
-        return self.tls.certificate.fingerprint if self.tls is not None else None
-
-    @property
-    def wyoming_host(self) -> str:
-        """Home Assistant cannot send a token, so Wyoming listens on loopback unless an
-        allow-list of client addresses (``wyoming_allow``) is configured."""
-        host = self.settings.host
-        if self.settings.wyoming_allow or is_loopback(host):
-            return host
-        return "127.0.0.1"
-
-    def _load_device(self, device: Any, llm: Any, stt: Any, tts: Any) -> Any:
-        """The device configuration (see the class docstring for when it is loaded); its
-        models must be installed for the parts not injected."""
-        s = self.settings
-        if device is None and (llm is None or s.profile):
-            from edge.device import load_device_config
-
-            device = load_device_config(s.profile)
-        if device is not None:
-            self.settings = s = profile_remotes(s, device.profile.remote)
-            local = s.fallback == "local"
-            _check_models(
-                device,
-                llm=llm is None and not s.llm_url,
-                stt=stt is None and s.voice and (not s.stt_url or local),
-                tts=tts is None and s.voice and (not s.tts_url or local),
-            )
-        return device
 
     @property
     def _context_topics(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -232,7 +333,7 @@ class ServiceParts:
             context_topics=(*summary, *incremental),
             voice=self.voice is not None,
             server=f"xr-edge {__version__}",
-            profile=self.profile_name,
+            profile=self.device.profile.name if self.device is not None else None,
             models=self.models,
             speculation=self.answers.stats,
             sessions=self.sessions,
@@ -249,7 +350,7 @@ class ServiceParts:
             max_sessions=s.max_sessions,
             outbox_size=s.outbox_size,
             access=AccessPolicy(
-                token=self._token,
+                token=self.access_token,
                 allowed_origins=s.allowed_origins,
                 hello_timeout_s=s.hello_timeout_s,
                 max_per_address=s.max_sessions_per_address,
@@ -278,7 +379,9 @@ class ServiceParts:
             provisional=self._wyoming_provisional if self.settings.speculative_answers else None,
         )
         self.speculator.speech.append(backend.prepared)  # a likely answer's first sentence
-        return WyomingServer(backend, self.wyoming_host, s.wyoming_port, allow=s.wyoming_allow)
+        return WyomingServer(
+            backend, wyoming_host(self.settings), s.wyoming_port, allow=s.wyoming_allow
+        )
 
     def _wyoming_provisional(self, participant_id: str, text: str) -> None:
         """An ``asr`` recording's words for an active Home Assistant conversation: its
@@ -299,82 +402,3 @@ class ServiceParts:
             threshold=config.vad.threshold,
             after_s=config.speculative_after_ms / 1000,
         )
-
-    def _make_llm(self) -> LLMService:
-        s = self.settings
-        if s.llm_url:
-            from edge.llm import OpenAICompatLLM
-
-            kwargs: dict[str, Any] = {"model": s.llm_model}
-            if self.device is not None:
-                kwargs["default_max_tokens"] = self.device.budgets.reserved_output_tokens
-            return OpenAICompatLLM(s.llm_url, **kwargs)
-        from edge.llm import LlamaCppLLM
-
-        if self.device is None:
-            return LlamaCppLLM()
-        return LlamaCppLLM(self.device.llm_model_path, self.device.llm_config())
-
-    def _model_names(self) -> dict[str, str]:
-        names: dict[str, str] = {}
-        if self.device is not None:
-            names = {role: entry.id for role, entry in self.device.models.items()}
-        if self.settings.llm_url:
-            names["llm"] = f"{self.settings.llm_model or 'remote'} @ {self.settings.llm_url}"
-        for role in ("stt", "tts"):
-            if url := getattr(self.settings, f"{role}_url"):
-                names[role] = f"Wyoming {url}"
-        return names
-
-    def _make_voice(self, stt: Any, tts: Any, voice_config: Any, vad_factory: Any) -> Any:
-        """The voice pipeline (None with ``voice`` off): the injected speech models or the
-        profile's, sized to the device."""
-        if not self.settings.voice:
-            return None
-        from edge.voice import PiperTTS, VoiceConfig, VoicePipeline, WhisperSTT
-
-        device = self.device
-        paths = device.model_paths if device is not None else {}
-        audio = device.profile.audio if device is not None else None
-        remote_stt, remote_tts = self.backends.speech_models(  # --stt-url / --tts-url
-            lambda: _local_stt(device, WhisperSTT, paths, audio), lambda: PiperTTS(paths.get("tts"))
-        )
-        stt = stt if stt is not None else remote_stt
-        tts = tts if tts is not None else remote_tts
-        if stt is None:
-            stt = _local_stt(device, WhisperSTT, paths, audio)
-        if tts is None:
-            tts = PiperTTS(paths.get("tts"))
-        if voice_config is None and audio is not None:
-            voice_config = VoiceConfig.for_device(audio)
-        return VoicePipeline(
-            stt=stt,
-            tts=tts,
-            config=voice_config,
-            vad_factory=vad_factory,
-            wants_audio=self.hub.wants_audio,
-        )
-
-
-def _local_stt(device: Any, whisper: Any, paths: dict[str, Any], audio: Any) -> Any:
-    """Whisper in this process, sized to the device (its cores, compute type, beam)."""
-    from edge.voice import SttSettings
-
-    settings: dict[str, Any] = {}
-    if audio is not None:
-        from edge.device import whisper_cuda
-
-        cpu_only = device.hardware is not None and not device.hardware.cuda
-        stt_settings = SttSettings.for_device(
-            audio, threads=device.threads, cpu_only=cpu_only, cuda=not cpu_only and whisper_cuda()
-        )
-        settings = stt_settings.model_dump()
-    return whisper(paths.get("stt"), **settings)
-
-
-def _check_models(device: Any, **needed: bool) -> None:
-    """The profile's models must be installed: raise ``ModelMissingError`` (it names the
-    package or path) rather than run another model on this profile's budgets."""
-    for role, need in needed.items():
-        if need and device.model_paths.get(role) is None:
-            device.models[role].locate()
