@@ -72,6 +72,10 @@ def test_the_strict_check_counts_a_class_with_its_mixins() -> None:
             "from ._records import StoreRecords\nfrom ._tokens import SessionTokens\n\n"
             "class SessionStore(SessionTokens, StoreRecords):\n    pass\n"
         ),
+        # a base of the same name from outside `edge` is not counted
+        "edge/other/_z.py": (
+            f"from elsewhere import StoreRecords\n\nclass Own(StoreRecords):\n{_methods('m', 25)}"
+        ),
     }
     plain = [
         line for path, text in files.items() for line in size_breaches(Path(path), ast.parse(text))
@@ -80,6 +84,7 @@ def test_the_strict_check_counts_a_class_with_its_mixins() -> None:
     found = _strict(files)
     assert any("class SessionStore: 332 lines" in line for line in found), found
     assert not any("StoreDatabase" in line or "SessionTokens" in line for line in found), found
+    assert not any("class Own" in line for line in found), found
 
 
 def test_the_strict_check_counts_unpacked_keywords_as_parameters() -> None:

@@ -30,27 +30,35 @@ NO_PRIVATE_IMPORTS = ("edge", "benchmarks", "tools")
 
 class Classes:
     """Every class defined in `edge/`, to find a class's `edge`-defined bases and the keys
-    of a ``TypedDict`` a constructor unpacks. A name is looked up in the class's own module
-    first, then among the classes of that name in `edge/` when there is only one."""
+    of a ``TypedDict`` a constructor unpacks. A plain name is looked up in the class's own
+    module first, then, unless that module imports it from outside `edge`, among the
+    classes of that name in `edge/` when there is only one."""
 
     def __init__(self, trees: dict[Path, ast.AST]) -> None:
         self.by_module: dict[Path, dict[str, ast.ClassDef]] = {}
         self.by_name: dict[str, list[ast.ClassDef]] = {}
+        self.foreign: dict[Path, set[str]] = {}  # names a module imports from outside edge
         for path, tree in trees.items():
             for node in ast.walk(tree):
                 if isinstance(node, ast.ClassDef):
                     self.by_module.setdefault(path, {})[node.name] = node
                     self.by_name.setdefault(node.name, []).append(node)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    if (node.module or "").split(".")[0] != "edge":
+                        names = {a.asname or a.name for a in node.names}
+                        self.foreign.setdefault(path, set()).update(names)
         self.module_of = {
             id(node): path for path, nodes in self.by_module.items() for node in nodes.values()
         }
 
     def find(self, path: Path, expr: ast.expr) -> ast.ClassDef | None:
-        name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
-        if name is None:
-            return None
+        if not isinstance(expr, ast.Name):
+            return None  # ``module.Class``, ``Generic[T]``: not followed
+        name = expr.id
         if (own := self.by_module.get(path, {}).get(name)) is not None:
             return own
+        if name in self.foreign.get(path, set()):
+            return None
         found = self.by_name.get(name, [])
         return found[0] if len(found) == 1 else None
 
