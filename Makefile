@@ -19,7 +19,7 @@ LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO
 WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(LLAMA_CMAKE_ARGS),-noamx)
 LLAMA_WHEEL      := $(WHEELHOUSE)/.built
 
-.PHONY: setup browser run ask test lint bench soak clean
+.PHONY: setup browser run ask test lint bench soak chaos clean
 
 setup: $(STAMP)
 
@@ -93,6 +93,11 @@ soak: setup
 	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_server_load.py
 	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
+
+# A room full of people (tests/test_chaos.py) for 5 minutes on each of three seeds;
+# `make test` runs 10 s of one.
+chaos: setup
+	EDGE_CHAOS_S=300 EDGE_CHAOS_SEEDS=7,11,13 $(BIN)/python -m pytest -q -s tests/test_chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
