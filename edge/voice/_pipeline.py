@@ -38,7 +38,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.runtime import Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic
+from edge.runtime import TRACES, Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
@@ -196,6 +196,8 @@ class VoicePipeline(Agent):
         )
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
+            if chunk.pcm:
+                TRACES.mark(participant_id, "first_audio_out", once=True)
             await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
 
         reported: deque[str | None] = deque(maxlen=32)  # one error per request
@@ -239,10 +241,8 @@ class VoicePipeline(Agent):
         if self._sessions.get(participant_id) is session:
             del self._sessions[participant_id]
         if self._tasks.running:
-            message = (
-                f"this participant's voice failed ({type(cause).__name__}: {cause}); speak again"
-            )
-            failure = SpeechFailed(backend="voice", message=message)
+            text = f"this participant's voice failed ({type(cause).__name__}: {cause})"
+            failure = SpeechFailed(backend="voice", message=text)
             self._tasks.start_soon(
                 self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
             )
@@ -294,6 +294,8 @@ class VoicePipeline(Agent):
                 if self._wants_audio(pid):
                     self._sessions[pid].speaker.on_output(frame, ctx.metadata.correlation_id)
             return
+        if frame.text.strip():
+            TRACES.mark(participant, "first_token", once=True, source=frame.source)
         if not self._wants_audio(participant):
             return
         session = await self._session(participant, ctx)
@@ -359,6 +361,7 @@ class VoicePipeline(Agent):
         )
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
+        TRACES.mark(participant_id, "query")
         await self._publish(
             self.topics.query,
             UserQuery(text=text, timestamp_us=timestamp_us),

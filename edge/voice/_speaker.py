@@ -30,6 +30,7 @@ import anyio
 import numpy as np
 
 from edge.interaction import ResponseOutput
+from edge.runtime import TRACES
 
 from ._audio import float_to_pcm16
 from ._config import VoiceConfig
@@ -135,6 +136,8 @@ class Speaker:
             sentences += stream.splitter.flush()
             stream.open = False
         texts = [t for t in (speakable(s) for s in sentences) if t]
+        if texts:
+            TRACES.mark(self.participant_id, "first_sentence", once=True)
         if final and not texts:
             texts = [""]  # an end marker: the stream's final (empty) chunk
         for i, text in enumerate(texts):

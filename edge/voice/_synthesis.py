@@ -10,7 +10,7 @@ from collections.abc import Callable
 import anyio
 import numpy as np
 
-from edge.runtime import NORMAL, URGENT, urgency
+from edge.runtime import NORMAL, TRACES, URGENT, owned_by, urgency
 
 from ._audio import resample
 from ._remote import REMOTE_ERRORS
@@ -53,6 +53,7 @@ class Synthesis:
     ) -> np.ndarray:
         """``text``'s audio (empty when there is nothing to speak or it failed); ``head``:
         a listener waits for it in silence, so it goes before others' later sentences."""
+        TRACES.mark(self.participant_id, "synthesis_asked", once=True, head=head)
         try:
             return await anyio.to_thread.run_sync(
                 self._speak, text, request_id, head, limiter=self._limiter
@@ -68,11 +69,16 @@ class Synthesis:
         return np.zeros(0, dtype=np.float32)
 
     def _speak(self, text: str, request_id: str | None, head: bool) -> np.ndarray:
-        with urgency(URGENT if head else NORMAL):  # first-sentence-first across participants
+        with (
+            urgency(URGENT if head else NORMAL),  # first-sentence-first across participants
+            owned_by(f"voice:{self.participant_id}"),
+        ):
+            TRACES.mark(self.participant_id, "synthesis_started", once=True, head=head)
             if request_id is not None and isinstance(self.tts, StreamingTextToSpeech):
                 result = self.tts.synthesize_in(request_id, text)  # over the reply's stream
             else:
                 result = self.tts.synthesize(text)
+        TRACES.mark(self.participant_id, "synthesis_done", once=True)
         rate = self.out_rate or result.sample_rate
         self.out_rate = rate
         return resample(result.audio, result.sample_rate, rate)
