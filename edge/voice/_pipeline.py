@@ -63,6 +63,7 @@ from ._remote import RemoteSpeechError
 from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import LoadsModel, SpeechToText, WhisperSTT
+from ._synthesis import FirstAudio
 from ._tts import PiperTTS, TextToSpeech
 from ._vad import SileroVAD
 
@@ -130,6 +131,7 @@ class VoicePipeline(Agent):
         self.stt_cost = PassCost()  # how long a transcription pass takes here
         # a voice that orders its own callers (the sentence a listener waits for first)
         self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))
+        self._first_audio = FirstAudio()  # whose turn waits for its first sentence
         self._sessions: dict[str, _Session] = {}
         self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None
@@ -196,6 +198,8 @@ class VoicePipeline(Agent):
         )
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
+            if chunk.pcm or chunk.final:
+                self._first_audio.heard(participant_id)
             if chunk.pcm:
                 TRACES.mark(participant_id, "first_audio_out", once=True)
             await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
@@ -210,9 +214,8 @@ class VoicePipeline(Agent):
                     self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
                 )
 
-        speaker = Speaker(
-            participant_id, self.config, self.tts, self._tts_limiter, publish_audio, failed
-        )
+        tts, first = self._tts_limiter, self._first_audio
+        speaker = Speaker(participant_id, self.config, self.tts, tts, publish_audio, failed, first)
         scope = anyio.CancelScope()
         session = _Session(listener, speaker, scope)
         self._sessions[participant_id] = session
@@ -225,30 +228,14 @@ class VoicePipeline(Agent):
                         await tg.start(speaker.run)
                         task_status.started()
                 except Exception as exc:  # this participant's voice alone: nobody else's
-                    self._failed(participant_id, session, exc)
+                    _contain(self, participant_id, session, exc)
 
         await self._tasks.start(run)
         return session
 
-    def _failed(self, participant_id: str, session: _Session, exc: Exception) -> None:
-        """A fault in ``participant_id``'s listener or speaker ends their voice session
-        alone: logged once, told to them as a ``SpeechFailed`` (an ``error`` frame), and
-        their next audio or reply opens a fresh session."""
-        cause = _leaf(exc)
-        log.error(
-            "the voice of %s failed; their voice session is closed", participant_id, exc_info=exc
-        )
-        if self._sessions.get(participant_id) is session:
-            del self._sessions[participant_id]
-        if self._tasks.running:
-            text = f"this participant's voice failed ({type(cause).__name__}: {cause})"
-            failure = SpeechFailed(backend="voice", message=text)
-            self._tasks.start_soon(
-                self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
-            )
-
     async def _close(self, participant_id: str) -> None:
         session = self._sessions.pop(participant_id, None)
+        self._first_audio.heard(participant_id)
         if session is not None:
             session.scope.cancel()
 
@@ -309,6 +296,8 @@ class VoicePipeline(Agent):
         if session is not None:
             session.speaker.drop(session.turns)
             session.turns.append(ctx.metadata.message_id)
+            if self._wants_audio(participant):  # type: ignore[arg-type]
+                self._first_audio.wait_for(participant)  # type: ignore[arg-type]
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         if ctx.metadata.source == self.name:
@@ -396,6 +385,24 @@ class VoicePipeline(Agent):
             await self._publish(topic, message, participant_id)
         except Exception:
             log.exception("publishing %s for %s failed", topic.name, participant_id)
+
+
+def _contain(
+    pipeline: VoicePipeline, participant_id: str, session: _Session, exc: Exception
+) -> None:
+    """A fault in ``participant_id``'s listener or speaker ends their voice session
+    alone: logged once, told to them as a ``SpeechFailed`` (an ``error`` frame), and
+    their next audio or reply opens a fresh session."""
+    cause = _leaf(exc)
+    log.error("the voice of %s failed; their voice session is closed", participant_id, exc_info=exc)
+    if pipeline._sessions.get(participant_id) is session:
+        del pipeline._sessions[participant_id]
+    if pipeline._tasks.running:
+        text = f"this participant's voice failed ({type(cause).__name__}: {cause})"
+        failure = SpeechFailed(backend="voice", message=text)
+        pipeline._tasks.start_soon(
+            pipeline._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
+        )
 
 
 def _leaf(exc: BaseException) -> BaseException:
