@@ -441,7 +441,7 @@ class Listener:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
-        if self._limiter.borrowed_tokens >= self._limiter.total_tokens:
+        if self._limiter.borrowed_tokens:
             return  # the model is busy (another participant): never queue a partial
         if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
             return  # a pass in flight at a pause delays the final one: only while it is short

@@ -127,7 +127,10 @@ class VoicePipeline(Agent):
         self.topics = topics
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
-        self._stt_limiter = anyio.CapacityLimiter(1)
+        # a recognizer that orders its own callers takes every pass at once: a pass that
+        # ends a turn then waits at the gate, where a partial gives way to it, never
+        # behind a partial waiting there
+        self._stt_limiter = anyio.CapacityLimiter(getattr(self.stt, "concurrent_callers", 1))
         self.stt_cost = PassCost()  # how long a transcription pass takes here
         # a voice that orders its own callers (the sentence a listener waits for first)
         self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))

@@ -129,9 +129,14 @@ class WhisperSTT:
     Whisper's whole 30 s window of mostly padding: a pass over a short question takes a
     quarter of the time with the same words (``benchmarks/stt_window.py``). Shorter
     windows make Whisper loop on short clips, hence the floor; ``None`` keeps 30 s.
+
+    Any number of threads may call :meth:`transcribe` at once (``concurrent_callers``): it
+    runs them one at a time, a pass that may end a turn (:data:`edge.runtime.URGENT`)
+    first. Each caller waits at the compute gate, where a partial pass gives way to it.
     """
 
     sample_rate = STT_RATE
+    concurrent_callers = 16
 
     def __init__(
         self,
