@@ -80,6 +80,7 @@ bench: setup
 	$(BIN)/python benchmarks/stt_window.py
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/concurrency.py --repeat 3
+	$(BIN)/python benchmarks/mixed_protocols.py
 	$(BIN)/python benchmarks/gil_contention.py
 	$(BIN)/python benchmarks/long_session.py
 	$(BIN)/python benchmarks/tls_cost.py --repeat 20
