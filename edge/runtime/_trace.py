@@ -1,12 +1,12 @@
 """Per-turn stage traces: where a spoken turn's time went, for finding stalls.
 
-Off by default (:attr:`TurnTraces.enabled`); benchmarks and ``edge serve -vv`` turn it
-on. Each participant's latest turns keep their stages as ``(stage, perf_counter, info)``
-marks, started by :meth:`TurnTraces.start` (speech began) and added to by the voice (VAD
-end, each Whisper pass queued/started/done, the final transcript, the query), the router
-(its route), the reply (first token, first sentence) and the speaker (synthesis, first
-audio out). The compute gate (:mod:`._compute`) keeps each step's wait, with the owner
-of the work (:func:`owned_by`, e.g. ``voice:<participant>`` or ``wyoming asr``), so a
+Off by default: set ``TRACES.enabled`` (``benchmarks/mixed_protocols.py`` does). Each
+participant's latest turns keep their stages as ``(stage, perf_counter, info)`` marks,
+started by :meth:`TurnTraces.start` (speech began) and added to by the voice (VAD end,
+each Whisper pass queued/started/done, the final transcript, the query), the router (its
+route), the reply (first token, first sentence) and the speaker (synthesis, first audio
+out). The compute gate (:mod:`._compute`) keeps each step's wait, with the owner of the
+work (:func:`owned_by`: ``voice:<participant>``, ``wyoming``; model steps ``llm``), so a
 turn's trace also tells what it waited for there and whose work held the gate meanwhile.
 """
 
