@@ -29,7 +29,7 @@ LLAMA_CMAKE_ARGS ?= $(CPU_CMAKE_ARGS)$(if $(CUDA_ARCH), -DGGML_CUDA=on -DCMAKE_C
 WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(CPU_CMAKE_ARGS),-noamx)$(if $(CUDA_ARCH),-cuda-sm$(CUDA_ARCH))
 LLAMA_WHEEL      := $(WHEELHOUSE)/.built
 
-.PHONY: setup browser run ask test lint bench soak gpu-check clean
+.PHONY: setup browser run ask test lint bench soak chaos gpu-check clean
 
 setup: $(STAMP)
 
@@ -92,6 +92,7 @@ bench: setup
 	$(BIN)/python benchmarks/stt_window.py
 	$(BIN)/python benchmarks/server_latency.py --repeat 3
 	$(BIN)/python benchmarks/concurrency.py --repeat 3
+	$(BIN)/python benchmarks/mixed_protocols.py
 	$(BIN)/python benchmarks/gil_contention.py
 	$(BIN)/python benchmarks/long_session.py
 	$(BIN)/python benchmarks/tls_cost.py --repeat 20
@@ -105,6 +106,11 @@ soak: setup
 	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_server_load.py
 	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
+
+# A room full of people (tests/test_chaos.py) for 5 minutes on each of three seeds;
+# `make test` runs 10 s of one.
+chaos: setup
+	EDGE_CHAOS_S=300 EDGE_CHAOS_SEEDS=7,11,13 $(BIN)/python -m pytest -q -s tests/test_chaos.py
 
 # On a machine with an NVIDIA GPU: the CUDA build, the tests marked `gpu` and a quick
 # `edge bench` on the GPU, written to benchmarks/results/<machine class>/ (under 10 min

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from edge.runtime import NORMAL, URGENT, ComputeGate, OrderedLock, urgency
+from edge.runtime import COMPUTE_GATE, NORMAL, URGENT, ComputeGate, OrderedLock, urgency
 
 
 def _queue_behind(gate: ComputeGate, names: list[tuple[str, int]]) -> list[str]:
@@ -96,9 +96,10 @@ def test_a_disabled_gate_does_not_wait_or_count() -> None:
 
 
 def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[no-untyped-def]
-    """Hold ``lock``; start ``work(name)`` in a thread for each (name, urgency) of
-    ``queued``, one after another once the previous waits for the lock; release it. The
-    names in the order they took the lock ("first": the holder), not as threads returned."""
+    """Hold the gate and ``lock`` (a step in progress); start ``work(name)`` in a thread
+    for each (name, urgency) of ``queued``, one after another once the previous waits
+    (for the gate or the lock); release them. The names in the order they took the lock
+    ("first": the holder), not as threads returned."""
     order: list[str] = []
     acquire = lock._acquire
 
@@ -111,9 +112,12 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
     busy, release = threading.Event(), threading.Event()
 
     def first() -> None:
-        with lock.hold():  # a pass or synthesis in progress
+        with COMPUTE_GATE.hold("stt"), lock.hold():  # a pass or synthesis in progress
             busy.set()
             release.wait(10)
+
+    def waiting() -> int:  # at the model's lock, or at the gate a step takes before it
+        return len(lock._waiting) + len(COMPUTE_GATE._lock._waiting)
 
     def run(name: str, level: int) -> None:
         with urgency(level):
@@ -126,7 +130,7 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
         threads.append(threading.Thread(target=run, args=(name, level), name=name))
         threads[-1].start()
         deadline = time.monotonic() + 5
-        while len(lock._waiting) < len(threads) - 1 and time.monotonic() < deadline:
+        while waiting() < len(threads) - 1 and time.monotonic() < deadline:
             time.sleep(0.005)
     release.set()
     for t in threads:
@@ -375,3 +379,52 @@ def test_a_partial_pass_gives_way_to_urgent_work_and_a_final_pass_waits(
     final.join(30)
     h.join(5)
     assert "france" in heard[0].lower()
+
+
+@pytest.mark.model
+def test_a_pass_waiting_for_the_gate_does_not_hold_the_recognizer(models, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A model step holds the gate; another's ordinary pass (a Wyoming recording, say),
+    then a pass that ends someone's turn ask for the recognizer: the turn's pass runs
+    first. The ordinary pass waits at the gate, not inside the recognizer (where the
+    urgent one would wait for it and for every model step ahead of it)."""
+    stt, tts = models
+    from edge.voice import resample
+
+    monkeypatch.setattr(COMPUTE_GATE, "enabled", True)
+    spoken = tts.synthesize("What is the capital of France?")
+    audio = resample(spoken.audio, spoken.sample_rate, stt.sample_rate).astype(np.float32)
+    order: list[str] = []
+    acquire = stt._lock._acquire
+
+    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
+        waited = acquire(level, graceless, yields)
+        order.append(threading.current_thread().name)
+        return waited
+
+    monkeypatch.setattr(stt._lock, "_acquire", recording)
+    busy, release = threading.Event(), threading.Event()
+
+    def step() -> None:
+        with COMPUTE_GATE.hold("llm"):
+            busy.set()
+            release.wait(10)
+
+    def transcribe(level: int) -> None:
+        with urgency(level):
+            stt.transcribe(audio)
+
+    threads = [threading.Thread(target=step)]
+    threads[0].start()
+    assert busy.wait(10)
+    for name, level in (("ordinary", NORMAL), ("urgent", URGENT)):
+        threads.append(threading.Thread(target=transcribe, args=(level,), name=name))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (
+            len(COMPUTE_GATE._lock._waiting) + len(stt._lock._waiting) < len(threads) - 1
+        ):
+            time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert order == ["urgent", "ordinary"]

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from edge.decisions import DecisionError, DecisionService
+from edge.runtime import TRACES
 
 from ._answering import Answerer
 from ._choice import (
@@ -70,6 +71,7 @@ class Selector:
             if not candidates:
                 break
             route = await self._choose(turn, candidates, aids, history)
+            TRACES.mark(turn.participant_id, "routed", once=True, route=route)
             if route is None:
                 return None, await self._clarify(out, None, clarification(aids, declined))
             admission = await self._admit(state, route, turn, focused=state.focus == route)

@@ -30,26 +30,33 @@ from ._compute import (
 from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now_us
 from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
+from ._trace import TRACES, GateHold, TurnTrace, TurnTraces, current_owner, owned_by
 from ._turn_order import place_in_line, turn_started
 
 __all__ = [
     "COMPUTE_GATE",
     "NORMAL",
+    "TRACES",
     "URGENT",
     "Agent",
     "AgentRuntime",
     "BackgroundTasks",
     "ComputeGate",
+    "GateHold",
     "Handler",
     "HandlerContext",
     "MessageMetadata",
     "OrderedLock",
     "PayloadError",
     "Topic",
+    "TurnTrace",
+    "TurnTraces",
     "YieldedToUrgentError",
+    "current_owner",
     "current_urgency",
     "new_id",
     "now_us",
+    "owned_by",
     "place_in_line",
     "subscribe",
     "turn_started",

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ._trace import TRACES, GateHold, current_owner
+
 URGENT = 0
 """Someone waits for this step alone: a Whisper pass that may end a turn (final, or
 speculative at a pause), the sentence a listener waits for in silence."""
@@ -196,7 +198,10 @@ class ComputeGate:
             try:
                 yield
             finally:
-                self.stats.add(kind, wait, time.perf_counter() - started)
+                released = time.perf_counter()
+                self.stats.add(kind, wait, released - started)
+                owner = "llm" if kind == "llm" else current_owner()  # its scheduler's, else
+                TRACES.hold(GateHold(kind, owner, started - wait, started, released))
 
     def take_stats(self) -> GateStats:
         """The counts since the last call (or start), starting new ones."""

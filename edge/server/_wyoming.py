@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -52,7 +52,7 @@ from wyoming.info import (
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize
 
-from edge.runtime import BackgroundTasks
+from edge.runtime import BackgroundTasks, owned_by
 from edge.voice import (
     STT_RATE,
     AudioFormatError,
@@ -454,8 +454,9 @@ class WyomingHandler(AsyncEventHandler):
         gateway = self.backend.gateway
         self._feed = feed = ReplyFeed()
         turn_id = await gateway.query(participant_id, text, SOURCE)
-        limit = self.backend.handle_timeout_s
-        streamed, timed_out = await stream_handled(self.write_event, feed, turn_id, context, limit)
+        write, limit = self.write_event, self.backend.handle_timeout_s
+        async with _stopped_if_left(gateway, participant_id, turn_id):
+            streamed, timed_out = await stream_handled(write, feed, turn_id, context, limit)
         if streamed:
             await self.write_event(HandledStop().event())
         answer = feed.text(turn_id)
@@ -482,6 +483,20 @@ class WyomingHandler(AsyncEventHandler):
         if self._joined:
             self.backend.gateway.hub.detach(self.participant_id, self)
             await self.backend.gateway.leave(self.participant_id, "connection closed", SOURCE)
+
+
+@contextlib.asynccontextmanager
+async def _stopped_if_left(
+    gateway: Gateway, participant_id: str, turn_id: str
+) -> AsyncIterator[None]:
+    """A client that leaves while its answer streams (the write fails) stops the turn:
+    the model's steps go to those still waiting, not to an answer nobody reads."""
+    try:
+        yield
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await gateway.interrupt(participant_id, turn_id, SOURCE)
+        raise
 
 
 def _active_conversation(backend: WyomingBackend, context: object, address: str) -> str | None:
@@ -559,7 +574,8 @@ class WyomingServer:
         await self._tasks.open()
         try:
             server = AsyncTcpServer(self.host, self.port)
-            await server.start(partial(WyomingServer._factory, self))
+            with owned_by("wyoming"):  # each connection's work, in the gate's traces
+                await server.start(partial(WyomingServer._factory, self))
         except BaseException:
             await self._tasks.close()
             raise

@@ -37,7 +37,15 @@ import anyio
 import numpy as np
 from anyio.abc import TaskGroup
 
-from edge.runtime import NORMAL, URGENT, YieldedToUrgentError, urgency, yielding
+from edge.runtime import (
+    NORMAL,
+    TRACES,
+    URGENT,
+    YieldedToUrgentError,
+    owned_by,
+    urgency,
+    yielding,
+)
 
 from ._config import VoiceConfig
 from ._endpoint import (
@@ -153,7 +161,9 @@ class UtteranceStats:
 
 
 def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
-    """One debug line per pass: its kind, audio, time queued for the model and run."""
+    """One debug line per pass: its kind, audio, time queued for the model and run (and
+    the pass's end in the turn's trace)."""
+    TRACES.mark(participant_id, "pass_done", kind=job.kind, ran=job.started)
     if not log.isEnabledFor(logging.DEBUG):
         return
     if not job.started:
@@ -172,7 +182,12 @@ def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
 
 
 def _recognize(
-    stt: SpeechToText, audio: np.ndarray, *, full_window: bool, urgent: bool
+    stt: SpeechToText,
+    audio: np.ndarray,
+    *,
+    full_window: bool,
+    urgent: bool,
+    participant_id: str = "",
 ) -> Recognition:
     """One pass over ``audio`` (Whisper's whole window where asked and offered), ahead of
     others' steps when ``urgent`` (someone may be waiting for it). Otherwise (a partial)
@@ -180,7 +195,9 @@ def _recognize(
     it waited there it would hold the recognizer, and a pass that may end someone's
     turn would queue behind it."""
     gives_way = contextlib.nullcontext() if urgent else yielding()  # a partial: never a wait
-    with urgency(URGENT if urgent else NORMAL), gives_way:
+    owner = owned_by(f"voice:{participant_id}")  # whose pass, in the gate's trace
+    TRACES.mark(participant_id, "pass_started", urgent=urgent)
+    with urgency(URGENT if urgent else NORMAL), gives_way, owner:
         if full_window and isinstance(stt, FullWindowSpeechToText):
             return stt.transcribe_full(audio)
         return stt.transcribe(audio)
@@ -242,8 +259,11 @@ def _drop_waiting(passes: list[_Pass], keep: _Pass | None = None) -> None:
             p.stale = True
 
 
-def _final_transcript(job: _Pass, event: UtteranceEnded, start_us: int) -> Transcript:
+def _final_transcript(
+    participant_id: str, job: _Pass, event: UtteranceEnded, start_us: int
+) -> Transcript:
     """The final transcript of ``job``'s utterance (its error when no text came)."""
+    TRACES.mark(participant_id, "final_transcript", kind=job.kind)
     return Transcript(
         text=job.result.text if job.result else "",
         utterance=job.utterance,
@@ -359,14 +379,13 @@ class Listener:
             self._maybe_partial()
 
     def hold(self) -> None:
-        """Push-to-talk pressed: silence does not end the utterance until
-        :meth:`end_utterance` (or the utterance length cap)."""
+        """Push-to-talk pressed: only :meth:`end_utterance` (or the length cap) ends it."""
         self._endpointer.hold()
 
     def end_utterance(self) -> None:
-        """End the current utterance now (push-to-talk release): its transcript and query
-        follow at once, reusing a pass that covers it; the latest partial's words, when
-        they missed little of the speech, are offered as a guess while the final pass runs."""
+        """End the current utterance now (push-to-talk release), reusing a pass that covers
+        it; the latest partial's words, when they missed little of the speech, are offered
+        as a guess while the final pass runs."""
         if self._endpointer.speaking:
             self._guess_from_partial(self._endpointer.position)
         self._handle(self._endpointer.finish())
@@ -375,8 +394,7 @@ class Listener:
         self._released_at = self._utterance
 
     def _nothing_heard(self) -> None:
-        """A release with no speech before it ends an empty utterance: its final transcript
-        (empty text, no query) tells the participant that nothing was heard."""
+        """A release with no speech: an empty final transcript (no query) says so."""
         empty = Transcript(text="", utterance=self._utterance, final=True)
         self._utterance += 1
         self._outbox.put(partial(self._hooks.transcript, self.participant_id, empty))
@@ -389,6 +407,7 @@ class Listener:
                     base_us + (event.start_sample - base_sample) * 1_000_000 // self._rate
                 )
                 self._last_partial_covers = event.start_sample
+                TRACES.start(self.participant_id, utterance=self._utterance)
                 self._stream.open(self._tg, partial(self._streamed_partial, self._utterance))
                 self._hooks.speech_started(self.participant_id)
             elif isinstance(event, SpeechPaused):
@@ -397,6 +416,7 @@ class Listener:
                 _drop_waiting(self._passes)  # they cannot cover the utterance's end now
                 self._offer("")
             elif isinstance(event, UtteranceEnded):
+                TRACES.mark(self.participant_id, "vad_end", utterance=self._utterance)
                 self._spoken_guess = ""  # the query itself confirms or replaces it
                 self._finish(event)
 
@@ -421,7 +441,7 @@ class Listener:
             return
         if any(not p.done.is_set() for p in self._passes):
             return
-        if self._limiter.borrowed_tokens >= self._limiter.total_tokens:
+        if self._limiter.borrowed_tokens:
             return  # the model is busy (another participant): never queue a partial
         if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
             return  # a pass in flight at a pause delays the final one: only while it is short
@@ -456,15 +476,15 @@ class Listener:
         """In a worker thread: transcribe, unless the pass went stale while queued."""
         if job.stale:
             return None
-        job.started = True
-        job.started_at = time.perf_counter()
+        job.started, job.started_at, pid = True, time.perf_counter(), self.participant_id
         full = self.config.full_window_pause_pass and job.kind == "speculative"
-        ends_turn = job.kind != "partial" or job.speculative  # its speaker may be waiting
-        result = _recognize(self._stt, audio, full_window=full, urgent=ends_turn)
+        urgent = job.kind != "partial" or job.speculative  # its speaker may be waiting
+        result = _recognize(self._stt, audio, full_window=full, urgent=urgent, participant_id=pid)
         self._cost.record(result.elapsed_s)
         return result
 
     async def _run_pass(self, job: _Pass, audio: np.ndarray) -> None:
+        TRACES.mark(self.participant_id, "pass_queued", kind=job.kind)
         try:
             job.result = await anyio.to_thread.run_sync(
                 self._transcribe, job, audio, limiter=self._limiter
@@ -580,7 +600,7 @@ class Listener:
                     stream.cancel()
             stats = UtteranceStats.of(job, len(audio) / self._rate, ended_at, reuse, passes)
             self.stats.append(stats)
-            final = _final_transcript(job, event, start_us)
+            final = _final_transcript(self.participant_id, job, event, start_us)
             await self._hooks.transcript(self.participant_id, final)
             if text := final.text:
                 await self._hooks.query(self.participant_id, text, start_us)

@@ -38,7 +38,7 @@ from edge.interaction import (
     ResponseOutput,
     UserQuery,
 )
-from edge.runtime import Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic
+from edge.runtime import TRACES, Agent, AgentRuntime, BackgroundTasks, HandlerContext, Topic
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
@@ -63,6 +63,7 @@ from ._remote import RemoteSpeechError
 from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import LoadsModel, SpeechToText, WhisperSTT
+from ._synthesis import FirstAudio
 from ._tts import PiperTTS, TextToSpeech
 from ._vad import SileroVAD
 
@@ -126,10 +127,14 @@ class VoicePipeline(Agent):
         self.topics = topics
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
-        self._stt_limiter = anyio.CapacityLimiter(1)
+        # a recognizer that orders its own callers takes every pass at once: a pass that
+        # ends a turn then waits at the gate, where a partial gives way to it, never
+        # behind a partial waiting there
+        self._stt_limiter = anyio.CapacityLimiter(getattr(self.stt, "concurrent_callers", 1))
         self.stt_cost = PassCost()  # how long a transcription pass takes here
         # a voice that orders its own callers (the sentence a listener waits for first)
         self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))
+        self._first_audio = FirstAudio()  # whose turn waits for its first sentence
         self._sessions: dict[str, _Session] = {}
         self._tasks = BackgroundTasks("the voice pipeline")
         self._runtime: AgentRuntime | None = None
@@ -196,6 +201,10 @@ class VoicePipeline(Agent):
         )
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
+            if chunk.pcm or chunk.final:
+                self._first_audio.heard(participant_id)
+            if chunk.pcm:
+                TRACES.mark(participant_id, "first_audio_out", once=True)
             await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
 
         reported: deque[str | None] = deque(maxlen=32)  # one error per request
@@ -208,9 +217,8 @@ class VoicePipeline(Agent):
                     self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
                 )
 
-        speaker = Speaker(
-            participant_id, self.config, self.tts, self._tts_limiter, publish_audio, failed
-        )
+        tts, first = self._tts_limiter, self._first_audio
+        speaker = Speaker(participant_id, self.config, self.tts, tts, publish_audio, failed, first)
         scope = anyio.CancelScope()
         session = _Session(listener, speaker, scope)
         self._sessions[participant_id] = session
@@ -223,32 +231,14 @@ class VoicePipeline(Agent):
                         await tg.start(speaker.run)
                         task_status.started()
                 except Exception as exc:  # this participant's voice alone: nobody else's
-                    self._failed(participant_id, session, exc)
+                    _contain(self, participant_id, session, exc)
 
         await self._tasks.start(run)
         return session
 
-    def _failed(self, participant_id: str, session: _Session, exc: Exception) -> None:
-        """A fault in ``participant_id``'s listener or speaker ends their voice session
-        alone: logged once, told to them as a ``SpeechFailed`` (an ``error`` frame), and
-        their next audio or reply opens a fresh session."""
-        cause = _leaf(exc)
-        log.error(
-            "the voice of %s failed; their voice session is closed", participant_id, exc_info=exc
-        )
-        if self._sessions.get(participant_id) is session:
-            del self._sessions[participant_id]
-        if self._tasks.running:
-            message = (
-                f"this participant's voice failed ({type(cause).__name__}: {cause}); speak again"
-            )
-            failure = SpeechFailed(backend="voice", message=message)
-            self._tasks.start_soon(
-                self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
-            )
-
     async def _close(self, participant_id: str) -> None:
         session = self._sessions.pop(participant_id, None)
+        self._first_audio.heard(participant_id)
         if session is not None:
             session.scope.cancel()
 
@@ -294,6 +284,8 @@ class VoicePipeline(Agent):
                 if self._wants_audio(pid):
                     self._sessions[pid].speaker.on_output(frame, ctx.metadata.correlation_id)
             return
+        if frame.text.strip():
+            TRACES.mark(participant, "first_token", once=True, source=frame.source)
         if not self._wants_audio(participant):
             return
         session = await self._session(participant, ctx)
@@ -307,6 +299,8 @@ class VoicePipeline(Agent):
         if session is not None:
             session.speaker.drop(session.turns)
             session.turns.append(ctx.metadata.message_id)
+            if self._wants_audio(participant):  # type: ignore[arg-type]
+                self._first_audio.wait_for(participant)  # type: ignore[arg-type]
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         if ctx.metadata.source == self.name:
@@ -359,6 +353,7 @@ class VoicePipeline(Agent):
         )
 
     async def query(self, participant_id: str, text: str, timestamp_us: int) -> None:
+        TRACES.mark(participant_id, "query")
         await self._publish(
             self.topics.query,
             UserQuery(text=text, timestamp_us=timestamp_us),
@@ -393,6 +388,24 @@ class VoicePipeline(Agent):
             await self._publish(topic, message, participant_id)
         except Exception:
             log.exception("publishing %s for %s failed", topic.name, participant_id)
+
+
+def _contain(
+    pipeline: VoicePipeline, participant_id: str, session: _Session, exc: Exception
+) -> None:
+    """A fault in ``participant_id``'s listener or speaker ends their voice session
+    alone: logged once, told to them as a ``SpeechFailed`` (an ``error`` frame), and
+    their next audio or reply opens a fresh session."""
+    cause = _leaf(exc)
+    log.error("the voice of %s failed; their voice session is closed", participant_id, exc_info=exc)
+    if pipeline._sessions.get(participant_id) is session:
+        del pipeline._sessions[participant_id]
+    if pipeline._tasks.running:
+        text = f"this participant's voice failed ({type(cause).__name__}: {cause})"
+        failure = SpeechFailed(backend="voice", message=text)
+        pipeline._tasks.start_soon(
+            pipeline._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
+        )
 
 
 def _leaf(exc: BaseException) -> BaseException:

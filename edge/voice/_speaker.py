@@ -30,12 +30,13 @@ import anyio
 import numpy as np
 
 from edge.interaction import ResponseOutput
+from edge.runtime import TRACES
 
 from ._audio import float_to_pcm16
 from ._config import VoiceConfig
 from ._messages import AudioOutput
 from ._sentences import SentenceSplitter, speakable
-from ._synthesis import SpeechFailure, Synthesis
+from ._synthesis import FirstAudio, SpeechFailure, Synthesis
 from ._tts import TextToSpeech
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,12 @@ class Speaker:
         limiter: anyio.CapacityLimiter,
         publish: PublishAudio,
         on_failure: SpeechFailure | None = None,
+        first_audio: FirstAudio | None = None,
     ) -> None:
         self.participant_id = participant_id
         self.config = config
         self._synthesize = Synthesis(participant_id, tts, limiter, config.output_rate, on_failure)
+        self._synthesize.first_audio = first_audio  # others' first sentences before ours ahead
         self._publish = publish
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._sequence: dict[tuple[str, str], int] = {}  # next audio chunk number per stream
@@ -135,6 +138,8 @@ class Speaker:
             sentences += stream.splitter.flush()
             stream.open = False
         texts = [t for t in (speakable(s) for s in sentences) if t]
+        if texts:
+            TRACES.mark(self.participant_id, "first_sentence", once=True)
         if final and not texts:
             texts = [""]  # an end marker: the stream's final (empty) chunk
         for i, text in enumerate(texts):
@@ -222,8 +227,7 @@ class Speaker:
         return ids
 
     def drop(self, request_ids: Iterable[str]) -> None:
-        """Supersede these requests: drop their queued speech and later frames, and stop
-        the one playing if it is theirs (other output goes on)."""
+        """Supersede these requests: drop their speech and later frames (others' goes on)."""
         ids = set(request_ids)
         if not ids:
             return
@@ -366,8 +370,7 @@ class Speaker:
         return generation == self._generation
 
     def _end_reply_when_synthesized(self, rid: str) -> None:
-        """A voice that streams replies ends ``rid``'s stream once all of it is spoken
-        into audio (its streams closed, no segment of it waiting for synthesis)."""
+        """A voice that streams replies ends ``rid``'s stream once all of it is audio."""
         if not self._synthesize.streams_replies:
             return
         if any(s.request_id == rid and s.open for s in self._streams.values()):

@@ -129,9 +129,14 @@ class WhisperSTT:
     Whisper's whole 30 s window of mostly padding: a pass over a short question takes a
     quarter of the time with the same words (``benchmarks/stt_window.py``). Shorter
     windows make Whisper loop on short clips, hence the floor; ``None`` keeps 30 s.
+
+    Any number of threads may call :meth:`transcribe` at once (``concurrent_callers``): it
+    runs them one at a time, a pass that may end a turn (:data:`edge.runtime.URGENT`)
+    first. Each caller waits at the compute gate, where a partial pass gives way to it.
     """
 
     sample_rate = STT_RATE
+    concurrent_callers = 16
 
     def __init__(
         self,
@@ -202,24 +207,26 @@ class WhisperSTT:
         duration = len(audio) / self.sample_rate
         if len(audio) < self.sample_rate // 10:
             return Recognition("", duration, 0.0)
-        with self._lock.hold():
+        # the gate first (not beside a llama.cpp step): a pass never holds the recognizer
+        # while it waits for the gate, so a pass that ends a turn waits only for the step
+        # in progress, not for another's pass waiting behind model steps
+        with COMPUTE_GATE.hold(_gate_kind()), self._lock.hold():
             self._load_locked()
             model: Any = self._model
             model.window_frames = encoder_frames(len(audio), window_s)
             try:
-                with COMPUTE_GATE.hold(_gate_kind()):  # not beside a llama.cpp step
-                    started = time.perf_counter()
-                    segments, _ = model.transcribe(
-                        audio,
-                        language=self.language,
-                        beam_size=self.beam_size,
-                        temperature=0.0,
-                        condition_on_previous_text=False,
-                        without_timestamps=True,
-                        vad_filter=False,
-                        max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
-                    )
-                    text = " ".join(segment.text.strip() for segment in segments).strip()
+                started = time.perf_counter()
+                segments, _ = model.transcribe(
+                    audio,
+                    language=self.language,
+                    beam_size=self.beam_size,
+                    temperature=0.0,
+                    condition_on_previous_text=False,
+                    without_timestamps=True,
+                    vad_filter=False,
+                    max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
+                )
+                text = " ".join(segment.text.strip() for segment in segments).strip()
             finally:
                 model.window_frames = None
             elapsed = time.perf_counter() - started

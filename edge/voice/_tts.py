@@ -145,7 +145,9 @@ class PiperTTS:
             noise_w_scale=self.noise_w_scale,
         )
         kind = "tts first" if current_urgency() == URGENT else "tts"
-        with self._lock.hold(), COMPUTE_GATE.hold(kind):  # one wait in line, not two
+        # the gate first: a sentence never holds the voice while it waits for the gate, so
+        # a listener's first sentence waits only for the step in progress
+        with COMPUTE_GATE.hold(kind), self._lock.hold():
             self._load_locked()
             started = time.perf_counter()
             parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
