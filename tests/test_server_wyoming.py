@@ -255,3 +255,43 @@ async def test_a_request_while_its_conversation_is_leaving_is_answered(monkeypat
             tg.start_soon(backend.conversations.expire)  # its departure takes 0.3 s
             await anyio.sleep(0.05)
             assert await ask("and the cafeteria") == "You said: and the cafeteria."
+
+
+def test_the_wyoming_allow_list_admits_only_its_addresses() -> None:
+    """An allow-list names addresses and networks; any other address is refused (an IPv4
+    address is not admitted for being one), and without a list only loopback is."""
+    from types import SimpleNamespace
+
+    from edge.server._access import address_allowed
+    from edge.server._wyoming import WyomingLimits, WyomingServer
+
+    allow = ("192.168.1.20", "10.1.0.0/16")
+    for address, allowed in (
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("192.168.1.20", True),
+        ("10.1.200.3", True),
+        ("192.168.1.21", False),
+        ("10.2.0.1", False),
+        ("8.8.8.8", False),
+        ("fe80::1", False),
+        ("not an address", False),
+    ):
+        assert address_allowed(address, allow) is allowed, address
+    assert not address_allowed("192.168.1.20", ())
+    assert not address_allowed("192.168.1.20", ("bad entry", "192.168.1.21/32"))
+
+    class Peer:  # a connection's writer, as the Wyoming server sees it (never opened)
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        def get_extra_info(self, name: str) -> object:
+            return (self.address, 50000) if name == "peername" else None
+
+    backend = SimpleNamespace(limits=WyomingLimits(), tts=None, prepared=None)
+    server = WyomingServer(backend, "127.0.0.1", 0, allow=allow)  # type: ignore[arg-type]
+    for address, allowed in (("192.168.1.20", True), ("192.168.7.9", False)):
+        handler = server._factory(None, Peer(address))  # type: ignore[arg-type]
+        assert (handler.refused is None) is allowed, (address, handler.refused)
+        if not allowed:
+            assert "wyoming_allow" in (handler.refused or "")

@@ -178,6 +178,8 @@ class EdgeService(ServiceParts, ServiceAddresses):
             if preload:
                 if isinstance(self.llm, Loadable):
                     await self.llm.load()
+                for warning in getattr(self.placement(), "warnings", []):
+                    log.warning("%s", warning)  # GPU layers asked for, none offloaded
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
@@ -193,6 +195,9 @@ class EdgeService(ServiceParts, ServiceAddresses):
             stack.callback(self.store.close)  # after the context manager's last write
             await stack.enter_async_context(self.context)  # closed before runtime stop
             await stack.enter_async_context(self.sessions.retention_task(self.hub.connected))
+            await stack.enter_async_context(
+                self.sessions.forgotten_watch(self.hub.connected, self.hub.end)
+            )
 
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)  # router.stop() first

@@ -150,6 +150,12 @@ class ServiceSettings(BaseSettings):
     session_idle_days: float | None = Field(
         default=None, gt=0, description="participants not seen for this long are erased"
     )
+    session_assigned_idle_days: float | None = Field(
+        default=7,
+        gt=0,
+        description="participants whose id the service assigned (a client that named none, "
+        "such as a one-off `edge client --text`) not seen for this long are erased",
+    )
     # -- access (docs/server.md "Access") ------------------------------------------------
     token: SecretStr | None = Field(
         default=None,
