@@ -13,6 +13,7 @@ from ._app import ApiApp
 from ._faces import Faces
 from ._limits import ApiLimits
 from ._port import HttpPort
+from ._realtime import RealtimeSession
 from ._turns import Participants
 
 
@@ -23,13 +24,15 @@ class ApiFront:
         self.faces = faces
         self.app = ApiApp(faces)
         self.http = HttpPort(self.app, head_timeout_s=faces.access.hello_timeout_s)
-        self.realtime: Callable[[ServerConnection], Awaitable[None]] | None = None
 
     def connection_class(self) -> type[ServerConnection]:
         return self.http.connection_class()
 
     def upgrade(self, path: str) -> Callable[[ServerConnection], Awaitable[None]] | None:
-        return self.realtime if path == "/v1/realtime" else None
+        return self._realtime if path == "/v1/realtime" else None
+
+    async def _realtime(self, ws: ServerConnection) -> None:
+        await RealtimeSession(ws, self.faces).run()
 
     async def aclose(self) -> None:
         """Requests still running get a moment, then end; API participants leave."""

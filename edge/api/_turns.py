@@ -253,6 +253,13 @@ class Participants:
             async with self.gateway.hub.departure(member.pid, member):
                 await self.gateway.leave(member.pid, reason, SOURCE)
 
+    async def release(self, pid: str) -> None:
+        """The participant leaves the API now unless a turn of theirs is running (a
+        Realtime session of theirs is starting)."""
+        member = self._members.get(pid)
+        if member is not None and member.lock.value:
+            await self._leave(member, "moved to a Realtime session")
+
     async def close(self) -> None:
         """Every API participant leaves (the service is stopping)."""
         for member in list(self._members.values()):
