@@ -156,3 +156,22 @@ async def test_a_wrong_key_is_refused_before_the_session_opens() -> None:
             with pytest.raises(ConnectionClosed) as closed:
                 await plain.recv()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def test_a_response_whose_speech_never_ends_is_done_after_a_while() -> None:
+    import time
+
+    from edge.api._realtime_out import SPEECH_WAIT_S, RealtimeEvents
+    from edge.server import QueryEcho, Reply, Status
+
+    events = RealtimeEvents(voice="joe")
+    events.convert(QueryEcho(request_id="t1", text="hi"), None)
+    frame = Reply(text="Hello.", request_id="t1", source="conversation", sequence=0, final=True)
+    assert [e["type"] for e in events.convert(frame, None)] == [
+        "response.output_audio_transcript.delta"
+    ]
+    assert events.convert(Status(state="idle"), None) == []  # its speech is still to come
+    assert events.expire(time.monotonic()) == []
+    done = events.expire(time.monotonic() + SPEECH_WAIT_S + 1)
+    assert done[-1]["type"] == "response.done"
+    assert done[-1]["response"]["status"] == "completed"

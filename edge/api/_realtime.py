@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -106,6 +107,7 @@ class RealtimeSession:
             with anyio.CancelScope() as self._scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer)
+                    tg.start_soon(self._ticks)
                     await self._reader()
                     tg.cancel_scope.cancel()
         finally:
@@ -137,10 +139,20 @@ class RealtimeSession:
         except ConnectionClosed:
             pass
 
+    async def _ticks(self) -> None:
+        while True:
+            await anyio.sleep(1.0)
+            self._queue((None, None, None))  # the writer checks for a response gone silent
+
     async def _writer(self) -> None:
         async with self._receive:
             async for item, message, payload in self._receive:
-                events = [item] if item is not None else self.events.convert(message, payload)  # type: ignore[arg-type]
+                if item is not None:
+                    events = [item]
+                elif message is None:
+                    events = self.events.expire(time.monotonic())
+                else:
+                    events = self.events.convert(message, payload)
                 try:
                     for one in events:
                         await self.ws.send(json.dumps(one, separators=(",", ":")))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from edge.server import (
 from edge.voice import StreamResampler, float_to_pcm16, pcm16_to_float
 
 RATE = 24_000
+SPEECH_WAIT_S = 15.0  # after a turn is idle, the longest its speech may stay silent
 
 
 def new_id(prefix: str) -> str:
@@ -70,6 +72,7 @@ class _Response:
     spoken: set[str] = field(default_factory=set)  # sources whose last chunk was sent
     idle: bool = False
     resampler: StreamResampler | None = None
+    last_seen: float = field(default_factory=time.monotonic)  # its latest frame
 
     def ids(self) -> dict[str, Any]:
         return {
@@ -122,7 +125,16 @@ class RealtimeEvents:
             "usage": None,
         }
 
+    def expire(self, now: float) -> list[dict[str, Any]]:
+        """A turn idle whose speech stopped coming (a voice that failed) is done anyway."""
+        response = self.response
+        if response is not None and response.idle and now - response.last_seen > SPEECH_WAIT_S:
+            return self._finish("completed")
+        return []
+
     def convert(self, message: ServerMessage, payload: bytes | None) -> list[dict[str, Any]]:
+        if self.response is not None:
+            self.response.last_seen = time.monotonic()
         if isinstance(message, TranscriptMessage):
             return self._transcript(message)
         if isinstance(message, QueryEcho):
