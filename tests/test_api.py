@@ -222,3 +222,27 @@ async def test_a_body_sent_too_slowly_is_refused() -> None:
                 while b"\r\n\r\n" not in answer:
                     answer += await stream.receive()
         assert answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_an_oversized_upload_is_the_sdks_request_error_and_ollama_names_participants() -> (
+    None
+):
+    limits = ApiLimits(max_upload_bytes=100_000)
+    llm = ScriptedLLM(replies=answer_for)
+    async with AsyncExitStack() as stack, api_service(llm, limits=limits) as service:
+        client = await stack.enter_async_context(openai_client(web_url(service)))
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.audio.transcriptions.create(
+                model="whisper-1", file=("big.wav", b"\0" * 300_000, "audio/wav")
+            )
+        assert caught.value.status_code == 413 and "100,000 bytes" in caught.value.message
+        with pytest.raises(openai.APIStatusError) as no_voice:  # a text-only service
+            await client.audio.transcriptions.create(model="whisper-1", file=("a.wav", b"RIFF"))
+        assert no_voice.value.status_code == 503
+        ollama_api = await stack.enter_async_context(
+            ollama_client(web_url(service), headers={"X-Edge-Participant": "lin"})
+        )
+        await ollama_api.chat(model="edge", messages=QUESTION, stream=False)
+        assert [r.user for r in service.store.history("api:lin")[0]] == [QUESTION[0]["content"]]
+        running = await ollama_api.ps()
+        assert running.models[0].expires_at is not None
