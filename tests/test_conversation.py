@@ -323,7 +323,7 @@ async def test_a_request_fitted_to_the_window_keeps_its_recalled_block() -> None
     messages = conv.request_messages("p", "What is my locker code?")
     context = messages[1].content
     assert "question 0" not in context  # the oldest entries left out, the statement too
-    assert context.endswith("User (earlier): My locker code is 4711.")  # but recalled
+    assert context.endswith("\nMy locker code is 4711.")  # but recalled
 
 
 async def test_an_answer_ends_where_the_model_starts_writing_the_next_turns() -> None:
@@ -332,7 +332,7 @@ async def test_an_answer_ends_where_the_model_starts_writing_the_next_turns() ->
     llm = ScriptedLLM(["Your code is 4711.\n\nUser: thanks\nAssistant: You're welcome."])
     conv, ctx, runtime, sink = setup(llm)
     async with runtime:
-        result = await conv.answer(turn("What is my code?"), started=Started(sink))
+        result = await conv.answer(turn("Read my code back."), started=Started(sink))
     assert result.text.strip() == "Your code is 4711."
     assert "thanks" not in "".join(f.text for f in sink.frames)
     assert llm.requests[0].options.stop == conv.stop == DEFAULT_STOP

@@ -17,7 +17,6 @@ from edge.conversation._extractive import (
 from edge.conversation._recall import (
     AHEAD_LIMIT,
     RECALL_HEADER,
-    REPLACES,
     InView,
     Recall,
 )
@@ -318,7 +317,7 @@ def test_recall_puts_corrections_first_and_drops_what_they_replace() -> None:
     assert block is not None and block.text.startswith(RECALL_HEADER)
     assert "12 millilitres of saline." not in block.text
     assert block.text.index("shelf 3") < block.text.index("15 millilitres")  # newest first
-    assert f"User ({REPLACES}): Sorry, I meant 15" in block.text  # the block says it wins
+    assert "\nSorry, I meant 15" in block.text  # as said: no label a model could copy
     # what the model sees next to the request is not repeated, unless what it replaces
     # is in view too: then the correction is shown next to the request
     near = "\n".join(said[2:])
@@ -345,7 +344,7 @@ def test_unrelated_requests_get_no_block_and_earlier_requests_are_not_recalled()
     assert recall.block("p", "What does PPE stand for?", InView("")) is None  # unrelated
     block = recall.block("p", "What's my locker code again?", InView(""))
     # one statement is one short line: no header, not the earlier question
-    assert block is not None and block.text == "User (earlier): My locker code is 4711."
+    assert block is not None and block.text == "My locker code is 4711."
 
 
 def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None:
@@ -372,24 +371,19 @@ def test_the_block_chosen_ahead_serves_a_request_whose_recall_it_holds() -> None
     # a request it answers gets its start, down to the line needed: nothing new to evaluate
     block = recall.block("p", "When does my flight home leave?", InView(""))
     assert block is not None and block.text == ahead.text.split("\n", 2)[0] + "\n" + (
-        "User (earlier): My flight home leaves at 18:45 tomorrow."
+        "My flight home leaves at 18:45 tomorrow."
     )
     block = recall.block("p", "Which room is the design review in?", InView(""))
     assert block is not None and ahead.text.startswith(block.text)
-    assert block.text.endswith(f"User ({REPLACES}): Correction: the design review moved to 310.")
+    assert block.text.endswith("Correction: the design review moved to 310.")
     # one it does not hold gets its own block
     block = recall.block("p", "How cold is the freezer?", InView(""))
-    assert (
-        block is not None and block.text == "User (earlier): The freezer is colder than the fridge."
-    )
+    assert block is not None and block.text == "The freezer is colder than the fridge."
     # none chosen ahead (ahead_limit 0): each request gets its own block
     alone = Recall(index, 320, Renderer(), limit=3, ahead_limit=0)
     assert alone.ahead_block("p", InView("")) is None
     block = alone.block("p", "When does my flight home leave?", InView(""))
-    assert (
-        block is not None
-        and block.text == "User (earlier): My flight home leaves at 18:45 tomorrow."
-    )
+    assert block is not None and block.text == "My flight home leaves at 18:45 tomorrow."
     # what is next to the request is not chosen ahead either
     near = "\n".join(said[6:])
     assert [s.seq for s in recall.ahead("p", InView(near, near))] == [4, 1]
@@ -410,14 +404,14 @@ def test_a_correction_right_after_a_statement_takes_it_back_on_one_shared_word()
     assert index.following(statement(6, said[6])) is None
     recall = Recall(index, 320, Renderer())
     block = recall.block("p", "Where should I go to meet the concrete truck?", InView(""))
-    assert block is not None and block.text.endswith(f"User ({REPLACES}): {REROUTED}")
+    assert block is not None and block.text.endswith(f"{REROUTED}")
     assert "north gate" not in block.text  # (the lines before are the block chosen ahead)
     block = recall.block("p", "How cold is freezer B?", InView(""))
     assert block is not None and "minus 80" in block.text
     # a change told on its own, right after, is no repair of what came before (session 24:
     # "moved" is a correction word, and "freezer" the one word shared)
     block = recall.block("p", "How cold is freezer C?", InView(""))
-    assert block is not None and "minus 20" in block.text and REPLACES not in block.text
+    assert block is not None and "minus 20" in block.text
     # the block chosen ahead leaves the taken-back statement out as well
     ahead = [s.seq for s in recall.ahead("p", InView(""))]
     assert 1 in ahead and 0 not in ahead
@@ -451,7 +445,7 @@ async def test_the_stores_index_finds_the_correction_said_next(tmp_path) -> None
         assert following is not None and following.text == REROUTED
         assert index.following(index.newest("p", 1)[0]) is None
         block = ctx.recalled("p", "Where do I meet the concrete truck?")
-    assert block is not None and block.text == f"User ({REPLACES}): {REROUTED}"
+    assert block is not None and block.text == f"{REROUTED}"
     store.close()
 
 
@@ -462,7 +456,6 @@ def test_statements_about_other_numbered_things_are_all_kept() -> None:
         index.add(statement(i, text))
     block = Recall(index, 320, Renderer()).block("p", "Where is sample 1?", InView(""))
     assert block is not None and "Sample 1 is in rack 2." in block.text
-    assert REPLACES not in block.text  # sample 5 replaces nothing
     entries = [exchange(i, text) for i, text in enumerate(said)]
     summary = extractive_summary("", entries, 400, dialogue=True)
     assert all(text in summary for text in said)  # none dropped as replaced
@@ -538,8 +531,7 @@ async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reus
         await ordinary_turns(ctx, clock)  # the statements leave the request's side
         warmed = llm.warmed[-1][0][1].content
         assert warmed.endswith(
-            "Earlier, newest first:\nUser (earlier): Sample B7 goes to the incubator.\n"
-            "User (earlier): My locker code is 4711."
+            "Earlier, newest first:\nSample B7 goes to the incubator.\nMy locker code is 4711."
         )
         # a request recalling one of them evaluates nothing before it anew, and so does
         # one recalling nothing (the block comes last: it is dropped)
@@ -561,15 +553,13 @@ async def test_a_scene_away_from_the_request_is_shown_next_to_it_and_warmed() ->
         await ctx.record_exchange("p", "My locker code is 4711.", "Okay.")
         await ctx.update("p", "scene", "The participant is in a train carriage.")
         await ordinary_turns(ctx, clock)  # the state leaves the request's side
-        line = "scene (latest): The participant is in a train carriage."
+        line = "The participant is in a train carriage."
         # every request gets the current state, whatever its words; never the older one
         for request in ("Where am I?", "Hi!"):
             block = ctx.recalled("p", request)
             assert block is not None and block.text == line
         block = ctx.recalled("p", "What is my locker code?")
-        assert (
-            block is not None and block.text == f"{line}\nUser (earlier): My locker code is 4711."
-        )
+        assert block is not None and block.text == f"{line}\nMy locker code is 4711."
         assert "fume hood" not in block.text
         # the warm evaluates it: a request with or without recall evaluates none of it anew
         warmed = llm.warmed[-1][0][1].content
@@ -579,8 +569,13 @@ async def test_a_scene_away_from_the_request_is_shown_next_to_it_and_warmed() ->
         await ctx.update("p", "scene", "The participant is on a long train ride. " * 20)
         await ordinary_turns(ctx, clock, "y", settle=False)  # not compacted: six entries below
         block = ctx.recalled("p", "What is my locker code?")
-        assert block is not None and block.text.endswith("User (earlier): My locker code is 4711.")
-        assert len(block.text.split("\nUser")[0].encode()) < 150 <= len(block.text.encode()) <= 300
+        assert block is not None and block.text.endswith("My locker code is 4711.")
+        assert (
+            len(block.text.split("\nMy locker")[0].encode())
+            < 150
+            <= len(block.text.encode())
+            <= 300
+        )
 
 
 async def test_a_newer_topic_state_replaces_an_older_statement_in_recall() -> None:
@@ -608,10 +603,7 @@ async def test_notes_are_recalled_like_statements() -> None:
         assert "tulip42" in ctx.render("p")  # kept by the summary check
         ctx._participants["p"].sections["notes"].summary = "Routine checks."
         recalled = ctx.recalled("p", "What is the guest wifi password?")
-    assert (
-        recalled is not None
-        and "notes (earlier): Note: the guest wifi password is tulip42." in recalled.text
-    )
+    assert recalled is not None and "Note: the guest wifi password is tulip42." in recalled.text
 
 
 async def test_a_long_session_with_a_failing_model_keeps_every_section_in_budget() -> None:

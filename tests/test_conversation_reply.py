@@ -32,8 +32,8 @@ def filtered(text: str, bound: int | None, pieces: str = r"\s*\S+") -> str:
 def test_scaffolding_is_dropped_however_the_stream_is_cut(pieces: str) -> None:
     assert filtered(SCAFFOLDED, 3, pieces) == CLEAN
     assert filtered("Context:\n\n[18:34] Assistant: Sure thing.", None, pieces) == "Sure thing."
-    quoted = "[14:20] User: where is the key?\nAssistant: Under the mat."  # kept, but the role
-    assert filtered(quoted, None, pieces) == "[14:20] User: where is the key?\nUnder the mat."
+    quoted = "[14:20] User: where is the key?\nAssistant: Under the mat."  # labels removed
+    assert filtered(quoted, None, pieces) == "where is the key?\nUnder the mat."
     assert filtered("Context: the meeting is at 10.", None, pieces) == (
         "Context: the meeting is at 10."
     )

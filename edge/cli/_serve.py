@@ -371,7 +371,7 @@ async def _spoken_turn(
     if args.save_audio:
         rate = client.welcome.audio_out_rate if client.welcome else None
         if not rate or not turn.pcm:
-            console.print("[red]error:[/] the server sent no audio (does it run with voice?)")
+            console.print(f"[red]error:[/] {escape(_no_audio(rate, turn))}")
             return 1
         write_wav(args.save_audio, pcm16_to_float(turn.pcm), rate)
         console.print(
@@ -379,6 +379,17 @@ async def _spoken_turn(
         )
     await client.send({"type": "bye"})
     return 0 if turn.text else 1
+
+
+def _no_audio(rate: int | None, turn: Any) -> str:
+    """Why a spoken turn brought no reply audio: the speech server that failed, when one
+    did (its error came with the turn), else whether the service speaks at all."""
+    failed = [e.message for e in turn.errors if e.code == "backend_failed"]
+    if failed:
+        return f"no reply audio: {failed[-1]}"
+    if not rate:
+        return "no reply audio: the service runs without voice (started with --no-voice)"
+    return "the service sent no reply audio"
 
 
 def run_client(args: argparse.Namespace) -> int:

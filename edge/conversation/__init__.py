@@ -44,6 +44,8 @@ from ._conversation import (
 from ._manager import ContextManager
 from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._render import ContextBlock
+from ._reply import ReplyFilter, has_scaffolding
+from ._stated import StatedAnswer
 
 __all__ = [
     "COMPACTION_RESERVE_BYTES",
@@ -68,7 +70,10 @@ __all__ = [
     "MemoryRecallIndex",
     "PrefixWarmer",
     "RecallIndex",
+    "ReplyFilter",
+    "StatedAnswer",
     "Statement",
     "TranscriptEntry",
+    "has_scaffolding",
     "least_compaction_input",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -19,7 +20,6 @@ from edge.llm import (
     Priority,
     RequestMetrics,
     TextStream,
-    TokenCounter,
 )
 from edge.routing import (
     Admission,
@@ -33,6 +33,8 @@ from edge.runtime import AgentRuntime, Topic, now_us
 
 from ._manager import ContextManager
 from ._reply import ReplyFilter, sentence_bound
+from ._stated import StatedAnswer
+from ._window import fitted
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +60,9 @@ MAX_METRICS = 256
 DEFAULT_STOP = ("\nUser:",)
 """Where an answer ends if the model goes on to write the participant's next turn itself
 (small models continue the transcript-like context with a ``User:`` line and an answer to
-it): that invented turn is never spoken or recorded. Lines the model quotes from the
-context (``User (earlier): …``, ``[14:20] …``) are kept: the small default model often
-answers by quoting them, and cutting them there lost the answer in the recall eval."""
+it): that invented turn is never spoken or recorded. A line the model quotes from the
+context (``[14:20] User: …``) is kept without its label (:class:`ReplyFilter`): the small
+default model often answers by quoting one, and cutting it there lost the answer."""
 
 
 @dataclass(frozen=True)
@@ -180,10 +182,16 @@ class Conversation:
     records nothing. The context owns the dialogue: :attr:`dialogue` is the router's view of
     it.
 
+    A question about what the participant stated ("What is my locker code?", "When is
+    the briefing now?") is answered from their record, not generated
+    (:meth:`ContextManager.stated`): their newest statement about it told back, or that
+    they stated nothing about it; the model answers everything else.
+
     What the model writes passes a :class:`ReplyFilter` before it is published or
-    recorded: lines echoing the prompt's structure (``Current time: …``, an
-    ``Assistant:`` prefix, …) are dropped, and the reply ends at the sentence boundary
-    where the config's ``max_sentences`` is reached, generation stopping there.
+    recorded: lines echoing the prompt's structure (``Current time: …``) are dropped, the
+    prompt's labels (``User:``, ``Assistant:``, ``[14:20] notes:``, ...) removed from the
+    start of a line, and the reply ends at the sentence boundary where the config's
+    ``max_sentences`` is reached, generation stopping there.
 
     Each answer reuses the participant's KV prefix (``cache_key`` = participant id); with
     ``seed_key`` (which the application warms), a participant with no state of their own
@@ -250,9 +258,13 @@ class Conversation:
             raise ValueError("the turn needs a participant id")
         if not isinstance(turn.query, str) or not turn.query.strip():
             raise ValueError("the turn needs a non-empty query")
-        messages = self.request_messages(turn.participant_id, turn.query)
+        stated = self.context.stated(turn.participant_id, turn.query)
         with self.context.answering():
-            text = await self._stream(turn, messages, started)
+            if stated is not None:  # told back from the record, not generated
+                text = await self._tell(turn, self._told(turn.participant_id, stated), started)
+            else:
+                messages = self.request_messages(turn.participant_id, turn.query)
+                text = await self._stream(turn, messages, started)
         await self.context.record_exchange(
             turn.participant_id,
             turn.query,
@@ -298,6 +310,41 @@ class Conversation:
         if tail:
             yield tail
 
+    async def reply(self, participant_id: str, query: str) -> str:
+        """The reply :meth:`answer` would give ``query`` now (told back from the record,
+        or the model's, filtered and bounded), without publishing or recording it: for
+        evaluations. :meth:`last_metrics` then says what it cost."""
+        stated = self.context.stated(participant_id, query)
+        if stated is not None:
+            return self._told(participant_id, stated)
+        messages = self.request_messages(participant_id, query)
+        stream = self.llm.stream(messages, self.answer_options(participant_id))
+        self._remember(participant_id, stream.metrics)
+        try:
+            async with aclosing(self.reply_text(stream)) as texts:
+                return "".join([text async for text in texts])
+        finally:
+            await self._drain(stream)
+
+    def _told(self, participant_id: str, stated: StatedAnswer) -> str:
+        """The reply told back from the record, bounded like a generated one; its metrics
+        are its own (nothing queued, nothing evaluated)."""
+        started = time.perf_counter()
+        reply = ReplyFilter(self.max_sentences)
+        text = (reply.feed(stated.text) + reply.flush()).strip() or stated.text
+        spent = time.perf_counter() - started
+        self._remember(
+            participant_id,
+            RequestMetrics(cache_key=participant_id, queue_wait_s=0.0, ttft_s=spent, total_s=spent),
+        )
+        return text
+
+    def _remember(self, participant_id: str, metrics: RequestMetrics) -> None:
+        self._metrics.pop(participant_id, None)
+        self._metrics[participant_id] = metrics  # newest last; bounded
+        while len(self._metrics) > MAX_METRICS:
+            self._metrics.pop(next(iter(self._metrics)))
+
     def last_metrics(self, participant_id: str) -> RequestMetrics | None:
         """What the participant's latest answer request cost (queue wait, time to first
         token, prompt tokens reused from the KV cache, ...)."""
@@ -306,58 +353,17 @@ class Conversation:
     # ----------------------------------------------------------------- requests
 
     def request_messages(self, participant_id: str, query: str) -> list[ChatMessage]:
-        """The three messages of an answer request.
-
-        When the model can count tokens (the local backend), the request must also fit its
-        context window with room for the answer: byte budgets are only an estimate of
-        tokens (digits and times cost more tokens per byte). If it does not fit, the oldest
-        context blocks are left out (entries first, then summaries) and a warning is
-        logged. The current request and its recalled block are never clipped."""
-        now = self._clock()
-        messages = self.context.messages(
-            participant_id, system=self.system_message, request=query, now_us=now
-        )
-        llm = self.llm
-        if not isinstance(llm, TokenCounter):
-            return messages
-        limit = llm.context_length - (self.max_tokens or llm.default_max_tokens)
-
-        def fits(msgs: list[ChatMessage]) -> bool:
-            return llm.count_tokens(llm.format_chat(msgs)) <= limit
-
-        if fits(messages):
-            return messages
-        blocks = self.context.blocks(participant_id)
-        recalled = self.context.recalled(participant_id, query)
-        summaries = sum(1 for b in blocks if b.kind == "summary")
-        dropped = 0
-        while blocks:
-            # the oldest entry first (entries follow the summaries), then summaries
-            del blocks[summaries if summaries < len(blocks) else 0]
-            summaries = min(summaries, len(blocks))
-            dropped += 1
-            context = self.context.render_blocks(blocks, now_us=now, recalled=recalled)
-            candidate = [messages[0], ChatMessage(role="user", content=context), messages[2]]
-            if fits(candidate):
-                messages = candidate
-                break
-        else:
-            messages = [
-                messages[0],
-                ChatMessage(
-                    role="user",
-                    content=self.context.render_blocks([], now_us=now, recalled=recalled),
-                ),
-                messages[2],
-            ]
-        log.warning(
-            "participant %r: the request exceeded the model's %d-token window; "
-            "%d oldest context block(s) left out",
+        """The three messages of an answer request, fitted to the model's context window
+        (:func:`~edge.conversation._window.fitted`)."""
+        return fitted(
+            self.llm,
+            self.context,
+            self.system_message,
             participant_id,
-            llm.context_length,
-            dropped,
+            query,
+            now_us=self._clock(),
+            max_tokens=self.max_tokens,
         )
-        return messages
 
     # ----------------------------------------------------------------- streaming
 
@@ -382,10 +388,7 @@ class Conversation:
 
     async def _stream(self, turn: AgentTurn, messages: list, started: StartedSignal) -> str:
         stream = self.llm.stream(messages, self.answer_options(turn.participant_id))
-        self._metrics.pop(turn.participant_id, None)
-        self._metrics[turn.participant_id] = stream.metrics  # newest last; bounded below
-        while len(self._metrics) > MAX_METRICS:
-            self._metrics.pop(next(iter(self._metrics)))
+        self._remember(turn.participant_id, stream.metrics)
         sequence = 0
         parts: list[str] = []
 
@@ -415,6 +418,14 @@ class Conversation:
             await started()
         await self._publish(turn, "", sequence, final=True)
         return "".join(parts)
+
+    async def _tell(self, turn: AgentTurn, text: str, started: StartedSignal) -> str:
+        """Publish a reply that is already whole: one frame, then the final one."""
+        await started()
+        if text:
+            await self._publish(turn, text, 0, final=False)
+        await self._publish(turn, "", 1 if text else 0, final=True)
+        return text
 
     @staticmethod
     async def _drain(stream: TextStream) -> None:

@@ -18,6 +18,7 @@ from edge.recall import (
     invented_details,
     invented_words,
     is_request,
+    key_details,
     missing_details,
     repairs,
     supersedes,
@@ -87,14 +88,35 @@ def summary_gaps(summary: str, previous_summary: str, entries: Sequence[Entry]) 
     contain, those it has that no source does (``"invented X"``), more words than a
     paraphrase needs that no source has (it tells what nobody said:
     :func:`~edge.recall.invented_words`), and transcript lines copied instead of
-    summarised (``User: ...``); empty when none."""
-    said = current([*previous_items(previous_summary), *statements(entries)])
+    summarised (``User: ...``), and details only a replaced statement had (a summary
+    keeps the correction, not what it corrects); empty when none."""
+    items = [*previous_items(previous_summary), *statements(entries)]
+    said = current(items)
     sources = [previous_summary, *(e.rendered for e in entries)]
     invented = [f"invented {d}" for d in invented_details(summary, sources)]
     if words := invented_words(summary, sources):
         invented.append("words no source has: " + " ".join(words))
     echo = ["echoes the transcript"] if _TRANSCRIPT.search(summary) else []
-    return missing_details(summary, said) + invented + echo
+    return missing_details(summary, said) + invented + echo + _replaced(summary, items, said)
+
+
+def _replaced(summary: str, items: list[str], said: list[str]) -> list[str]:
+    """``"keeps replaced X"`` for each detail only a replaced statement had (the "9" of
+    "The autoclave run is at 9." after "It moved to 11.") that ``summary`` still has: a
+    summary keeps the correction, not what it corrects."""
+    kept = set(said)
+    old: set[str] = set()
+    for text in items:
+        if text not in kept:
+            old |= key_details(text)
+    for text in said:
+        old -= key_details(text)
+    have = summary.lower()
+    return [
+        f"keeps replaced {d}"
+        for d in sorted(old)
+        if re.search(rf"(?<!\w){re.escape(d)}(?!\w)", have)
+    ]
 
 
 def extractive_summary(

@@ -62,6 +62,7 @@ from ._prefixes import SYSTEM_PROMPT_KEY, Prefixes, PrefixWarmer
 from ._recall import Recall
 from ._render import DIALOGUE, ContextBlock, Renderer
 from ._schedule import Scheduler
+from ._stated import StatedAnswer
 from ._views import Views
 from ._writing import Writer
 
@@ -328,6 +329,17 @@ class ContextManager:
         by the block chosen ahead of the request: a block that is its start evaluates
         nothing anew; any other, each of its tokens."""
         return self._views.recalled(participant_id, request, self.blocks(participant_id))
+
+    def stated(self, participant_id: str, request: str) -> StatedAnswer | None:
+        """The reply to ``request`` told back from what the participant stated, when it
+        asks for a fact they may have stated ("What is my locker code?", "When is the
+        briefing now?"): their newest statement about it, the one a correction replaced
+        left out, in the second person; :data:`~edge.recall.NOT_STATED` when they stated
+        nothing about it. None when the request asks for something else, or their record
+        cannot tell (the model answers). Only their own statements, with recall's search
+        (``recall_budget_bytes`` 0: always None)."""
+        check_participant(participant_id)
+        return self._views.stated(participant_id, request)
 
     def transcript(
         self, participant_id: str, *, offset: int = 0, limit: int | None = None

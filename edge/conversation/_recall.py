@@ -33,15 +33,13 @@ from edge.recall import (
 )
 
 from ._context import ParticipantContext
-from ._render import DIALOGUE, ContextBlock, Renderer
+from ._render import ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
 RECALL_SECTION = "recalled"
 RECALL_HEADER = "Earlier, newest first:"
 """The block's first line when it recalls more than one statement (a single one is one
 line: every token of the block is evaluated anew for each request)."""
-REPLACES = "latest, replaces what was said before"
-"""How a statement that replaces an older one is marked (the older one is left out)."""
 DEFAULT_RECALL_LIMIT = 3
 """Statements recalled per request at most."""
 SEARCH_WIDTH = 4
@@ -174,17 +172,24 @@ class Recall:
                 if any(replaces(s, f) for f in found):
                     pool.setdefault(s.seq, s)
             for f in found:
-                after = self.index.following(f)
-                if after is not None and repairs(after.text, f.text):
+                after = self.repair_of(f)
+                if after is not None:
                     pool.setdefault(after.seq, after)
                     pairs.add((after.seq, f.seq))
         return pool, frozenset(pairs)
 
+    def repair_of(self, statement: Statement) -> Statement | None:
+        """The participant's next statement when it takes ``statement`` back
+        (:func:`~edge.recall.repairs`: "Wait, no, ...", "It moved to 11."), else None."""
+        after = self.index.following(statement)
+        return after if after is not None and repairs(after.text, statement.text) else None
+
     @staticmethod
     def line(statement: Statement, replacer: bool = False) -> str:
-        """``User (earlier): ...`` like a dialogue entry, or the topic's name for a note."""
-        who = "User" if statement.source == DIALOGUE else statement.source
-        return f"{who} ({REPLACES if replacer else 'earlier'}): {statement.text}"
+        """The statement as it was said, with no label: a small model copies a line's
+        label into its reply ("The user (earlier): ..."); the header says what the lines
+        are, and a replaced statement is never shown next to what replaces it."""
+        return statement.text.strip()
 
     def block(self, participant_id: str, request: str, in_view: InView) -> ContextBlock | None:
         """The recalled block (None when nothing relevant is out of view and no state is
@@ -242,7 +247,7 @@ class Recall:
         for state in in_view.states:
             if in_view.shows_near(state) or not state.text.strip():
                 continue
-            text = f"{state.source} (latest): {state.text}"
+            text = state.text.strip()
             if nbytes(text) + 1 > room:
                 if room < 64:
                     break

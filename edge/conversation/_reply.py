@@ -2,13 +2,15 @@
 length.
 
 Small models echo the request's own structure (see ``_render``): a ``Current time: …``
-line, ``(No earlier conversation or context.)``, the ``Context:`` header, an
-``Assistant:`` role prefix. :class:`ReplyFilter` drops those lines (and the prefix) from
-the reply stream before anything is published, spoken or recorded, and ends the reply at
-the sentence boundary where the instructions' length is reached ("one to three short
-sentences": three), so the rest is never generated. Lines the model quotes from the
-context (``[14:20] User: …``) are kept: the small default model often answers by quoting
-them.
+line, ``(No earlier conversation or context.)``, the ``Context:`` header, and the labels
+of the lines they are shown (``User:``, ``Assistant:``, ``[14:02] notes:``, an extractive
+summary's ``The user said:``), or made-up ones like them (``The user (earlier):``).
+:class:`ReplyFilter` drops those lines, and removes the labels from the start of a line
+(again and again: "User: User: ..."), keeping what follows: the small default model often
+answers by quoting a context line. Nothing of it is published, spoken or recorded. The
+reply also ends at the sentence boundary where the instructions' length is reached ("one
+to three short sentences": three), so the rest is never generated.
+:func:`has_scaffolding` says whether a text still shows any of it (the eval counts them).
 """
 
 from __future__ import annotations
@@ -35,12 +37,33 @@ _SENTENCES = re.compile(
 
 _DROPPED = ("Current time:", "(No earlier conversation or context.)")
 """Lines of the request's structure, dropped whole when a reply line starts with one."""
-_HEADER = "Context:"
-"""The context message's header: dropped when it is alone on its line."""
-_ASSISTANT = "Assistant:"
-_ROLE = re.compile(r"(?:\[\d{1,2}:\d{2}\]\s*)?Assistant:\s*")
+_HEADERS = ("Context:", "Earlier, newest first:")
+"""The context message's header and the recalled block's: dropped when alone on a line."""
+_LABEL = re.compile(
+    r"(?:\[\d{1,2}:\d{2}\]\s*[\w.-]+(?:\s*\([^)\n]{0,40}\))?"
+    r"|(?:the\s+)?(?:user|assistant)(?:\s+said)?(?:\s*\([^)\n]{0,40}\))?"
+    r"|[a-z][\w.-]*\s+\((?:earlier|latest)[^)\n]{0,40}\)"
+    r"|summary of [^:\n]{0,60}\([\d:]+ to [\d:]+\)|recorded"
+    r")\s*:[ \t]*",
+    re.IGNORECASE,
+)
+"""A label of the prompt's own (an entry's ``[14:20] User:`` or ``[14:02] notes:``,
+``Assistant:``, a
+recalled line's ``User (earlier):`` as older prompts had it and as the model rephrases it,
+``The user (earlier):``, an extractive summary's ``The user said:``, a topic's
+``notes (earlier):``, a summary's ``Summary of ... (14:13 to 14:43):``): removed from the
+start of a reply line, again and again ("User: User: ..."), what follows kept."""
+_ROLE_REST = re.compile(r"(?: (?:s|sa|sai|said)?)?(?:\s*\([^)\n]{0,40}\)?)?\s*", re.I)
+"""What may follow a role word in a label that is not finished yet."""
+_STAMPED_REST = re.compile(r"[\w.-]*(?:\s*\([^)\n]{0,40}\)?)?\s*")
+"""What may follow an entry's time stamp in a label that is not finished yet."""
 _STAMP = re.compile(r"\[\d{1,2}:\d{2}\]\s*")
 _PARTIAL_STAMP = re.compile(r"\[\d{0,2}(?::\d{0,2})?")
+_INLINE = re.compile(
+    r"\b(?:user|assistant)(?:\s*\((?:earlier|latest)[^)\n]{0,40}\))?:"
+    r"|\((?:earlier|latest)[^)\n]{0,40}\):|current time:|earlier, newest first:",
+    re.IGNORECASE,
+)
 _ABBREVIATIONS = frozenset("mr mrs ms dr prof sr jr st vs e.g i.e approx etc no fig".split())
 _END = re.compile(r"""[.!?…]+["'”’)\]]*(?=\s)""")
 
@@ -56,17 +79,41 @@ def sentence_bound(instructions: str) -> int | None:
 
 
 def _undecided(line: str) -> bool:
-    """Whether ``line`` (the start of a reply line) could still become scaffolding."""
+    """Whether ``line`` (the start of a reply line) could still become scaffolding: a
+    dropped line, a header, or a label (:data:`_LABEL`) not finished yet."""
     text = line.lstrip()
-    if any(p.startswith(text) for p in (*_DROPPED, _HEADER)) or text.startswith(_HEADER):
-        return True  # a "Context:" line waits for its end: dropped only when alone
-    rest = text
+    if any(p.startswith(text) for p in (*_DROPPED, *_HEADERS)) or text.startswith(_HEADERS):
+        return True  # a header waits for its end: dropped only when alone
     if text.startswith("["):
         stamp = _STAMP.match(text)
         if stamp is None:
             return _PARTIAL_STAMP.fullmatch(text) is not None
-        rest = text[stamp.end() :]
-    return len(rest) < len(_ASSISTANT) and _ASSISTANT.startswith(rest)
+        return _STAMPED_REST.fullmatch(text[stamp.end() :]) is not None
+    return _label_start(text)
+
+
+def _label_start(text: str) -> bool:
+    """Whether ``text`` is the start of a label that is not finished yet."""
+    low = text.lower()
+    for head in ("the user", "the assistant", "user", "assistant"):
+        if head.startswith(low):
+            return True
+        if low.startswith(head) and _ROLE_REST.fullmatch(low[len(head) :]):
+            return True
+    if "summary of".startswith(low) or "recorded".startswith(low):
+        return True
+    return low.startswith("summary of") and "):" not in low and len(low) < 96
+
+
+def has_scaffolding(text: str) -> bool:
+    """Whether a reply shows the prompt's own structure anywhere: a line that starts with
+    a label (:data:`_LABEL`), a dropped line or a header, or a role or recalled-line label
+    inside a line (``... User: ...``, ``(earlier):``, ``Current time:``)."""
+    for line in text.splitlines():
+        start = line.lstrip()
+        if _LABEL.match(start) or start.startswith(_DROPPED) or start.strip() in _HEADERS:
+            return True
+    return _INLINE.search(text) is not None
 
 
 class ReplyFilter:
@@ -122,20 +169,25 @@ class ReplyFilter:
         return "" if _undecided(self._line) else self._decide(self._line, final=False)
 
     def _decide(self, line: str, *, final: bool) -> str:
-        """Settle the current line's start: drop it, strip its role prefix, or pass it."""
+        """Settle the current line's start: drop it, strip its labels, or pass it."""
         text = line.lstrip()
-        if text.startswith(_DROPPED) or (final and text.strip() == _HEADER):
+        if text.startswith(_DROPPED) or (final and text.strip() in _HEADERS):
             self._mode = "drop"
             self.dropped += 1
             return ""
+        label = _LABEL.match(text)
+        if label is not None:  # again: "User: User: ..."
+            self.dropped += 1
+            self._after_role = True
+            self._line = rest = text[label.end() :]
+            if not final and _undecided(rest):
+                return ""
+            return self._decide(rest, final=final)
         self._mode = "pass"
         self._line = ""
-        role = _ROLE.match(text)
-        if role is not None:
-            self.dropped += 1
-            rest = text[role.end() :]
-            self._after_role = not rest
-            return rest
+        if self._after_role:
+            line = line.lstrip()
+            self._after_role = not line
         return line if self._out or line.strip() else ""
 
     # -- length -------------------------------------------------------------------------

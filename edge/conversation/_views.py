@@ -18,6 +18,7 @@ from ._config import ContextConfig
 from ._context import Entry, ParticipantContext, Section, TranscriptEntry
 from ._recall import InView, Recall, in_view
 from ._render import DIALOGUE, ContextBlock
+from ._stated import StatedAnswer, stated_answer
 
 
 class Views:
@@ -174,6 +175,11 @@ class Views:
         if part is None or self.recall.budget_bytes <= 0:
             return None
         return self.recall.block(participant_id, request, self.in_view(part, blocks))
+
+    def stated(self, participant_id: str, request: str) -> StatedAnswer | None:
+        part = self.cached(participant_id)
+        view = self.in_view(part, part.blocks(self.renderer)) if part else InView("")
+        return stated_answer(self.recall, participant_id, request, view)
 
     def transcript(self, participant_id: str, offset: int, limit: int) -> list[TranscriptEntry]:
         if self.closed and self.owns_store:

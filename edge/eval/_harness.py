@@ -268,6 +268,7 @@ async def run_case(
         async def started_signal() -> None:
             return None
 
+        stated = ctx.stated(pid, case.question) is not None
         try:
             result = await conversation.answer(
                 AgentTurn(pid, "eval", case.question, timestamp_us=now[0]),
@@ -289,6 +290,7 @@ async def run_case(
         ttft,
         error,
         context_bytes,
+        {"stated": stated},
     )
 
 

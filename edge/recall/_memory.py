@@ -177,10 +177,30 @@ def repairs(newer: str, older: str) -> bool:
     driver's been rerouted to the south gate" after "The concrete truck is coming in
     through the north gate"), where a correction said later needs two (:func:`supersedes`).
     A change told on its own ("Sample rack 3 was moved to freezer A" after "Freezer B is
-    set to minus 80 degrees") does not take back what came before."""
-    if not takes_back_what_went_before(newer) or is_request(newer) or is_request(older):
+    set to minus 80 degrees") does not take back what came before; one told of "it"
+    ("It moved to 11." after "The autoclave run is at 9.": :func:`refers_back`) does."""
+    if is_request(newer) or is_request(older):
+        return False
+    if refers_back(newer):
+        return True
+    if not takes_back_what_went_before(newer):
         return False
     return bool(set(terms(newer)) & set(terms(older)))
+
+
+_REFERENCE = re.compile(
+    rf"^\W*(?:(?:{_REPAIRS}|oops|my mistake|and|so|oh|ok(?:ay)?)\W+)*"
+    r"(?:it|that|this|they|she|he)(?:['’]s|['’]re)?\s",
+    re.IGNORECASE,
+)
+
+
+def refers_back(text: str) -> bool:
+    """Whether a statement is a change told of what was just said, named by a pronoun
+    ("It moved to 11.", "Actually, that's at 16:00 now."): a correction whose subject is
+    "it", "that", "they", ..., with a detail (a number, a name) of its own. Said right
+    after a statement, it replaces it without sharing a word (:func:`repairs`)."""
+    return _REFERENCE.search(text) is not None and is_correction(text) and bool(key_details(text))
 
 
 def is_request(text: str) -> bool:

@@ -129,6 +129,7 @@ class WebSocketSession:
             tuple[ServerMessage, bytes | None]
         ](outbox_size)
         self._scope: anyio.CancelScope | None = None
+        self._reading = anyio.CancelScope()  # cancelled: stop reading, send what is queued
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
         self._close: tuple[int, str] | None = None  # code and reason, when we end it
@@ -160,12 +161,21 @@ class WebSocketSession:
         if self._scope is not None:
             self._scope.cancel()
 
+    def forgotten(self) -> None:
+        """The participant was erased on the device (`edge sessions forget`): the reading
+        stops, the goodbye goes out after what is queued, and the session departs."""
+        self._leave_reason = "forget"
+        self._close = (NORMAL_CLOSURE, "this participant was forgotten on the device")
+        self.deliver(Goodbye(reason="forgotten"))
+        self._reading.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer, self._receive)
-                    await self._reader()
+                    with self._reading:
+                        await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
         finally:
             self._send.close()
@@ -275,13 +285,7 @@ class WebSocketSession:
             raise ClientError(f"already joined as {self.participant_id!r}")
         if not self._authorized:
             if not token_matches(self.access.current_token(), hello.token):
-                raise _Refused(
-                    "this service needs its device access token: send it in hello.token "
-                    "(`edge token` on the service's machine shows it)"
-                    if hello.token is None
-                    else "wrong device access token (`edge token` on the service's machine "
-                    "shows the current one)"
-                )
+                raise _Refused(self._token_needed(hello.token is None))
             self._authorized = True
         pid = hello.participant_id or new_participant_id()
         await self._arrive(pid, hello.resume)
@@ -315,6 +319,29 @@ class WebSocketSession:
             g.hub.detach(pid, self)
             self.participant_id, self.hello = None, None
             raise
+
+    def _token_needed(self, missing: bool) -> str:
+        """Why the hello is refused, in the words of the client's person: a browser page
+        (it sends ``Origin``) is opened with the token in its address; a program passes it."""
+        request = self.ws.request
+        if request is not None and request.headers.get("Origin") is not None:
+            return (
+                "this page needs the device's access token"
+                if missing
+                else "this page holds an old or wrong device access token"
+            ) + (
+                ": open the console address `edge serve` printed (it ends in ?token=…), "
+                "or add ?token= and the token `edge token` shows on the device to this "
+                "page's address"
+            )
+        return (
+            "this service needs its device access token: pass --token to `edge client` "
+            "(EdgeClient(token=...), or hello.token); `edge token` on the service's machine "
+            "shows it"
+            if missing
+            else "wrong device access token (`edge token` on the service's machine shows "
+            "the current one; pass it with --token)"
+        )
 
     async def _arrive(self, pid: str, resume: str | None) -> None:
         """Attach once the participant's previous connection has departed; a resume with
