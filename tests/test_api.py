@@ -246,3 +246,19 @@ async def test_an_oversized_upload_is_the_sdks_request_error_and_ollama_names_pa
         assert [r.user for r in service.store.history("api:lin")[0]] == [QUESTION[0]["content"]]
         running = await ollama_api.ps()
         assert running.models[0].expires_at is not None
+
+
+async def test_an_idle_participant_leaves_without_another_request() -> None:
+    async with AsyncExitStack() as stack, api_service() as service:
+        front = service.websocket.front
+        assert front is not None
+        front.faces.participants.idle_s = 0.2  # type: ignore[attr-defined]
+        client = await stack.enter_async_context(openai_client(web_url(service)))
+        await client.chat.completions.create(model="x", messages=QUESTION, user="brief")
+        assert "api:brief" in service.hub.connected()
+        with anyio.fail_after(10):
+            while "api:brief" in service.hub.connected():  # noqa: ASYNC110 - polling a test
+                await anyio.sleep(0.05)
+        again = await client.chat.completions.create(model="x", messages=QUESTION, user="brief")
+        assert again.choices[0].message.content  # it comes back with its context
+        assert len(service.store.history("api:brief")[0]) == 2
