@@ -262,3 +262,15 @@ async def test_an_idle_participant_leaves_without_another_request() -> None:
         again = await client.chat.completions.create(model="x", messages=QUESTION, user="brief")
         assert again.choices[0].message.content  # it comes back with its context
         assert len(service.store.history("api:brief")[0]) == 2
+
+
+async def test_a_request_head_never_finished_is_dropped_after_the_hello_timeout() -> None:
+    async with api_service(hello_timeout_s=0.5) as service:
+        stream = await anyio.connect_tcp("127.0.0.1", service.websocket.bound_port)
+        async with stream:
+            await stream.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, OSError)):
+                await stream.receive()
+        async with httpx.AsyncClient() as plain:  # the port serves on
+            health = await plain.get(web_url(service) + "/health")
+        assert health.status_code == 200
