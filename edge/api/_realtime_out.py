@@ -281,9 +281,6 @@ class RealtimeEvents:
         reason = "turn_detected" if message.reason == "barge-in" else "client_cancelled"
         return events + self._finish("cancelled", reason)
 
-    def cancel(self) -> list[dict[str, Any]]:
-        return self._finish("cancelled", "client_cancelled") if self.response else []
-
     def _finish(self, status: str, reason: str | None = None) -> list[dict[str, Any]]:
         response, self.response = self.response, None
         if response is None:
