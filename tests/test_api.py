@@ -11,9 +11,10 @@ import ollama
 import openai
 import pytest
 
-from edge.api import ApiLimits
+from edge.api import ApiLimits, serve_api
+from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeClient
+from edge.server import EdgeClient, EdgeService
 from tests.api_helpers import (
     TOKEN,
     api_service,
@@ -22,7 +23,7 @@ from tests.api_helpers import (
     trust,
     web_url,
 )
-from tests.server_helpers import answer_for
+from tests.server_helpers import answer_for, settings
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +275,44 @@ async def test_a_request_head_never_finished_is_dropped_after_the_hello_timeout(
         async with httpx.AsyncClient() as plain:  # the port serves on
             health = await plain.get(web_url(service) + "/health")
         assert health.status_code == 200
+
+
+async def test_stopping_the_service_ends_a_running_stream_and_its_participant_leaves() -> None:
+    from tests.server_helpers import Departures
+
+    slow = ScriptedLLM(default=ScriptedReply("word " * 400, delay_s=0.05))
+    departures = Departures()
+    streaming, stop, stopped = anyio.Event(), anyio.Event(), anyio.Event()
+    service = EdgeService(
+        settings(token=TOKEN), llm=slow, decisions=ScriptedDecisions(default="conversation")
+    )
+    service.runtime.register("departures", departures)
+    serve_api(service)
+
+    async def serve() -> None:
+        async with service:
+            streaming_url.append(web_url(service))
+            await stop.wait()
+        stopped.set()
+
+    async def ask() -> None:
+        async with openai_client(streaming_url[0]) as client:
+            with pytest.raises(openai.APIError):
+                stream = await client.chat.completions.create(
+                    model="x", messages=QUESTION, stream=True, user="late"
+                )
+                async for _ in stream:
+                    streaming.set()
+
+    streaming_url: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        with anyio.fail_after(30):
+            while not streaming_url:  # noqa: ASYNC110 - waiting for the service to listen
+                await anyio.sleep(0.05)
+        tg.start_soon(ask)
+        await streaming.wait()
+        stop.set()
+        with anyio.fail_after(30):
+            await stopped.wait()
+    assert ("api:late", "server stopping") in departures.left
