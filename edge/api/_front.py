@@ -40,6 +40,15 @@ class ApiFront:
         await self.faces.participants.close()
 
 
+def _limits(settings: Any) -> ApiLimits:
+    """The WebSocket's bounds, for requests: at once, per address, time to send."""
+    return ApiLimits(
+        max_requests=settings.max_sessions,
+        max_per_address=settings.max_sessions_per_address,
+        body_timeout_s=settings.hello_timeout_s,
+    )
+
+
 def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
     """Serve the APIs on ``service``'s port (an ``EdgeService``, before it starts)."""
     voice = service.voice
@@ -48,7 +57,7 @@ def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
         gateway=service.gateway,
         participants=Participants(service.gateway),
         access=service.websocket.access,
-        limits=limits or ApiLimits(max_requests=service.settings.max_sessions),
+        limits=limits or _limits(service.settings),
         stt=voice.stt if voice is not None else None,
         tts=voice.tts if voice is not None else None,
         llm_path=Path(path) if (path := getattr(device, "llm_model_path", None)) else None,
