@@ -66,6 +66,7 @@ RT_RATE = 24_000
 
 
 def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]  # a turn without audio (nan) is left out
     return statistics.median(values) if values else float("nan")
 
 
@@ -167,7 +168,7 @@ async def websocket_turn(url: str, pcm: bytes, rate: int, r: int) -> float:
         async with anyio.create_task_group() as tg:
             tg.start_soon(speak)
             await client.collect_turn(limit_s=300, on_message=seen)
-    return marks["audio"] - marks["end"]
+    return marks.get("audio", float("nan")) - marks["end"]
 
 
 async def realtime_turn(client: openai.AsyncOpenAI, trust: ssl.SSLContext, pcm: bytes) -> float:
@@ -196,7 +197,7 @@ async def realtime_turn(client: openai.AsyncOpenAI, trust: ssl.SSLContext, pcm: 
                     marks.setdefault("audio", time.perf_counter())
                 if event.type == "response.done":
                     break
-    return marks["audio"] - marks["end"]
+    return marks.get("audio", float("nan")) - marks["end"]
 
 
 async def bench_spoken(
