@@ -56,8 +56,11 @@ def openai_client(
 
 
 def ollama_client(
-    base: str, key: str | None = TOKEN, verify: ssl.SSLContext | None = None
+    base: str,
+    key: str | None = TOKEN,
+    verify: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ollama.AsyncClient:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
     extra: dict[str, Any] = {"verify": verify} if verify is not None else {}
     return ollama.AsyncClient(host=base, headers=headers, timeout=120, **extra)

@@ -11,9 +11,10 @@ import ollama
 import openai
 import pytest
 
-from edge.api import ApiLimits
+from edge.api import ApiLimits, serve_api
+from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeClient
+from edge.server import EdgeClient, EdgeService
 from tests.api_helpers import (
     TOKEN,
     api_service,
@@ -22,7 +23,7 @@ from tests.api_helpers import (
     trust,
     web_url,
 )
-from tests.server_helpers import answer_for
+from tests.server_helpers import answer_for, settings
 
 pytestmark = pytest.mark.anyio
 
@@ -222,3 +223,96 @@ async def test_a_body_sent_too_slowly_is_refused() -> None:
                 while b"\r\n\r\n" not in answer:
                     answer += await stream.receive()
         assert answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_an_oversized_upload_is_the_sdks_request_error_and_ollama_names_participants() -> (
+    None
+):
+    limits = ApiLimits(max_upload_bytes=100_000)
+    llm = ScriptedLLM(replies=answer_for)
+    async with AsyncExitStack() as stack, api_service(llm, limits=limits) as service:
+        client = await stack.enter_async_context(openai_client(web_url(service)))
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.audio.transcriptions.create(
+                model="whisper-1", file=("big.wav", b"\0" * 300_000, "audio/wav")
+            )
+        assert caught.value.status_code == 413 and "100,000 bytes" in caught.value.message
+        with pytest.raises(openai.APIStatusError) as no_voice:  # a text-only service
+            await client.audio.transcriptions.create(model="whisper-1", file=("a.wav", b"RIFF"))
+        assert no_voice.value.status_code == 503
+        ollama_api = await stack.enter_async_context(
+            ollama_client(web_url(service), headers={"X-Edge-Participant": "lin"})
+        )
+        await ollama_api.chat(model="edge", messages=QUESTION, stream=False)
+        assert [r.user for r in service.store.history("api:lin")[0]] == [QUESTION[0]["content"]]
+        running = await ollama_api.ps()
+        assert running.models[0].expires_at is not None
+
+
+async def test_an_idle_participant_leaves_without_another_request() -> None:
+    async with AsyncExitStack() as stack, api_service() as service:
+        front = service.websocket.front
+        assert front is not None
+        front.faces.participants.idle_s = 0.2  # type: ignore[attr-defined]
+        client = await stack.enter_async_context(openai_client(web_url(service)))
+        await client.chat.completions.create(model="x", messages=QUESTION, user="brief")
+        assert "api:brief" in service.hub.connected()
+        with anyio.fail_after(10):
+            while "api:brief" in service.hub.connected():  # noqa: ASYNC110 - polling a test
+                await anyio.sleep(0.05)
+        again = await client.chat.completions.create(model="x", messages=QUESTION, user="brief")
+        assert again.choices[0].message.content  # it comes back with its context
+        assert len(service.store.history("api:brief")[0]) == 2
+
+
+async def test_a_request_head_never_finished_is_dropped_after_the_hello_timeout() -> None:
+    async with api_service(hello_timeout_s=0.5) as service:
+        stream = await anyio.connect_tcp("127.0.0.1", service.websocket.bound_port)
+        async with stream:
+            await stream.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, OSError)):
+                await stream.receive()
+        async with httpx.AsyncClient() as plain:  # the port serves on
+            health = await plain.get(web_url(service) + "/health")
+        assert health.status_code == 200
+
+
+async def test_stopping_the_service_ends_a_running_stream_and_its_participant_leaves() -> None:
+    from tests.server_helpers import Departures
+
+    slow = ScriptedLLM(default=ScriptedReply("word " * 400, delay_s=0.05))
+    departures = Departures()
+    streaming, stop, stopped = anyio.Event(), anyio.Event(), anyio.Event()
+    service = EdgeService(
+        settings(token=TOKEN), llm=slow, decisions=ScriptedDecisions(default="conversation")
+    )
+    service.runtime.register("departures", departures)
+    serve_api(service)
+
+    async def serve() -> None:
+        async with service:
+            streaming_url.append(web_url(service))
+            await stop.wait()
+        stopped.set()
+
+    async def ask() -> None:
+        async with openai_client(streaming_url[0]) as client:
+            with pytest.raises(openai.APIError):
+                stream = await client.chat.completions.create(
+                    model="x", messages=QUESTION, stream=True, user="late"
+                )
+                async for _ in stream:
+                    streaming.set()
+
+    streaming_url: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        with anyio.fail_after(30):
+            while not streaming_url:  # noqa: ASYNC110 - waiting for the service to listen
+                await anyio.sleep(0.05)
+        tg.start_soon(ask)
+        await streaming.wait()
+        stop.set()
+        with anyio.fail_after(30):
+            await stopped.wait()
+    assert ("api:late", "server stopping") in departures.left

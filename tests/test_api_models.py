@@ -4,6 +4,7 @@ client (list, show, chat)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import ssl
@@ -12,7 +13,9 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
@@ -157,3 +160,87 @@ async def test_ollama_list_show_and_chat_streamed(served: Served) -> None:
             )
         ]
         assert parts[-1].done and "Paris" in "".join(p.message.content or "" for p in parts)
+
+
+def pcm24(wav: bytes) -> bytes:
+    """A WAV recording as the Realtime API's input: PCM16 mono at 24 kHz."""
+    from edge.voice import float_to_pcm16, read_wav, resample
+
+    audio = read_wav(wav)
+    return float_to_pcm16(resample(audio.audio, audio.sample_rate, 24_000))
+
+
+async def stream_audio(connection: Any, pcm: bytes, chunk_s: float = 0.1) -> None:
+    """Real-time paced microphone audio, as a headset sends it."""
+    step = int(24_000 * chunk_s) * 2
+    for i in range(0, len(pcm), step):
+        await connection.input_audio_buffer.append(
+            audio=base64.b64encode(pcm[i : i + step]).decode()
+        )
+        await anyio.sleep(chunk_s)
+
+
+async def test_a_realtime_spoken_turn_and_a_barge_in_that_cancels(
+    served: Served, recording: bytes
+) -> None:
+    question = pcm24(recording) + bytes(2 * 24_000 * 2)  # and two seconds of silence
+    async with openai_client(served.base, served.token, served.verify) as client:
+        async with client.realtime.connect(
+            model="edge", websocket_connection_options={"ssl": served.verify}
+        ) as connection:
+            await connection.session.update(
+                session={"type": "realtime", "output_modalities": ["audio"]}
+            )
+            seen: list[Any] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream_audio, connection, question)
+                async for received in connection:
+                    seen.append(received)
+                    if received.type == "response.done":
+                        break
+            kinds = [e.type for e in seen]
+            heard = next(
+                e for e in seen if e.type == "conversation.item.input_audio_transcription.completed"
+            )
+            assert "capital of France" in heard.transcript
+            assert (
+                kinds.index("input_audio_buffer.speech_started")
+                < kinds.index("input_audio_buffer.speech_stopped")
+                < kinds.index("response.created")
+            )
+            transcript = "".join(
+                e.delta for e in seen if e.type == "response.output_audio_transcript.delta"
+            )
+            assert "Paris" in transcript
+            audio = b"".join(
+                base64.b64decode(e.delta) for e in seen if e.type == "response.output_audio.delta"
+            )
+            assert len(audio) / 2 / 24_000 > 0.5  # speech, at 24 kHz
+            assert seen[-1].response.status == "completed"
+
+            # a long answer, interrupted by speaking over it: the response is cancelled
+            await connection.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "Tell me a long story about a dragon."}
+                    ],
+                }
+            )
+            await connection.response.create()
+            after: list[str] = []
+            async with anyio.create_task_group() as tg:
+                async for received in connection:
+                    after.append(received.type)
+                    if (
+                        received.type == "response.output_audio.delta"
+                        and after.count(received.type) == 1
+                    ):
+                        tg.start_soon(stream_audio, connection, question)  # the barge-in
+                    if received.type == "response.done":
+                        status = received.response.status
+                        break
+                tg.cancel_scope.cancel()
+            assert status == "cancelled"
+            assert "input_audio_buffer.speech_started" in after

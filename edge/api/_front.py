@@ -13,6 +13,7 @@ from ._app import ApiApp
 from ._faces import Faces
 from ._limits import ApiLimits
 from ._port import HttpPort
+from ._realtime import RealtimeSession
 from ._turns import Participants
 
 
@@ -23,18 +24,29 @@ class ApiFront:
         self.faces = faces
         self.app = ApiApp(faces)
         self.http = HttpPort(self.app, head_timeout_s=faces.access.hello_timeout_s)
-        self.realtime: Callable[[ServerConnection], Awaitable[None]] | None = None
 
     def connection_class(self) -> type[ServerConnection]:
         return self.http.connection_class()
 
     def upgrade(self, path: str) -> Callable[[ServerConnection], Awaitable[None]] | None:
-        return self.realtime if path == "/v1/realtime" else None
+        return self._realtime if path == "/v1/realtime" else None
+
+    async def _realtime(self, ws: ServerConnection) -> None:
+        await RealtimeSession(ws, self.faces).run()
 
     async def aclose(self) -> None:
         """Requests still running get a moment, then end; API participants leave."""
         await self.http.aclose()
         await self.faces.participants.close()
+
+
+def _limits(settings: Any) -> ApiLimits:
+    """The WebSocket's bounds, for requests: at once, per address, time to send."""
+    return ApiLimits(
+        max_requests=settings.max_sessions,
+        max_per_address=settings.max_sessions_per_address,
+        body_timeout_s=settings.hello_timeout_s,
+    )
 
 
 def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
@@ -45,7 +57,7 @@ def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
         gateway=service.gateway,
         participants=Participants(service.gateway),
         access=service.websocket.access,
-        limits=limits or ApiLimits(max_requests=service.settings.max_sessions),
+        limits=limits or _limits(service.settings),
         stt=voice.stt if voice is not None else None,
         tts=voice.tts if voice is not None else None,
         llm_path=Path(path) if (path := getattr(device, "llm_model_path", None)) else None,

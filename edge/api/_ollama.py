@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -84,8 +84,11 @@ def tags(faces: Faces) -> JSONResponse:
 
 
 def running(faces: Faces) -> JSONResponse:
+    """The model is always loaded: it "expires" a year from now."""
     model = {"name": _tag(faces), "model": _tag(faces), "size": faces.llm_size()}
-    return JSONResponse({"models": [{**model, "details": _details(faces), "expires_at": None}]})
+    expires = (datetime.now(UTC) + timedelta(days=365)).isoformat()
+    model |= {"digest": faces.llm_digest(), "details": _details(faces), "expires_at": expires}
+    return JSONResponse({"models": [{**model, "size_vram": 0}]})
 
 
 async def show(faces: Faces, request: Request) -> JSONResponse:

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
 API_PREFIXES = (b"/v1/", b"/api/")
-SHUTDOWN_GRACE_S = 5.0
+SHUTDOWN_GRACE_S = 2.0
 
 
 def is_api_request(head: bytes) -> bool:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -179,6 +180,7 @@ class Participants:
         self.idle_s = idle_s
         self._clock = clock
         self._members: dict[str, Member] = {}
+        self._expiry: asyncio.Task[None] | None = None
 
     def active(self) -> list[str]:
         return list(self._members)
@@ -189,13 +191,23 @@ class Participants:
         answer.pieces = self._turn(pid, text, answer, count)
         return answer
 
+    def _watch(self) -> None:
+        """Idle participants leave even when no request comes: a task looks while any
+        API participant is joined."""
+        if self._expiry is None or self._expiry.done():
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_while_joined())
+
+    async def _expire_while_joined(self) -> None:
+        while self._members:
+            await anyio.sleep(max(0.05, min(30.0, self.idle_s / 4)))
+            await self.expire()
+
     async def _turn(
         self, pid: str, text: str, answer: Answer, count: Callable[[str], int] | None
     ) -> AsyncIterator[str]:
         await self.expire()
-        member = self._members.get(pid) or self._members.setdefault(pid, Member(pid, self._clock()))
-        with anyio.fail_after(TURN_LIMIT_S):
-            await member.lock.acquire()
+        self._watch()
+        member = await self._member(pid)
         try:
             await self._join(member)
             member.feed = feed = TurnFeed()
@@ -222,11 +234,24 @@ class Participants:
             member.last_used = self._clock()
             member.lock.release()
 
+    async def _member(self, pid: str) -> Member:
+        """The participant's member, its turn lock held (a member that left meanwhile is
+        replaced by a new one)."""
+        while True:
+            member = self._members.get(pid) or self._members.setdefault(
+                pid, Member(pid, self._clock())
+            )
+            with anyio.fail_after(TURN_LIMIT_S):
+                await member.lock.acquire()
+            if self._members.get(pid) is member:
+                return member
+            member.lock.release()
+
     async def _join(self, member: Member) -> None:
         if member.joined:
             return
-        try:
-            self.gateway.hub.attach(member.pid, member)
+        try:  # a departure still being published is waited for
+            await self.gateway.hub.arrive(member.pid, member)
         except ParticipantTaken as exc:
             raise ApiError(409, f"{exc} (in a Realtime session)", param="user") from None
         try:
@@ -240,23 +265,43 @@ class Participants:
         """Participants idle for ``idle_s`` leave (their context is suspended, as for a
         WebSocket participant who left)."""
         now = self._clock()
-        gone = [
-            m for m in self._members.values() if m.lock.value and now - m.last_used >= self.idle_s
-        ]
-        for member in gone:
-            await self._leave(member, "idle")
-        return [m.pid for m in gone]
+        idle = [m for m in self._members.values() if now - m.last_used >= self.idle_s]
+        return [m.pid for m in idle if await self._leave(m, "idle")]
 
-    async def _leave(self, member: Member, reason: str) -> None:
-        self._members.pop(member.pid, None)
-        if member.joined:
-            async with self.gateway.hub.departure(member.pid, member):
-                await self.gateway.leave(member.pid, reason, SOURCE)
+    async def _leave(self, member: Member, reason: str) -> bool:
+        """The member leaves unless a turn of theirs runs; its lock is held meanwhile, so a
+        new request waits, then joins anew."""
+        try:
+            member.lock.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        try:
+            if self._members.get(member.pid) is not member:
+                return False
+            del self._members[member.pid]
+            if member.joined:
+                async with self.gateway.hub.departure(member.pid, member):
+                    await self.gateway.leave(member.pid, reason, SOURCE)
+            return True
+        finally:
+            member.lock.release()
+
+    async def release(self, pid: str) -> None:
+        """The participant leaves the API now unless a turn of theirs is running (a
+        Realtime session of theirs is starting)."""
+        member = self._members.get(pid)
+        if member is not None:
+            await self._leave(member, "moved to a Realtime session")
 
     async def close(self) -> None:
         """Every API participant leaves (the service is stopping)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
         for member in list(self._members.values()):
-            await self._leave(member, "server stopping")
+            if not await self._leave(member, "server stopping") and member.joined:
+                self._members.pop(member.pid, None)  # a turn still running: it ends now
+                async with self.gateway.hub.departure(member.pid, member):
+                    await self.gateway.leave(member.pid, "server stopping", SOURCE)
 
 
 async def _empty() -> AsyncIterator[str]:
