@@ -246,3 +246,21 @@ async def test_a_correction_survives_compaction_and_a_restart_both_stay_in_the_t
     store.close()
     assert "16:00" in reply and "14:00" not in reply
     assert "The safety briefing is at 14:00." in said and "Actually it moved to 16:00." in said
+
+
+async def test_a_correction_that_names_the_old_value_is_told_without_it() -> None:
+    llm = ScriptedLLM(responder("S.", answer=MODEL))
+    conv, ctx, runtime = setup(llm)
+    async with runtime:
+        said = ("The safety briefing is at 10:30.", "Correction: it's at 11:15, not 10:30.")
+        await say(ctx, "ann", *said)
+        assert await conv.reply("ann", "What time is the safety briefing?") == (
+            "The safety briefing is at 11:15."
+        )
+        await say(
+            ctx,
+            "bob",
+            "The seminar is at 10:30.",
+            "Correction: the seminar is at 11:15, not 10:30.",
+        )
+        assert await conv.reply("bob", "When is the seminar?") == "The seminar is at 11:15."
