@@ -76,6 +76,15 @@ def test_a_change_told_of_it_takes_back_what_was_just_said() -> None:
     assert not refers_back("It is sunny.")  # no change, no detail
     assert repairs("Actually it moved from 9 to 11.", "The autoclave run is at 9.")
     assert not repairs("Sample rack 3 was moved to freezer A.", "Freezer B is at minus 80.")
+    # a repair of one part of a code shares the rest of it
+    said = "The workshop wifi password is maple-otter-62."
+    assert repairs("Actually, I read it backwards, it's maple-otter-26.", said)
+
+
+def test_a_possessive_is_the_word_itself() -> None:
+    asked = asked_of_record("What is my daughter's name?")
+    assert asked is not None and asked.subject == {"daughter"}
+    assert asked.query == "What is my daughter name?"
 
 
 class Sink(Agent):

@@ -56,7 +56,7 @@ def stated_answer(
     asked = asked_of_record(request)
     if asked is None or recall.budget_bytes <= 0:
         return None
-    pool = recall.candidates(participant_id, request, in_view)
+    pool = recall.candidates(participant_id, asked.query or request, in_view)
     for s in recall.index.newest(participant_id, NEWEST):  # a short record is under the
         if not is_request(s.text):  # search's relevance floor
             pool.setdefault(s.seq, s)
