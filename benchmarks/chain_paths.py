@@ -4,15 +4,20 @@
   from the end of speech; (b) push-to-talk, timed from the client's ``end_of_utterance``.
 * ``wyoming_turn`` — Home Assistant's way: ``asr`` (audio streamed in real time, then the
   silence Home Assistant's own VAD waits out, then ``audio-stop``), the transcript to a
-  conversation agent, its reply text to ``tts``; streaming ``handle`` and streaming
-  ``synthesize`` when the service advertises them. (c) is our Wyoming service for all
-  three, (d) the chain (wyoming-faster-whisper, llama-cpp-python's server, wyoming-piper).
+  conversation agent, its reply text to ``tts`` (streaming ``synthesize`` when the service
+  advertises it). (c) is our Wyoming service for all three, its ``handle`` read as Home
+  Assistant's Wyoming conversation entity reads it (:func:`ha_handle_reply`: the whole
+  answer, in ``handled``); (c2) the same with a ``handle`` client that does not exist yet,
+  reading the ``handled-chunk`` stream (:func:`streaming_handle_reply`); (d) the chain
+  (wyoming-faster-whisper, llama-cpp-python's server streamed into wyoming-piper, as Home
+  Assistant streams an LLM agent's reply).
 
 Every turn returns its marks (``perf_counter`` seconds) relative to its own start mark.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -38,6 +43,9 @@ HOST = "127.0.0.1"
 RATE = 16_000
 CHUNK_S = 0.05  # microphone frames
 HA_SILENCE_S = 0.7  # Home Assistant's default end-of-speech silence before audio-stop
+# Home Assistant's assist pipeline streams an agent's reply into the TTS only once it is
+# longer than this (STREAM_RESPONSE_CHARS); a shorter reply goes to the TTS whole
+HA_STREAM_RESPONSE_CHARS = 60
 HANDS_FREE_TAIL_S = 2.0  # silence streamed after speech on the hands-free path
 TURN_LIMIT_S = 60.0
 
@@ -205,9 +213,25 @@ async def describe(port: int) -> Info:
                 return Info.from_event(event)
 
 
-async def asr_turn(port: int, utt: Utterance, marks: Marks) -> str:
-    """Stream the question and Home Assistant's trailing silence, then ``audio-stop``."""
-    async with AsyncTcpClient(HOST, port) as asr:
+class FromAddress(AsyncTcpClient):
+    """A Wyoming client connecting from ``source``, another loopback address: a second
+    Home Assistant, as the service sees it."""
+
+    def __init__(self, host: str, port: int, source: str) -> None:
+        super().__init__(host, port)
+        self.source = source
+
+    async def connect(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(
+            self.host, self.port, local_addr=(self.source, 0)
+        )
+
+
+async def asr_turn(port: int, utt: Utterance, marks: Marks, source: str | None = None) -> str:
+    """Stream the question and Home Assistant's trailing silence, then ``audio-stop``
+    (from the loopback address ``source`` when given)."""
+    client = AsyncTcpClient(HOST, port) if source is None else FromAddress(HOST, port, source)
+    async with client as asr:
         await asr.write_event(Transcribe(language="en").event())
         await asr.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
         text: list[str] = []
@@ -240,7 +264,13 @@ async def asr_turn(port: int, utt: Utterance, marks: Marks) -> str:
 async def tts_first_audio(
     port: int, streaming: bool, deltas: ObjectReceiveStream[str], marks: Marks
 ) -> None:
-    """Speak the reply text as it arrives, as Home Assistant does; stop at the first audio."""
+    """Speak the reply text as Home Assistant's pipeline hands it to its TTS; stop at the
+    first audio. A streamed reply (an agent's deltas) is held until it is longer than
+    :data:`HA_STREAM_RESPONSE_CHARS`, then what came so far goes as one piece and the rest
+    follows delta by delta; a shorter reply goes whole once it is complete (Home
+    Assistant's ``assist_pipeline``: a short answer is not streamed). Against a TTS that
+    advertises streaming synthesize, the text goes as ``synthesize-start``,
+    ``synthesize-chunk``..., ``synthesize-stop``, else as one ``synthesize``."""
     async with AsyncTcpClient(HOST, port) as tts, anyio.create_task_group() as tg:
 
         async def first_audio() -> None:
@@ -256,25 +286,90 @@ async def tts_first_audio(
                     raise RuntimeError(f"tts: {Error.from_event(event).text}")
 
         tg.start_soon(first_audio)
-        whole: list[str] = []
+        held: list[str] = []
+        started = False
+        async for delta in deltas:
+            if started:
+                await tts.write_event(SynthesizeChunk(text=delta).event())
+                continue
+            held.append(delta)
+            if streaming and len("".join(held)) > HA_STREAM_RESPONSE_CHARS:
+                started = marks.notes["tts_streamed"] = True
+                marks.first("tts_text")
+                await tts.write_event(SynthesizeStart().event())
+                await tts.write_event(SynthesizeChunk(text="".join(held)).event())
+        if started:
+            await tts.write_event(SynthesizeStop().event())
+            return
+        marks.first("tts_text")
+        whole = "".join(held)
         if streaming:
             await tts.write_event(SynthesizeStart().event())
-        async for delta in deltas:
-            whole.append(delta)
-            if streaming:
-                await tts.write_event(SynthesizeChunk(text=delta).event())
-        await tts.write_event(Synthesize(text="".join(whole)).event())
-        if streaming:
+            await tts.write_event(SynthesizeChunk(text=whole).event())
             await tts.write_event(SynthesizeStop().event())
+        else:
+            await tts.write_event(Synthesize(text=whole).event())
 
 
-async def handle_reply(
+# What Home Assistant's Wyoming conversation entity reads after its ``transcript``
+# (homeassistant/components/wyoming/conversation.py, ``_async_process``): it stops at the
+# first of ``handled``, ``not-handled``, ``intent`` (or an ``intents-start`` ... ``intents-stop``
+# list), ``not-recognized`` or ``error``, and skips every other event unread
+# (``handled-start``, ``handled-chunk`` and ``handled-stop`` included). Its pipeline then
+# sends the whole answer text to the TTS.
+HA_CONVERSATION_READS = frozenset(
+    {"handled", "not-handled", "intent", "intents-start", "intents-stop", "not-recognized", "error"}
+)
+HA_CONTEXT = {"device_id": "bench-device", "satellite_id": "assist_satellite.bench"}
+
+
+def ha_context(conversation_id: str) -> dict[str, str]:
+    """The context Home Assistant puts on the ``transcript``: its conversation id, and the
+    device and satellite the question came from."""
+    return {"conversation_id": conversation_id, **HA_CONTEXT}
+
+
+async def ha_handle_reply(
     port: int, text: str, conversation_id: str, out: ObjectSendStream[str], marks: Marks
 ) -> None:
-    """A Wyoming ``handle`` service's answer, streamed into ``out`` as it arrives."""
+    """A Wyoming ``handle`` service's answer as Home Assistant gets it: one ``transcript``
+    with its context, then events until one it reads (:data:`HA_CONVERSATION_READS`); the
+    answer goes whole into ``out``. ``marks.notes["read"]`` lists the events it read,
+    ``["skipped"]`` those it left unread."""
+    read: list[str] = marks.notes.setdefault("read", [])
+    skipped: list[str] = marks.notes.setdefault("skipped", [])
     async with out, AsyncTcpClient(HOST, port) as handle:
-        context = {"conversation_id": conversation_id}
-        await handle.write_event(Transcript(text=text, context=context).event())
+        context = ha_context(conversation_id)
+        await handle.write_event(Transcript(text=text, context=context, language="en").event())
+        while True:
+            event = await handle.read_event()
+            if event is None:
+                raise ConnectionError("the handle service closed the connection")
+            if event.type not in HA_CONVERSATION_READS:
+                skipped.append(event.type)
+                continue
+            read.append(event.type)
+            if Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                answer = Handled.from_event(event) if Handled.is_type(event.type) else None
+                reply = answer.text if answer else NotHandled.from_event(event).text
+                marks.first("reply_text")
+                marks.notes["handled"] = answer is not None
+                marks.notes["answer"] = reply or ""
+                await deliver(out, reply or "")
+                return
+            if Error.is_type(event.type):
+                raise RuntimeError(f"handle: {Error.from_event(event).text}")
+            raise RuntimeError(f"handle answered {event.type!r}: an intent, not an answer")
+
+
+async def streaming_handle_reply(
+    port: int, text: str, conversation_id: str, out: ObjectSendStream[str], marks: Marks
+) -> None:
+    """A client that does not exist yet: a Wyoming ``handle`` answer read as it streams
+    (``handled-chunk`` pieces into ``out`` as they arrive), up to ``handled-stop``."""
+    async with out, AsyncTcpClient(HOST, port) as handle:
+        context = ha_context(conversation_id)
+        await handle.write_event(Transcript(text=text, context=context, language="en").event())
         while True:
             event = await handle.read_event()
             if event is None:
@@ -295,6 +390,60 @@ async def handle_reply(
                 return
             elif Error.is_type(event.type):
                 raise RuntimeError(f"handle: {Error.from_event(event).text}")
+
+
+# Home Assistant's Ollama integration (homeassistant/components/ollama/entity.py and
+# const.py): its default prompt, num_ctx, keep_alive and history, sent through the
+# ``ollama`` client it uses: POST /api/chat, streamed as NDJSON, the whole chat log each turn.
+HA_OLLAMA_PROMPT = (
+    "You are a voice assistant for Home Assistant.\n"
+    "Answer questions about the world truthfully.\n"
+    "Answer in plain text. Keep it simple and to the point."
+)
+HA_OLLAMA_OPTIONS = {"num_ctx": 8192}
+HA_OLLAMA_KEEP_ALIVE = -1  # keep the model loaded
+HA_OLLAMA_MAX_HISTORY = 20  # earlier rounds sent with each request
+
+
+@dataclass
+class OllamaAgent:
+    """Home Assistant's Ollama conversation agent for one conversation: each turn sends the
+    system prompt, up to :data:`HA_OLLAMA_MAX_HISTORY` earlier rounds and the question, and
+    streams the reply's content deltas on (the pipeline decides what reaches the TTS)."""
+
+    client: Any  # ollama.AsyncClient
+    model: str
+    history: list[dict[str, str]] = field(default_factory=list)
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        rounds = self.history[-2 * HA_OLLAMA_MAX_HISTORY :]
+        system = {"role": "system", "content": HA_OLLAMA_PROMPT}
+        return [system, *rounds, {"role": "user", "content": text}]
+
+    async def reply(self, text: str, out: ObjectSendStream[str], marks: Marks) -> None:
+        parts: list[str] = []
+        async with out:
+            stream = await self.client.chat(
+                model=self.model,
+                messages=self.messages(text),
+                tools=None,
+                stream=True,
+                keep_alive=HA_OLLAMA_KEEP_ALIVE,
+                options=HA_OLLAMA_OPTIONS,
+                think=None,
+                format=None,
+            )
+            async for chunk in stream:
+                piece = chunk.message.content or ""
+                if piece:
+                    marks.first("reply_text")
+                    parts.append(piece)
+                    await deliver(out, piece)
+        marks.notes["answer"] = "".join(parts)
+        self.history += [
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": "".join(parts)},
+        ]
 
 
 async def chat_reply(
@@ -343,11 +492,12 @@ class WyomingPath:
     tts_port: int
     tts_streaming: bool
     reply: Callable[[str, ObjectSendStream[str], Marks], Awaitable[None]]
+    asr_source: str | None = None  # the loopback address the asr connection comes from
 
 
 async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
     marks = Marks()
-    text = await asr_turn(path.asr_port, utt, marks)
+    text = await asr_turn(path.asr_port, utt, marks, path.asr_source)
     send, receive = anyio.create_memory_object_stream[str](max_buffer_size=math.inf)
     with anyio.fail_after(TURN_LIMIT_S):
         async with anyio.create_task_group() as tg:
@@ -363,5 +513,9 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "premature": False,  # Home Assistant endpoints the audio itself
         "heard": [text],
         "handled": marks.notes.get("handled"),
+        "answer": marks.notes.get("answer"),
+        "tts_streamed": bool(marks.notes.get("tts_streamed")),
+        "events_read": sorted(set(marks.notes.get("read", []))),
+        "events_skipped": sorted(set(marks.notes.get("skipped", []))),
         "errors": [],
     }

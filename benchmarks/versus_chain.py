@@ -17,9 +17,20 @@ noise hits them alike. Paths, each timed to the first byte of reply audio:
       sample), our own endpointing;
   (b) WebSocket push-to-talk, from the client's ``end_of_utterance`` (when the server
       knows that message);
-  (c) our Wyoming service driven as Home Assistant drives it (asr → handle → tts,
-      streaming handle and synthesize where advertised), from ``audio-stop``;
-  (d) the chain, driven the same way, from ``audio-stop``.
+  (c) our Wyoming service driven as Home Assistant drives it, from ``audio-stop``: asr
+      (the question, then Home Assistant's 0.7 s of end silence, then ``audio-stop``),
+      handle (a ``transcript`` with conversation_id, device_id and satellite_id; only the
+      events Home Assistant's Wyoming conversation entity reads: the whole answer in
+      ``handled``), tts (the whole answer; streaming synthesize where advertised);
+  (c2) the same with a handle client that does not exist yet: it reads the answer as
+      ``handled-chunk`` events and feeds them to the TTS as they come;
+  (d) the chain, from ``audio-stop``: the same asr and tts, its LLM agent's reply streamed
+      into the TTS as Home Assistant streams an LLM conversation agent's (held until it is
+      over 60 characters, a shorter one whole);
+  (e) Home Assistant's Ollama integration as its conversation agent against our Ollama API
+      (``POST /api/chat`` streamed, with the integration's prompt, options, keep_alive and
+      history), our Wyoming asr and tts around it; only when ``edge serve`` answers
+      ``/api/tags``.
 
 A reply that starts before the speaker finished (or an utterance split in two) is a
 premature endpoint: a failed turn, counted and left out of the timings. Prints the table
@@ -48,12 +59,20 @@ import chain_services as svc
 import httpx
 import numpy as np
 from chain_paths import (
+    CHUNK_S,
+    HA_CONVERSATION_READS,
+    HA_SILENCE_S,
+    HA_STREAM_RESPONSE_CHARS,
+    HANDS_FREE_TAIL_S,
     RATE,
+    TURN_LIMIT_S,
+    OllamaAgent,
     Utterance,
     WyomingPath,
     chat_reply,
     describe,
-    handle_reply,
+    ha_handle_reply,
+    streaming_handle_reply,
     supports_end_of_utterance,
     ws_turn,
     wyoming_turn,
@@ -63,7 +82,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edge.catalogue import default_model_path
-from edge.server import AudioFormat, EdgeClient, ServiceSettings
+from edge.server import AudioFormat, EdgeClient, ServiceSettings, read_token
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
 # Where the chain's settings differ from our path's, and why (benchmarks/README.md).
@@ -85,8 +104,72 @@ SETTLE_S = 1.0  # between turns, so one path's tail does not run into the next t
 PATHS = {
     "a": "edge WebSocket, hands-free",
     "b": "edge WebSocket, push-to-talk",
-    "c": "edge Wyoming (as Home Assistant)",
+    "c": "edge Wyoming, read as Home Assistant reads it",
+    "c2": "edge Wyoming, handled-chunk streamed (a client that does not exist yet)",
     "d": "the chain (whisper + llama.cpp server + piper)",
+    "e": "Home Assistant's Ollama integration on our Ollama API (our Wyoming asr/tts)",
+}
+_HA_ASR = (
+    f"transcribe, audio-start, audio-chunk every {CHUNK_S:g} s in real time, then "
+    f"{HA_SILENCE_S:g} s of silence (Home Assistant's VAD end silence), audio-stop; "
+    "reads transcript (skips transcript-start/-chunk/-stop)"
+)
+_HA_TTS = (
+    "synthesize-start, synthesize-chunk per reply text piece, synthesize (the whole text), "
+    "synthesize-stop when the service advertises streaming synthesize, else synthesize; "
+    "reads audio-chunk (the first one is timed)"
+)
+# What each path's client sends and reads, recorded in the results beside the events each
+# one actually read in the run (summary.<path>.events_read).
+CLIENTS: dict[str, dict[str, str]] = {
+    "a": {
+        "connection": "WebSocket over TLS, one session per path",
+        "sends": f"audio frames in real time, then {HANDS_FREE_TAIL_S:g} s of silence",
+        "reads": "transcript (final), query, reply, audio, status (idle), error",
+        "timed_from": "the end of speech (the question audio's last voiced sample)",
+    },
+    "b": {
+        "connection": "WebSocket over TLS, one session per path",
+        "sends": "audio frames in real time, then end_of_utterance",
+        "reads": "transcript (final), query, reply, audio, status (idle), error",
+        "timed_from": "end_of_utterance",
+    },
+    "c": {
+        "asr": _HA_ASR,
+        "handle": "transcript with context conversation_id, device_id, satellite_id; reads "
+        f"only {', '.join(sorted(HA_CONVERSATION_READS))} (Home Assistant's Wyoming "
+        "conversation entity), skipping every other event; the whole answer goes to the TTS",
+        "tts": _HA_TTS,
+        "timed_from": "audio-stop",
+    },
+    "c2": {
+        "asr": _HA_ASR,
+        "handle": "transcript with context conversation_id, device_id, satellite_id; reads "
+        "handled-chunk (each piece to the TTS at once), handled-stop, handled, not-handled, "
+        "error: no Home Assistant version reads handled-chunk",
+        "tts": _HA_TTS,
+        "timed_from": "audio-stop",
+    },
+    "d": {
+        "asr": _HA_ASR,
+        "conversation": "POST /v1/chat/completions, stream true, max_tokens 128, the system "
+        "prompt and the question; reads the SSE deltas, streamed to the TTS as Home "
+        f"Assistant streams an LLM agent's reply (once over {HA_STREAM_RESPONSE_CHARS} "
+        "characters; a shorter reply whole)",
+        "tts": _HA_TTS,
+        "timed_from": "audio-stop",
+    },
+    "e": {
+        "asr": _HA_ASR + ", from 127.0.0.2 (a Home Assistant that never asks our handle)",
+        "conversation": "the ollama client as Home Assistant's Ollama integration calls it: "
+        "POST /api/chat, stream true, keep_alive -1, options num_ctx 8192, no tools, the "
+        "integration's default prompt, up to 20 earlier rounds and the question, with the "
+        "device token as Bearer key over TLS; reads the NDJSON chunks' message.content, "
+        f"streamed to the TTS once over {HA_STREAM_RESPONSE_CHARS} characters (a shorter "
+        "reply whole)",
+        "tts": _HA_TTS,
+        "timed_from": "audio-stop",
+    },
 }
 STAGES = ("transcript", "reply_text", "audio")
 SLOW_FACTOR = 2.0  # a turn slower than this × its path's p50 gets its stages in the summary
@@ -170,6 +253,7 @@ class Bench:
         self.clients: dict[str, EdgeClient] = {}
         self.advertised: dict[str, dict[str, bool]] = {}
         self.paths: list[str] = []
+        self.ollama: OllamaAgent | None = None
 
     async def prepare(self) -> None:
         edge_info = await describe(self.wyoming_port)
@@ -179,9 +263,12 @@ class Bench:
             "piper": streaming_flags(piper_info),
             "whisper": streaming_flags(await describe(self.services["whisper"].port)),
         }
-        self.paths = ["a", "b", "c", "d"]
+        self.paths = ["a", "b", "c", "c2", "d"]
         if not await supports_end_of_utterance(self.ws_url):
             self.paths.remove("b")
+        self.ollama = await self.ollama_agent()
+        if self.ollama is not None:
+            self.paths.append("e")
         for path in ("a", "b"):
             if path in self.paths:
                 client = EdgeClient(
@@ -196,9 +283,34 @@ class Bench:
         for client in self.clients.values():
             await client.__aexit__(None, None, None)
 
+    async def ollama_agent(self) -> OllamaAgent | None:
+        """Home Assistant's Ollama agent on our service, when it offers the Ollama API (the
+        model is the first ``/api/tags`` lists, as the integration's setup offers it)."""
+        import ollama
+
+        client = ollama.AsyncClient(
+            host=f"https://{svc.HOST}:{self.services['edge'].port}",
+            headers={"Authorization": f"Bearer {edge_token()}"},
+            verify=edge_trust(),
+            timeout=TURN_LIMIT_S,
+        )
+        try:
+            models = (await client.list()).models
+        except (ollama.ResponseError, httpx.HTTPError, ConnectionError):
+            return None
+        return OllamaAgent(client, models[0].model) if models and models[0].model else None
+
     def wyoming(self, path: str) -> WyomingPath:
-        if path == "c":
-            reply = functools.partial(handle_reply, self.wyoming_port, conversation_id="bench-c")
+        if path == "e":
+            assert self.ollama is not None
+            port = self.wyoming_port
+            streaming = self.advertised["edge"]["synthesize"]
+            # a Home Assistant whose agent is Ollama never asks our handle: its asr comes
+            # from another address than (c)'s Home Assistant, so no answer is guessed for it
+            return WyomingPath(port, port, streaming, self.ollama.reply, asr_source="127.0.0.2")
+        if path in ("c", "c2"):
+            client = ha_handle_reply if path == "c" else streaming_handle_reply
+            reply = functools.partial(client, self.wyoming_port, conversation_id="bench-ha")
             return WyomingPath(
                 self.wyoming_port,
                 self.wyoming_port,
@@ -230,11 +342,20 @@ class Bench:
 
     async def speculation(self) -> dict[str, float]:
         """edge serve's speculation counters (``GET /health``)."""
-        cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
-        trust = ssl.create_default_context(cafile=str(cert))
-        async with httpx.AsyncClient(timeout=10, verify=trust) as http:
+        async with httpx.AsyncClient(timeout=10, verify=edge_trust()) as http:
             response = await http.get(f"https://{svc.HOST}:{self.services['edge'].port}/health")
             return response.json().get("speculation", {})
+
+
+def edge_trust() -> ssl.SSLContext:
+    """Trust for edge serve's certificate (in its data directory, on this machine)."""
+    cert = Path(os.environ["EDGE_DATA_DIR"]) / "tls" / "cert.pem"
+    return ssl.create_default_context(cafile=str(cert))
+
+
+def edge_token() -> str:
+    """edge serve's device token (in its data directory, on this machine)."""
+    return read_token(Path(os.environ["EDGE_DATA_DIR"])) or ""
 
 
 def speculation_delta(
@@ -305,6 +426,8 @@ def summarize(samples: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]
                 st: median([s["stages"].get(st) for s in good if s.get("stages")]) for st in STAGES
             },
             "speculation": speculation_summary(rows),
+            "events_read": sorted({e for s in rows for e in s.get("events_read", [])}),
+            "events_skipped": sorted({e for s in rows for e in s.get("events_skipped", [])}),
         }
         out[path]["slow_turns"] = slow_turns(good, out[path]["p50"])
     chain = out.get("d", {}).get("p50", np.nan)
@@ -495,6 +618,7 @@ def build_result(
         "versions": versions(),
         "advertised_streaming": bench.advertised,
         "paths": {p: PATHS[p] for p in bench.paths},
+        "clients": {p: CLIENTS[p] for p in bench.paths},
         "questions": [
             {
                 "qid": u.qid,

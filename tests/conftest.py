@@ -5,6 +5,20 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` need CUDA (an NVIDIA GPU and the CUDA build of llama.cpp,
+    ``make gpu-check``): skipped, saying why, everywhere else."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    from edge.device import llama_gpu_offload
+
+    if not llama_gpu_offload():
+        skip = pytest.mark.skip(reason="needs CUDA: an NVIDIA GPU and `make gpu-check`")
+        for item in gpu:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _data_dir_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Every test (and every ``edge`` process it starts) keeps service state in a temporary

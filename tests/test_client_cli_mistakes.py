@@ -65,3 +65,16 @@ def test_a_dropped_connection_is_not_called_unreachable() -> None:
     said = unreachable("ws://box:8765", closed)
     assert said.startswith("the service at ws://box:8765 closed the connection: ")
     assert "1009" in said and "running" not in said
+
+
+@pytest.mark.anyio
+async def test_a_plain_address_for_a_tls_service_is_told_to_use_wss() -> None:
+    """`edge serve` serves TLS by default: ws:// (or the console's http://) to its port is
+    told to use wss:// instead of "Is `edge serve` running?"."""
+    async with make_service(tls=True) as service:
+        port = service.websocket.bound_port
+        for url in (f"ws://127.0.0.1:{port}", f"http://127.0.0.1:{port}/"):
+            code, _, err = await _edge_client("--url", url, "--text", "hi")
+            assert code == 2 and "Traceback" not in err, err
+            assert "serves TLS" in err and f"use wss://127.0.0.1:{port}" in err, err
+            assert "Is `edge serve` running" not in err

@@ -155,9 +155,9 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
                 "() => document.getElementById('st-connection').dataset.state === 'open'",
                 polling=10,
             )
-            await page.fill("#turn-text", "which door was it")
+            await page.fill("#turn-text", "and the green door too")
             await page.keyboard.press("Enter")
-            reply = page.locator("#turns .turn .text").filter(has_text="which door was it")
+            reply = page.locator("#turns .turn .text").filter(has_text="and the green door too")
             await reply.wait_for(timeout=5_000)
             earlier = page.locator("#turns .turn").filter(has_text="remember the red door")
             await earlier.locator(".origin-earlier").wait_for(timeout=5_000)
@@ -173,7 +173,7 @@ async def test_a_reload_then_typing_at_once_is_answered_and_the_page_refilled(
             await page.locator("#turns .turn .text").filter(has_text="the blue one").wait_for()
             again = await page.locator("#turns .turn .heard").all_text_contents()
     assert scene == "A lab bench with a centrifuge."
-    assert heard == ["remember the red door", "which door was it"]
+    assert heard == ["remember the red door", "and the green door too"]
     assert again == [*heard, "and the blue one"]
 
 
@@ -398,3 +398,40 @@ async def test_speaking_over_a_reply_stops_it_in_the_page(
     assert f"reply interrupted ({reason})" in (log or "")
     assert state["player"]["seconds"] < 16  # the rest of the story never played
     assert spoken["text"] == "tone 440" and spoken["reply"]["conversation"] == "Short answer."
+
+
+async def test_a_reload_mid_dictation_shows_the_kept_draft_and_no_internal_text() -> None:
+    """Reload while dictating a note: the notes panel shows the draft the service kept
+    (not "(nothing dictated yet)"), and the restored cards show what the device said
+    ("Got it."), never the "(dictating a note) …" text recorded for the model."""
+    from edge.decisions import ScriptedDecisions
+
+    def choose(question):  # type: ignore[no-untyped-def]
+        return "notes" if question.text.lower().startswith("take a note") else "conversation"
+
+    service = EdgeService(
+        settings(notes=True), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions(choose)
+    )
+    async with service:
+        url = console_address(service.websocket_url, service.token)
+        async with chromium_page() as page:
+            await connect(page, url, participant="dictator")
+            for line, answer in (
+                ("Take a note: the rotor is worn", "taking a note"),
+                ("and the belt is loose", "Got it."),
+            ):
+                await page.fill("#turn-text", line)
+                await page.keyboard.press("Enter")
+                said = page.locator("#turns .turn").filter(has_text=line).locator(".text")
+                await said.filter(has_text=answer).wait_for()
+            await page.reload()
+            await page.click("#connect")
+            notes = page.locator('#topics dd[data-topic="notes"]')
+            await notes.filter(has_text="being dictated").wait_for()
+            panel = await notes.text_content()
+            earlier = page.locator("#turns .turn").filter(has_text="and the belt is loose")
+            await earlier.locator(".origin-earlier").wait_for()
+            cards = await page.locator("#turns").text_content()
+    assert "the rotor is worn and the belt is loose" in (panel or ""), panel
+    assert "nothing dictated yet" not in (panel or "")
+    assert "(dictating a note)" not in (cards or "") and "Got it." in (cards or ""), cards

@@ -302,3 +302,19 @@ async def test_forget_cancels_a_prepare_still_running_for_its_asker() -> None:
             tg.cancel_scope.cancel()
     await service.forget("p1")  # nothing running: just the drop
     assert forgotten == [("decisions:p1",)] * 2
+
+
+async def test_a_full_model_queue_degrades_a_decision_to_words_never_fails_it() -> None:
+    """A person's turn is never dropped for a queue limit: when the model refuses the
+    decision's evaluation (the participant's queue is full), the lexical evidence decides."""
+    from edge.llm import QueueFullError
+
+    class Full(FakeScorer):
+        async def score(self, prompt, continuations, **kw):  # type: ignore[no-untyped-def]
+            raise QueueFullError("'decisions:X' already has 4 requests waiting for the model")
+
+    service = LocalDecisionService(Full(), model_cap=None)
+    answer = await service.decide(
+        ChoiceQuestion("take a note: the rotor is cracked", TWO, asker="X")
+    )
+    assert answer.label == "notes" and answer.source == "lexical"

@@ -173,7 +173,7 @@ async def test_a_reader_that_stops_reading_holds_nobody_up() -> None:
 
         tg.start_soon(stalled)
         await anyio.sleep(0.01)
-        with anyio.fail_after(2):
+        with anyio.fail_after(60):  # the stalled reader never reads again: only a hang fails
             got = await generate(sched, gen_job("b", INT, 10), log)
         tg.cancel_scope.cancel()
     assert got == 10 and len(paused.out) == 4  # it stopped 4 tokens ahead of its reader
@@ -332,3 +332,46 @@ async def test_a_turn_cuts_its_own_keys_warm_up_short_instead_of_waiting_for_it(
     assert ctx.warm_steps[id(warm)] < 10
     assert log.index("warm done") < log.index("end answer")
     assert sum(s.count("p") for s in ctx.steps) < 10 + 5
+
+
+async def test_background_work_queued_for_a_key_never_keeps_its_turn_out() -> None:
+    """A person's turn is never dropped for a queue limit. Piped `edge client` lines on a
+    busy machine: each exchange queues a background preparation of the participant's
+    next decision, none runs while answers hold the model, and the fifth turn's decision
+    was refused ('decisions:X' already has 4 requests waiting). Now background work past
+    the limit is refused instead, and the turn's request queues and is served."""
+    sched, _ = scheduler(n_seq=1, max_waiting_per_key=4)
+    hold = anyio.Event()
+    refused: list[Priority] = []
+    served: list[Priority] = []
+
+    def job(priority: Priority) -> SeqJob:
+        return SeqJob(key="decisions:X", priority=priority, target=[1], metrics=RequestMetrics())
+
+    async def request(priority: Priority, key: str = "decisions:X") -> None:
+        try:
+            async with sched.admitted(job(priority)) as admitted:
+                if admitted.key != key:
+                    return
+                served.append(priority)
+        except QueueFullError:
+            refused.append(priority)
+
+    async def answer() -> None:  # another answer holds the only sequence meanwhile
+        answering = SeqJob(key="conversation:X", priority=INT, target=[1], metrics=RequestMetrics())
+        async with sched.admitted(answering):
+            await hold.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer)
+        await anyio.sleep(0.01)
+        for _ in range(5):  # five exchanges' preparations: the fifth is over the limit
+            tg.start_soon(request, BG)
+            await anyio.sleep(0.005)
+        for _ in range(4):  # the next turns' decisions
+            tg.start_soon(request, INT)
+            await anyio.sleep(0.005)
+        assert refused == [BG] and sched.queued == 8
+        hold.set()
+    assert refused == [BG] and served.count(INT) == 4 and served.count(BG) == 4
+    assert sched.queued == 0 and not sched.active

@@ -256,3 +256,34 @@ async def test_a_draft_kept_while_dictating_stays_within_the_note_limit() -> Non
     assert all(sum(len(p.encode()) for p in s) <= 101 for s in kept.saved if s), kept.saved[-2]
     (saved,) = notes.notes("p1")
     assert saved == ("a" * 60 + " " + "b" * 60)[:100]
+
+
+async def test_each_dictated_line_is_kept_before_it_is_acknowledged() -> None:
+    """A line is durable before "Got it." goes out: a crash right after the confirmation
+    never loses what the person heard acknowledged."""
+    events: list[str] = []
+
+    class Kept:
+        async def load(self, participant_id: str) -> list[str] | None:
+            return None
+
+        async def save(self, participant_id: str, parts: list[str] | None) -> None:
+            events.append(f"kept {parts}")
+
+    class Said:  # the runtime, as the agent publishes to it
+        async def publish(self, topic, message, **kw) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, ResponseOutput):
+                events.append(f"said {message.text}")
+
+    notes = NotesAgent(Said(), drafts=Kept())
+    await notes.answer(t("take a note: buy gloves", 1), started=started)
+    await notes.answer(t("and masks", 2), started=started)
+    await notes.answer(t("done", 3), started=started)
+    assert events == [
+        "kept ['buy gloves']",
+        "said Okay, I'm taking a note. Say done when you're finished.",
+        "kept ['buy gloves', 'and masks']",
+        "said Got it.",
+        "kept None",
+        "said Note saved.",
+    ]

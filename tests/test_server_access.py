@@ -81,6 +81,40 @@ async def test_a_session_needs_the_device_token() -> None:
             assert (await anyone.ask("hi", limit_s=10)).text
 
 
+async def test_a_refused_hello_says_what_its_person_should_do() -> None:
+    """A browser page opened without ``?token=`` is told to open the address `edge serve`
+    printed; a program is told about ``--token``; neither about "hello.token" alone."""
+    async with make_service() as service:
+        url = service.websocket_url
+        page = url.replace("ws://", "http://")
+        for origin, says in ((page, "?token="), (None, "pass --token")):
+            headers = {"Origin": origin} if origin else {}
+            async with connect(url, additional_headers=headers) as ws:
+                await ws.send(json.dumps({"type": "hello", "participant_id": "someone"}))
+                error = json.loads(await ws.recv())
+            assert error["type"] == "error" and says in error["message"], error
+            assert "edge token" in error["message"]
+        with pytest.raises(ConnectionError, match="wrong device access token.*--token"):
+            async with EdgeClient(url, token="not it"):
+                pass
+
+
+def test_the_host_name_edge_serve_prints_finds_the_local_token(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`edge serve` on every interface prints its address with this machine's host name:
+    `edge client --url` with it finds the token on this machine, as for 127.0.0.1; another
+    host's name or address never gets it."""
+    import socket
+
+    monkeypatch.setenv("EDGE_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("EDGE_TOKEN", raising=False)
+    token = load_or_create_token(tmp_path)
+    host = socket.gethostname()
+    for url in (f"wss://{host}:8765", f"ws://{host.split('.')[0]}.local:8765", "ws://[::1]:1"):
+        assert local_token(url) == token, url
+    for url in ("wss://lab-box.example:8765", "ws://192.0.2.7:8765", f"ws://{host}x:8765"):
+        assert local_token(url) is None, url
+
+
 async def test_only_the_whole_token_opens_a_session() -> None:
     """An empty token, a prefix of the real one and the real one plus a character are all
     wrong (a comparison of prefixes or of lengths would let some through)."""

@@ -131,8 +131,9 @@ async def test_wyoming_describe_asr_tts_and_handle(models, question_pcm) -> None
 
 
 async def test_wyoming_streams_handle_and_synthesize_with_real_models(models) -> None:  # type: ignore[no-untyped-def]
-    """As Home Assistant drives a streaming service: the answer arrives as handled-chunks,
-    and a synthesize stream speaks its first sentence before the text stream ends."""
+    """A handle client that reads the stream (Home Assistant reads only ``handled``) gets
+    the answer as handled-chunks, and a synthesize stream (as Home Assistant sends one)
+    speaks its first sentence before the text stream ends."""
     async with real_service(models, wyoming_port=0) as service:
         assert service.wyoming is not None
         port = service.wyoming.bound_port

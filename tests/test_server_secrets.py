@@ -124,3 +124,41 @@ def test_no_token_reaches_a_log_at_vv(tmp_path: Path) -> None:
     assert hellos and all("[redacted]" in line for line in hellos)  # the frames are logged
     for secret in (token, session[1]):
         assert not [line for line in lines if secret in line]
+
+
+def test_redact_hides_a_value_the_text_cuts_short() -> None:
+    assert (
+        redact('{"type": "hello", "token": "4lvICc-baI') == '{"type": "hello", "token": "[redacted]'
+    )
+    assert redact('{"resume": "abc\\') == '{"resume": "[redacted]'
+
+
+@pytest.mark.anyio
+async def test_no_fragment_of_a_token_reaches_a_debug_log(caplog) -> None:  # type: ignore[no-untyped-def]
+    """The library logs each frame of a fragmented message apart (a fragment may hold any
+    part of a token), and frames sent as binary as hex or text: none shows a token's part."""
+    import logging
+
+    from edge.decisions import ScriptedDecisions
+    from edge.llm import ScriptedLLM
+    from edge.server import EdgeService
+    from tests.server_helpers import answer_for, settings
+
+    caplog.set_level(logging.DEBUG, logger="websockets")
+    service = EdgeService(settings(), llm=ScriptedLLM(answer_for), decisions=ScriptedDecisions())
+    async with service:
+        token = service.token
+        assert token
+        hello = json.dumps({"type": "hello", "participant_id": "p", "token": token})
+        async with connect(service.websocket_url) as ws:
+            await ws.send([hello[:30], hello[30:50], hello[50:]])  # a fragmented message
+            assert json.loads(await ws.recv())["type"] == "welcome"
+            await ws.send(json.dumps({"type": "hello", "token": token}).encode())  # as binary
+            await ws.send(json.dumps({"type": "bye"}))
+            with anyio.fail_after(30):
+                while json.loads(await ws.recv())["type"] != "bye":
+                    pass
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "fragmented message, not logged" in logged
+    pieces = {token[i : i + 6] for i in range(len(token) - 5)}
+    assert not [p for p in pieces if p in logged], logged

@@ -11,12 +11,13 @@ import anyio
 import pytest
 from server_helpers import answer_for, settings, slow_departures
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import ClientRequestError, EdgeClient, EdgeService
 from edge.server._client import local_token
-from edge.store import dumps
+from edge.store import STORE_FILE, SessionStore, dumps
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +42,10 @@ async def test_a_reconnect_with_the_token_keeps_the_context() -> None:
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
             assert again.welcome is not None and again.welcome.resumed is True
             assert again.session_token == token
-            await again.ask("which locker is mine?")
+            await again.ask("and the bike is in the yard")
             assert users(await again.history()) == [
                 "my locker is number 42",
-                "which locker is mine?",
+                "and the bike is in the yard",
             ]
             view = await again.context_view()
             assert "locker is number 42" in "".join(b["text"] for b in view.blocks)
@@ -61,9 +62,9 @@ async def test_the_router_reads_the_resumed_dialogue_from_the_context() -> None:
             token = first.session_token
             await first.ask("my locker is number 42")
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
-            await again.ask("which locker is mine?")
+            await again.ask("and the bike is in the yard")
             history = [e.user for e in svc.router.history("alice")]
-            assert history == ["my locker is number 42", "which locker is mine?"]
+            assert history == ["my locker is number 42", "and the bike is in the yard"]
         assert [r.user for r in svc.store.history("alice")[0]] == history  # recorded once
 
 
@@ -101,6 +102,49 @@ async def test_forget_erases_the_participant_everywhere() -> None:
         async with EdgeClient(url, participant_id="alice") as fresh:  # a new participant
             assert fresh.welcome is not None and fresh.welcome.resumed is False
             assert (await fresh.history()).total == 0
+
+
+async def test_forget_on_the_device_erases_a_connected_participant_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`edge sessions forget alice` while alice is connected: her open session ends with a
+    goodbye saying why (it can no longer answer from her history), the service drops her
+    context, and nothing of her reappears in the store after she has left."""
+    from edge.cli._main import main
+    from edge.server._protocol import Goodbye
+
+    async with service(data_dir=tmp_path) as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as alice:
+            await alice.ask("my locker is number 42", limit_s=30)
+            forget = ["sessions", "--data-dir", str(tmp_path), "forget", "alice"]
+            assert await anyio.to_thread.run_sync(main, forget) == 0
+            with anyio.fail_after(30):  # a hang guard: the service looks twice a second
+                while not isinstance((message := (await alice.receive())[0]), Goodbye):
+                    pass
+            assert message.reason == "forgotten"
+            assert alice.ws is not None
+            with pytest.raises(ConnectionClosed):
+                await alice.ws.recv()
+            assert alice.ws.close_code == 1000
+        with anyio.fail_after(30):
+            while svc.store.forgotten():  # noqa: ASYNC110 - handled once she is erased
+                await anyio.sleep(0.01)
+        assert "alice" not in svc.context.participants() and not svc.store.exists("alice")
+        async with EdgeClient(url, participant_id="alice", token=svc.token) as fresh:
+            assert fresh.welcome is not None and fresh.welcome.resumed is False
+            turn = await fresh.ask("and the bike is in the yard", limit_s=30)
+            assert turn.text == "You said: and the bike is in the yard. That is all."
+            prompt = svc.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
+            assert "locker is number 42" not in prompt
+            told = await fresh.ask("which locker is mine?", limit_s=30)  # from her record
+            assert "42" not in told.text, told.text
+            assert users(await fresh.history())[0] == "and the bike is in the yard"
+    store = SessionStore(tmp_path / STORE_FILE)
+    try:
+        records, _ = store.history("alice")
+        exchanges = [r.user for r in records if r.kind == "exchange"]
+        assert "my locker is number 42" not in exchanges and exchanges, exchanges
+    finally:
+        store.close()
 
 
 async def test_the_data_dir_is_private_and_forget_leaves_no_words_on_disk(
@@ -192,7 +236,7 @@ async def test_sessions_survive_a_restart_and_health_reports_the_store(tmp_path)
             url, participant_id="alice", resume=token, token=second.token
         ) as client:
             assert client.welcome is not None and client.welcome.resumed
-            await client.ask("what is the freezer code?")
+            await client.ask("and the door code changes on Monday")
         prompt = second.llm.requests[-1].messages[1].content  # type: ignore[attr-defined]
         assert "the freezer code is 5512" in prompt
 
@@ -216,6 +260,44 @@ async def test_big_history_pages_shrink_and_a_too_big_export_says_where_to_get_i
             with pytest.raises(ClientRequestError, match="edge sessions export alice"):
                 await client.export()
             await client.ask("still here")  # the connection carries on
+
+
+async def test_a_history_page_of_cjk_text_stays_within_its_byte_limit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The page limit counts encoded bytes: CJK text is three bytes a character, so a page
+    counted in characters could pass the client's frame limit."""
+    from edge.server import _sessions
+
+    monkeypatch.setattr(_sessions, "MAX_REPLY_BYTES", 1200)
+    said = [f"{i} 冷凍庫の扉のパッキンを交換しました" * 3 for i in range(8)]
+    async with service() as svc:
+        async with EdgeClient(svc.websocket_url, participant_id="alice") as client:
+            for text in said:
+                await client.ask(text)
+            pages = [await client.history(limit=500)]
+            while (seen := sum(len(p.entries) for p in pages)) < pages[0].total:
+                pages.append(await client.history(offset=seen, limit=500))
+    sizes = [
+        sum(len(json.dumps(e, ensure_ascii=False).encode()) for e in page.entries) for page in pages
+    ]
+    assert all(size <= 1200 for size in sizes), sizes
+    assert len(pages) > 1 and [u for page in pages for u in users(page)] == said
+
+
+async def test_a_wrong_session_token_cannot_take_over_a_connected_participant() -> None:
+    """Anyone with the device token may connect, but only the session token takes over a
+    participant's live connection: a wrong one is refused and the owner stays connected."""
+    async with service() as svc:
+        url = svc.websocket_url
+        async with EdgeClient(url, participant_id="alice") as owner:
+            await owner.ask("my locker is number 42")
+            for resume in ("guessed", "x" * 43):
+                with pytest.raises(ConnectionError, match="that token is not it"):
+                    async with EdgeClient(url, participant_id="alice", resume=resume):
+                        pass
+                assert svc.hub.connected() == ["alice"]
+            turn = await owner.ask("and the bike is in the yard", limit_s=30)
+            assert turn.text == "You said: and the bike is in the yard. That is all.", turn.errors
+            assert owner.ws is not None and owner.ws.close_code is None
 
 
 # -- reconnects: a resumed participant is served whatever the old link's state ----------
@@ -253,8 +335,8 @@ async def test_a_departure_longer_than_the_hello_deadline_still_lets_the_hello_i
             token = first.session_token
             await first.ask("my locker is number 42")
         async with EdgeClient(url, participant_id="alice", resume=token) as again:
-            turn = await again.ask("which locker is mine?", limit_s=5)
-            assert turn.text == "You said: which locker is mine?. That is all."
+            turn = await again.ask("and the bike is in the yard", limit_s=5)
+            assert turn.text == "You said: and the bike is in the yard. That is all."
 
 
 async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
@@ -273,11 +355,11 @@ async def test_a_resume_with_the_token_takes_over_a_link_gone_silent() -> None:
             with anyio.fail_after(3):  # served at once, not after keepalive gives up
                 async with EdgeClient(url, participant_id="alice", resume=token) as again:
                     assert again.welcome is not None and again.welcome.resumed
-                    turn = await again.ask("which locker is mine?", limit_s=3)
-                    assert turn.text == "You said: which locker is mine?. That is all."
+                    turn = await again.ask("and the bike is in the yard", limit_s=3)
+                    assert turn.text == "You said: and the bike is in the yard. That is all."
                     assert users(await again.history()) == [
                         "my locker is number 42",
-                        "which locker is mine?",
+                        "and the bike is in the yard",
                     ]
                     assert svc.hub.connected() == ["alice"]
         finally:

@@ -62,11 +62,13 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
                 and "unsupported event 'wake-word'" in Error.from_event(event).text
             )
 
+            # the scripted answer has two sentences; a Wyoming reply stops after one
+            # (wyoming_reply_sentences)
             for question in ("turn on the lights", "and the fan"):
                 await client.write_event(Transcript(text=question).event())
                 chunks, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
-                assert Handled.from_event(event).text == f"You said: {question}. That is all."
+                assert Handled.from_event(event).text == f"You said: {question}."
                 assert "".join(chunks) == Handled.from_event(event).text
             (pid,) = service.hub.connected()  # a random id of its own, namespaced
             assert pid.startswith("wyoming:anon-") and len(pid) == len("wyoming:anon-") + 12
@@ -140,7 +142,7 @@ async def test_wyoming_conversation_id_keeps_memory_across_connections() -> None
                 _, event = await read_answer(client)
                 assert event is not None and Handled.is_type(event.type), event
                 handled = Handled.from_event(event)
-                assert handled.text == f"You said: {question}. That is all."
+                assert handled.text == f"You said: {question}."
                 assert handled.context == context
         pid = "wyoming:01HACONV"
         rendered = service.context.render(pid)
@@ -210,7 +212,7 @@ async def test_a_wyoming_conversation_survives_a_restart(tmp_path) -> None:
     """Home Assistant's conversation is a durable participant: idle expiry and a restart
     of the service suspend it; its next request finds the earlier dialogue."""
     context = {"conversation_id": "01HAKEEP"}
-    for question in ("the spare key is under the mat", "where is the spare key"):
+    for question in ("the spare key is under the mat", "and the torch is in the drawer"):
         llm = ScriptedLLM(answer_for)
         service = EdgeService(
             settings(wyoming_port=0, data_dir=tmp_path),
@@ -247,9 +249,49 @@ async def test_a_request_while_its_conversation_is_leaving_is_answered(monkeypat
                 assert event is not None and Handled.is_type(event.type), event
                 return Handled.from_event(event).text
 
-        assert await ask("where is the lab") == "You said: where is the lab. That is all."
+        assert await ask("where is the lab") == "You said: where is the lab."
         backend.conversations.idle_s = 0
         async with anyio.create_task_group() as tg:
             tg.start_soon(backend.conversations.expire)  # its departure takes 0.3 s
             await anyio.sleep(0.05)
-            assert await ask("and the cafeteria") == "You said: and the cafeteria. That is all."
+            assert await ask("and the cafeteria") == "You said: and the cafeteria."
+
+
+def test_the_wyoming_allow_list_admits_only_its_addresses() -> None:
+    """An allow-list names addresses and networks; any other address is refused (an IPv4
+    address is not admitted for being one), and without a list only loopback is."""
+    from types import SimpleNamespace
+
+    from edge.server._access import address_allowed
+    from edge.server._wyoming import WyomingLimits, WyomingServer
+
+    allow = ("192.168.1.20", "10.1.0.0/16")
+    for address, allowed in (
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("192.168.1.20", True),
+        ("10.1.200.3", True),
+        ("192.168.1.21", False),
+        ("10.2.0.1", False),
+        ("8.8.8.8", False),
+        ("fe80::1", False),
+        ("not an address", False),
+    ):
+        assert address_allowed(address, allow) is allowed, address
+    assert not address_allowed("192.168.1.20", ())
+    assert not address_allowed("192.168.1.20", ("bad entry", "192.168.1.21/32"))
+
+    class Peer:  # a connection's writer, as the Wyoming server sees it (never opened)
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        def get_extra_info(self, name: str) -> object:
+            return (self.address, 50000) if name == "peername" else None
+
+    backend = SimpleNamespace(limits=WyomingLimits(), tts=None, prepared=None)
+    server = WyomingServer(backend, "127.0.0.1", 0, allow=allow)  # type: ignore[arg-type]
+    for address, allowed in (("192.168.1.20", True), ("192.168.7.9", False)):
+        handler = server._factory(None, Peer(address))  # type: ignore[arg-type]
+        assert (handler.refused is None) is allowed, (address, handler.refused)
+        if not allowed:
+            assert "wyoming_allow" in (handler.refused or "")

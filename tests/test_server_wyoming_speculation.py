@@ -79,7 +79,7 @@ async def test_the_handle_bringing_the_recordings_words_adopts_the_answer_starte
         assert await transcribe(svc) == "tone 440"
         await wait_for(lambda: svc.answers.stats.started == 1)  # before handle
         assert len(llm.requests) == 2
-        assert await ask(svc, "tone 440") == "You said: tone 440. That is all."
+        assert await ask(svc, "tone 440") == "You said: tone 440."
         stats = svc.answers.stats
         assert (stats.started, stats.adopted, stats.discarded) == (1, 1, 0)
         assert len(llm.requests) == 2  # the turn's answer is the early one
@@ -92,7 +92,7 @@ async def test_a_handle_with_other_words_discards_the_early_answer_unseen() -> N
         await ask(svc, "hello")
         await transcribe(svc)
         await wait_for(lambda: svc.answers.stats.started == 1)
-        assert await ask(svc, "something else") == "You said: something else. That is all."
+        assert await ask(svc, "something else") == "You said: something else."
         assert svc.answers.stats.discarded == 1 and svc.answers.stats.adopted == 0
         rendered = svc.context.render("wyoming:01HASPEC")
         assert "tone 440" not in rendered and "something else" in rendered
@@ -107,7 +107,7 @@ async def test_without_a_conversation_id_the_address_last_conversation_is_guesse
         await ask(svc, "hello")
         await transcribe(svc, context=None)
         await wait_for(lambda: svc.answers.stats.started == 1)
-        assert await ask(svc, "tone 440") == "You said: tone 440. That is all."
+        assert await ask(svc, "tone 440") == "You said: tone 440."
         assert svc.answers.stats.adopted == 1 and len(llm.requests) == 2
 
 
@@ -163,5 +163,5 @@ async def test_words_of_a_pause_the_speaker_talked_past_are_retracted() -> None:
         # the pause's words (when their pass ended before speech resumed) were retracted
         early = [r for r in llm.requests[1:] if r.messages[-1].content == "tone 440"]
         assert all(r.cancelled for r in early)
-        assert await ask(svc, "tone 880") == "You said: tone 880. That is all."
+        assert await ask(svc, "tone 880") == "You said: tone 880."
         assert (svc.answers.stats.adopted, svc.answers.stats.discarded) == (1, len(early))

@@ -31,7 +31,7 @@ ANSWER = "The first part comes now. The second part comes a little later."
 
 def service(tts: ToneTTS | None = None, delay_s: float = 0.02) -> EdgeService:
     return EdgeService(
-        settings(voice=True, wyoming_port=0),
+        settings(voice=True, wyoming_port=0, wyoming_reply_sentences=0),  # both parts
         llm=ScriptedLLM(lambda messages: ScriptedReply(ANSWER, delay_s=delay_s)),
         decisions=ScriptedDecisions(default="conversation"),
         stt=ToneSTT(),

@@ -212,6 +212,26 @@ def test_retention_trims_history_and_idle_participants_never_the_view() -> None:
     assert store.exists("busy") and not store.exists("alice")
 
 
+def test_participants_the_service_named_have_a_default_retention() -> None:
+    """Every one-off `edge client --text` (no --participant) is a participant whose id the
+    service assigned; they are erased after `session_assigned_idle_days` (7 by default)
+    of not being seen, named participants only when `session_idle_days` says so."""
+    from edge.server import ServiceSettings
+    from edge.server._protocol import new_participant_id
+
+    assert ServiceSettings().session_assigned_idle_days == 7
+    now = [100 * SECOND]
+    store = SessionStore(clock=lambda: now[0])
+    one_off, wyoming, busy = new_participant_id(), "wyoming:anon-0123456789ab", "p-00aa00aa00aa"
+    for pid in ("alice", one_off, wyoming, busy, "p-named-by-hand"):
+        filled(store, pid, 1)
+    now[0] += 8 * 86_400 * SECOND
+    week = Retention(assigned_idle_expiry_s=7 * 86_400)
+    assert store.enforce(week, active=[busy])["participants_erased"] == 2
+    assert not store.exists(one_off) and not store.exists(wyoming)
+    assert all(store.exists(p) for p in ("alice", busy, "p-named-by-hand"))
+
+
 def test_a_compaction_never_brings_back_an_erased_participant() -> None:
     store = SessionStore()
     records = filled(store)

@@ -87,11 +87,24 @@ def run(args: argparse.Namespace) -> int:
     except ModelMissingError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
+    from edge.device import placement
+
+    where = placement(config)
     if args.json:
-        print(json.dumps(config.summary(), indent=2))
+        print(json.dumps({**config.summary(), "placement": where.model_dump()}, indent=2))
         return 0
     _print(console, config)
+    _print_placement(console, where)
     return 0
+
+
+def _print_placement(console: Console, where: Any) -> None:
+    t = Table(title="Where each model runs", show_header=False)
+    for role, text in where.rows().items():
+        t.add_row(role, text)
+    console.print(t)
+    for warning in where.warnings:
+        console.print(f"[bold red]warning:[/] {escape(warning)}")
 
 
 def _mib(n: float) -> str:

@@ -24,6 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="with --prepare: build them again")
     p.add_argument("--role", choices=["llm", "stt", "tts", "vad"], help="only this role")
+    p.add_argument(
+        "--path",
+        action="store_true",
+        help="with --role: print where its default model is installed (for another "
+        "server's command line, e.g. docs/deploy.md's speech servers)",
+    )
     p.set_defaults(func=run)
 
 
@@ -36,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.prepare:
         return prepare_models(console, catalogue, force=args.force)
+    if args.path:
+        return _print_path(console, catalogue, args.role)
     table = Table(title="Model catalogue")
     for col in ("id", "role", "format", "size", "ctx", "licence", "status"):
         table.add_column(col, overflow="fold")
@@ -94,4 +102,16 @@ def prepare_models(console: Console, catalogue: Catalogue, *, force: bool) -> in
     for entry, where, built in done:
         what = "built" if built else "already built"
         console.print(f"{entry.id}: {what} ({entry.source}) at {where}", soft_wrap=True)
+    return 0
+
+
+def _print_path(console: Console, catalogue: Catalogue, role: str | None) -> int:
+    if role is None:
+        console.print("[red]error:[/] --path needs --role (llm, stt, tts or vad)")
+        return 2
+    try:
+        print(catalogue.default(role).locate())  # type: ignore[arg-type]
+    except (CatalogueError, ModelMissingError) as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return 1
     return 0

@@ -168,12 +168,14 @@ def _raise_open_files_limit(wanted: int = 65_536) -> None:
 
 
 async def _serve(args: argparse.Namespace, console: Console) -> int:
+    from edge.api import serve_api
     from edge.server import EdgeService
 
     settings = settings_from_args(args)
     _raise_open_files_limit()
     console.print("[dim]loading models…[/]")
     service = EdgeService(settings)
+    serve_api(service)  # OpenAI's and Ollama's APIs on the same port (docs/api.md)
     async with service:
         _show(console, service.describe())
         print(f"serving on {service.websocket_url}", flush=True)
@@ -182,6 +184,8 @@ async def _serve(args: argparse.Namespace, console: Console) -> int:
             print(f"console on this device: {service.local_console_url}", flush=True)
         if service.tls_fingerprint:  # what a browser or `edge client` should be shown
             print(f"certificate key SHA-256: {service.tls_fingerprint}", flush=True)
+        web = service.websocket_url.replace("ws", "http", 1)
+        print(f"OpenAI API: {web}/v1  Ollama API: {web}", flush=True)
         console.print("[dim]Ctrl-C stops the service[/]")
         async with anyio.create_task_group() as tg:
 
@@ -367,7 +371,7 @@ async def _spoken_turn(
     if args.save_audio:
         rate = client.welcome.audio_out_rate if client.welcome else None
         if not rate or not turn.pcm:
-            console.print("[red]error:[/] the server sent no audio (does it run with voice?)")
+            console.print(f"[red]error:[/] {escape(_no_audio(rate, turn))}")
             return 1
         write_wav(args.save_audio, pcm16_to_float(turn.pcm), rate)
         console.print(
@@ -375,6 +379,17 @@ async def _spoken_turn(
         )
     await client.send({"type": "bye"})
     return 0 if turn.text else 1
+
+
+def _no_audio(rate: int | None, turn: Any) -> str:
+    """Why a spoken turn brought no reply audio: the speech server that failed, when one
+    did (its error came with the turn), else whether the service speaks at all."""
+    failed = [e.message for e in turn.errors if e.code == "backend_failed"]
+    if failed:
+        return f"no reply audio: {failed[-1]}"
+    if not rate:
+        return "no reply audio: the service runs without voice (started with --no-voice)"
+    return "the service sent no reply audio"
 
 
 def run_client(args: argparse.Namespace) -> int:

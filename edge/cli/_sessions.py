@@ -133,7 +133,7 @@ def _token(store: Any, args: argparse.Namespace) -> int:
 
 
 def _forget(store: Any, args: argparse.Namespace) -> int:
-    if not store.forget(args.participant):
+    if not store.forget(args.participant, notify=True):  # a running service erases them too
         raise KeyError(f"no stored participant {args.participant!r}")
     print(f"forgot {args.participant}")
     return 0

@@ -5,7 +5,9 @@ sentence for a service that cannot be reached."""
 from __future__ import annotations
 
 import argparse
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+import socket
+import ssl
+from urllib.parse import SplitResult, parse_qs, urlsplit, urlunsplit
 
 SCHEMES = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
 
@@ -47,10 +49,17 @@ def participant_id(value: str) -> str:
 
 def unreachable(url: str, exc: BaseException) -> str:
     """Why ``url`` could not be reached (or dropped us), in words, with what to check."""
-    from websockets.exceptions import ConnectionClosed
+    from websockets.exceptions import ConnectionClosed, InvalidMessage
 
     if isinstance(exc, ConnectionClosed):
         return f"the service at {url} closed the connection: {exc}"
+    parts = urlsplit(url)
+    if parts.scheme == "ws" and isinstance(exc, InvalidMessage) and _speaks_tls(parts):
+        secure = urlunsplit(("wss", *parts[1:]))
+        return (
+            f"the service at {url} serves TLS (as `edge serve` does unless --no-tls): "
+            f"use {secure} (or the console's https:// address)"
+        )
     if isinstance(exc, ConnectionRefusedError):
         reason = "nothing listens there (connection refused)"
     elif isinstance(exc, TimeoutError):
@@ -58,3 +67,17 @@ def unreachable(url: str, exc: BaseException) -> str:
     else:
         reason = str(exc) or type(exc).__name__
     return f"cannot talk to {url}: {reason}. Is `edge serve` running at that address?"
+
+
+def _speaks_tls(parts: SplitResult) -> bool:
+    """Whether the server at ``parts`` completes a TLS handshake (its certificate is not
+    checked: this only tells a ws:// address that it reached a wss:// service)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname=parts.hostname):
+                return True
+    except (OSError, ValueError):
+        return False

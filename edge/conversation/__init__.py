@@ -44,7 +44,7 @@ from ._conversation import (
 from ._manager import ContextManager
 from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._render import ContextBlock
-from ._reply import has_scaffolding
+from ._reply import ReplyFilter, has_scaffolding
 from ._stated import StatedAnswer
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "MemoryRecallIndex",
     "PrefixWarmer",
     "RecallIndex",
+    "ReplyFilter",
     "StatedAnswer",
     "Statement",
     "TranscriptEntry",

@@ -36,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from edge.llm import ForgetsCache, LLMService, Priority, Scorer
+from edge.llm import ForgetsCache, LLMService, Priority, QueueFullError, Scorer
 
 from ._lexical import lexical_scores
 from ._types import ChoiceAnswer, ChoiceQuestion, DecisionError, answer_from_logits
@@ -121,7 +121,13 @@ class LocalDecisionService:
             return answer_from_logits(
                 question, logits, uncertain_below=self.uncertain_below, source="lexical"
             )
-        model, metrics = await self._model_logprobs(question)
+        try:
+            model, metrics = await self._model_logprobs(question)
+        except QueueFullError as exc:  # a turn is never dropped for a queue: words decide
+            log.warning("deciding %r on words alone: %s", question.asker or "a question", exc)
+            return answer_from_logits(
+                question, logits, uncertain_below=self.uncertain_below, source="lexical"
+            )
         for label, value in zip(labels, self.model_evidence(model), strict=True):
             logits[label] += value
         return answer_from_logits(

@@ -5,6 +5,7 @@ applies the detected hardware limits and any stored calibration, and derives the
 the service passes on (``llm_config()``, ``context_config()``, ``router_config()``).
 """
 
+from ._accel import BuildPlan, build_plan, llama_gpu_offload, llama_system_info, whisper_cuda
 from ._budgets import BudgetError, BudgetInputs, Budgets, derive_budgets
 from ._calibration import (
     Calibration,
@@ -23,6 +24,7 @@ from ._config import (
     load_device_config,
 )
 from ._detect import HardwareInfo, detect_hardware
+from ._placement import Placement, offload_warning, placement, stt_device
 from ._profile import (
     PROFILE_DIR,
     DeviceProfile,
@@ -41,6 +43,7 @@ __all__ = [
     "BudgetError",
     "BudgetInputs",
     "Budgets",
+    "BuildPlan",
     "Calibration",
     "CalibrationError",
     "CalibrationStore",
@@ -48,10 +51,12 @@ __all__ = [
     "DeviceProfile",
     "HardwareInfo",
     "Measurement",
+    "Placement",
     "ProfileChoice",
     "ProfileError",
     "Speed",
     "budget_inputs",
+    "build_plan",
     "calibrate",
     "calibrate_device",
     "choose_profile",
@@ -60,9 +65,15 @@ __all__ = [
     "derive_for_profile",
     "detect_hardware",
     "find_profile",
+    "llama_gpu_offload",
+    "llama_system_info",
     "load_device_config",
     "load_profile_file",
     "load_profiles",
     "measure_llm",
+    "offload_warning",
     "parse_profile",
+    "placement",
+    "stt_device",
+    "whisper_cuda",
 ]

@@ -392,11 +392,16 @@ class BatchScheduler:
     # -- admission -----------------------------------------------------------------------
     @asynccontextmanager
     async def admitted(self, job: SeqJob) -> AsyncIterator[SeqJob]:
-        """Queue ``job`` behind its key's earlier jobs; hold a sequence while inside."""
+        """Queue ``job`` behind its key's earlier jobs; hold a sequence while inside.
+
+        At most ``max_waiting_per_key`` jobs of a key wait at ``job``'s priority or above:
+        background work queued for a key (preparations that a busy machine never got to)
+        never keeps that participant's turn out, and is itself refused past the limit."""
         queue = self._waiting.setdefault(job.key, deque())
-        if len(queue) >= self.max_waiting_per_key:
+        ahead = sum(1 for waiting in queue if waiting.rank <= job.rank)
+        if ahead >= self.max_waiting_per_key:
             raise QueueFullError(
-                f"{job.key!r} already has {len(queue)} requests waiting for the model "
+                f"{job.key!r} already has {ahead} requests waiting for the model "
                 f"(at most {self.max_waiting_per_key}); wait for an answer before asking again"
             )
         job.arrival = next(self._arrival)

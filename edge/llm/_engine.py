@@ -189,6 +189,7 @@ class LlamaEngine:
         self._dirty = False
         self._logits_fresh = False
         self.llama: Any = None
+        self.gpu_layers_loaded: tuple[int, int] | None = None
         self._abort_hook: AbortHook | None = None
 
     # -- loading -------------------------------------------------------------------------
@@ -222,6 +223,7 @@ class LlamaEngine:
             self.load()
             return
         route_llama_logs()
+        self.gpu_layers_loaded = self._offloaded_layers()
         self._install_abort_callback()
         model = self.llama._model
         template = self.llama.metadata.get("tokenizer.chat_template")
@@ -244,6 +246,16 @@ class LlamaEngine:
         # context gets this many tokens per sequence.
         default = min(self.n_ctx_train or 8192, 8192)
         self.n_ctx = self.llama.n_ctx() if self.own_context else self._want_ctx or default
+
+    def _offloaded_layers(self) -> tuple[int, int]:
+        """(layers on the GPU, of all): llama.cpp offloads the repeating layers and then
+        the output layer, only when its build supports offload."""
+        import llama_cpp
+
+        total = int(llama_cpp.llama_model_n_layer(self.llama._model.model)) + 1
+        if not self.n_gpu_layers or not llama_cpp.llama_supports_gpu_offload():
+            return 0, total
+        return (total if self.n_gpu_layers < 0 else min(self.n_gpu_layers, total)), total
 
     def _install_abort_callback(self) -> None:
         """Let background evaluations stop between graph nodes (see :meth:`eval`)."""

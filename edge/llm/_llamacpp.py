@@ -173,15 +173,15 @@ class LlamaCppLLM(StreamingLLM):
       (:class:`BatchRunner`: a sequence per request, one decode step for all).
     * Prompt-prefix reuse: each ``cache_key`` (a participant) keeps its KV state, live or
       saved in a byte-bounded LRU store, so a follow-up evaluates only its new tokens.
-    * The chat template comes from the GGUF metadata and is rendered with
-      ``enable_thinking=False`` (templates without that switch ignore it).
-    * Cancellation (cancelling the caller, or closing a stream) stops at the next step and
-      leaves the model usable.
+    * The chat template comes from the GGUF metadata, rendered with
+      ``enable_thinking=False``; cancellation stops at the next step, the model usable.
 
-    Extras beyond the protocol: :meth:`warm` (fill a key's cache without generating),
-    :meth:`score` (log-probabilities of continuations, for decisions), :meth:`format_chat`,
-    :meth:`count_tokens`, ``activity`` (idle tracking) and ``metrics_log``.
+    Extras: :meth:`warm` (fill a key's cache without generating), :meth:`score` (decisions'
+    log-probabilities), :meth:`format_chat`, :meth:`count_tokens`, ``activity`` (idle
+    tracking), ``metrics_log``, ``gpu_layers`` ((on the GPU, of all) layers once loaded).
     """
+
+    gpu_layers: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -231,6 +231,7 @@ class LlamaCppLLM(StreamingLLM):
             if isinstance(self._runner, BatchRunner):
                 self._runner.loaded()
             self._loaded = True
+            self.gpu_layers = self._engine.gpu_layers_loaded
 
     async def close(self) -> None:
         """Wait for the model to be free, then release it. Later requests fail clearly."""

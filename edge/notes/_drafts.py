@@ -19,6 +19,15 @@ class DraftKeeper(Protocol):
         """Keep ``parts`` (the lines dictated so far); None: no note is being dictated."""
 
 
+def kept_draft(store: SessionStore, participant_id: str) -> list[str] | None:
+    """The lines of the participant's note being dictated (None: none is); blocking."""
+    value = store.session_value(participant_id, DRAFT_KEY)
+    if value is None:
+        return None
+    parts = json.loads(value)
+    return [str(p) for p in parts] if isinstance(parts, list) else None
+
+
 class StoredDrafts:
     """Drafts in the sessions store: each dictated line is durable before it is
     acknowledged, survives a dropped link and a restart, and is erased with the
@@ -28,11 +37,7 @@ class StoredDrafts:
         self.store = store
 
     async def load(self, participant_id: str) -> list[str] | None:
-        value = await self.store.run(self.store.session_value, participant_id, DRAFT_KEY)
-        if value is None:
-            return None
-        parts = json.loads(value)
-        return [str(p) for p in parts] if isinstance(parts, list) else None
+        return await self.store.run(kept_draft, self.store, participant_id)
 
     async def save(self, participant_id: str, parts: list[str] | None) -> None:
         value = None if parts is None else json.dumps(parts, ensure_ascii=False)

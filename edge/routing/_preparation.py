@@ -43,6 +43,7 @@ class DecisionPreparer:
         self._config = config
         self._state_of = state_of
         self.scopes: set[anyio.CancelScope] = set()  # cancelled when the router closes
+        self._newest: dict[str, anyio.CancelScope] = {}  # each participant's latest
 
     @property
     def enabled(self) -> bool:
@@ -66,11 +67,16 @@ class DecisionPreparer:
     async def prepare_next(self, participant_id: str, completed: int) -> None:
         """After an exchange (the participant's ``completed``-th): prepare their next
         decision once ``prepare_delay_s`` has passed, unless their focus skips it or
-        another exchange of theirs completed meanwhile (its own preparation follows). Best
-        effort (a closing model, a failed evaluation): logged, never raised; closing the
-        router cancels it."""
+        another exchange of theirs completed meanwhile (its own preparation follows, and
+        cancels this one wherever it is: on a busy machine it may still wait for the model
+        behind their answers). Best effort (a closing model, a failed evaluation): logged,
+        never raised; closing the router cancels it."""
         with anyio.CancelScope() as scope:
             self.scopes.add(scope)
+            earlier = self._newest.get(participant_id)
+            if earlier is not None:
+                earlier.cancel()
+            self._newest[participant_id] = scope
             try:
                 await anyio.sleep(self._config.prepare_delay_s)
                 state = self._state_of(participant_id)
@@ -82,6 +88,8 @@ class DecisionPreparer:
                 log.debug("preparing the next decision of %r failed: %s", participant_id, exc)
             finally:
                 self.scopes.discard(scope)
+                if self._newest.get(participant_id) is scope:
+                    del self._newest[participant_id]
 
     def cancel(self) -> None:
         for scope in self.scopes:  # preparations are best effort: not waited for

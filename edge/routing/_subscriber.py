@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 
 from edge.interaction import Interrupted, ParticipantJoined, ParticipantLeft, UserQuery
+from edge.llm import LLMUnavailableError
 from edge.runtime import Agent, AgentRuntime, HandlerContext
 
 from ._config import ParticipantHooks, RouterTopics
@@ -110,6 +111,9 @@ class RouterSubscriber(Agent):
             await self.router._execute(run, out)
         except TurnCancelled:
             pass
+        except LLMUnavailableError as exc:  # a model's server is down: expected, one line
+            log.error("turn %s of participant %s failed: %s", run.turn.turn_id, pid, exc)
+            await self._failed(pid, run.turn.turn_id, exc)
         except Exception as exc:
             log.exception("turn %s of participant %s failed", run.turn.turn_id, pid)
             await self._failed(pid, run.turn.turn_id, exc)

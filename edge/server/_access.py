@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import os
 import secrets
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -128,6 +129,29 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine without asking anyone: loopback, this machine's
+    host name (as ``edge serve`` prints it in its addresses, or with ``.local``), or an
+    address of one of its interfaces (one a socket can be bound to; nothing is sent)."""
+    if is_loopback(host):
+        return True
+    name = host.strip("[]").rstrip(".").lower()
+    own = socket.gethostname().lower()
+    if name in (own, f"{own.split('.')[0]}.local", own.split(".")[0]):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
 
 
 def address_allowed(address: str, allowed: tuple[str, ...]) -> bool:

@@ -13,7 +13,7 @@ import anyio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.uri import parse_uri
 
-from ._access import is_loopback, read_token
+from ._access import is_this_machine, read_token
 from ._pins import ServerTrust, peer_certificate
 from ._protocol import (
     AudioFormat,
@@ -50,14 +50,15 @@ ROUTER_SOURCE = "router"  # the source of the router's own messages (edge.routin
 
 
 def local_token(url: str) -> str | None:
-    """The device access token for a service on this machine: ``EDGE_TOKEN``, else
+    """The device access token for a service on this machine (a loopback address, its
+    host name as ``edge serve`` prints it, or one of its addresses): ``EDGE_TOKEN``, else
     ``<data_dir>/token`` (``EDGE_DATA_DIR`` or the default). Never looked up for another
     host's URL, so a local token is not handed to a remote service."""
     try:
         host = parse_uri(url).host
     except ValueError:
         return None
-    if not is_loopback(host):
+    if not is_this_machine(host):
         return None
     env = os.environ.get("EDGE_TOKEN")
     if env:
@@ -74,10 +75,10 @@ def default_trust(url: str) -> ServerTrust:
     """Pin on first use (the user's pin store); a service on this machine is also known
     by the certificate in its data directory."""
     try:
-        loopback = is_loopback(parse_uri(url).host)
+        local = is_this_machine(parse_uri(url).host)
     except ValueError:
-        loopback = False
-    return ServerTrust(local=local_fingerprint(_local_data_dir()) if loopback else None)
+        local = False
+    return ServerTrust(local=local_fingerprint(_local_data_dir()) if local else None)
 
 
 def reply_text(replies: list[Reply]) -> str:

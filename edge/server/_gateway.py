@@ -25,6 +25,7 @@ from edge.interaction import (
     ParticipantLeft,
     UserQuery,
 )
+from edge.llm import GenerationOptions, LLMService, Messages, Priority, TextStream
 from edge.runtime import AgentRuntime, MessageMetadata, PayloadError, Topic
 from edge.speculation import SpeculationStats
 from edge.voice import (
@@ -71,6 +72,7 @@ class Gateway:
     speculation: SpeculationStats | None = None  # answers started before the endpoint
     sessions: Sessions | None = None  # durable sessions (resume, history, export, ...)
     backends: Callable[[], dict[str, Any]] | None = None  # each model's backend, for /health
+    llm: LLMService | None = None  # stateless answers (edge.api), through its scheduler
 
     async def _publish(
         self, topic: Topic[Any], message: Any, participant_id: str, source: str
@@ -83,6 +85,15 @@ class Gateway:
             )
         except (PayloadError, ExceptionGroup) as exc:
             raise ClientError(_reason(exc)) from exc
+
+    def complete(self, messages: Messages, options: GenerationOptions) -> TextStream:
+        """A stateless answer to a client's own messages (no participant, nothing
+        recorded), at interactive priority in the one model scheduler."""
+        if self.llm is None or not self.runtime.running:
+            raise ClientError("the service is shutting down")
+        return self.llm.stream(
+            messages, GenerationOptions.of(options, priority=Priority.INTERACTIVE)
+        )
 
     async def join(self, participant_id: str, display_name: str, source: str) -> None:
         await self._publish(

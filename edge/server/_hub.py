@@ -79,6 +79,14 @@ class Replaceable(Protocol):
         """End the connection soon; it departs as usual (never blocks)."""
 
 
+@runtime_checkable
+class Forgettable(Protocol):
+    """A connection that can be told its participant was erased on the device."""
+
+    def forgotten(self) -> None:
+        """Say goodbye ("forgotten") and end soon; it departs as usual (never blocks)."""
+
+
 class ParticipantTaken(ValueError):
     """The participant id is already connected."""
 
@@ -141,6 +149,22 @@ class OutputHub(Agent):
             self.attach(participant_id, sink)
             return
         raise ParticipantTaken(f"participant {participant_id!r} is still leaving; try again")
+
+    async def end(self, participant_id: str) -> None:
+        """The participant was erased on the device: their connection says goodbye and
+        ends; returns once its departure has finished (or at once when none)."""
+        presence = self._present.get(participant_id)
+        if presence is None:
+            return
+        if not presence.departing:
+            if isinstance(presence.sink, Forgettable):
+                presence.sink.forgotten()
+            elif isinstance(presence.sink, Replaceable):
+                presence.sink.replace("this participant was forgotten on the device")
+            else:
+                self.detach(participant_id, presence.sink)
+        with anyio.move_on_after(ARRIVAL_WAIT_S):
+            await presence.gone.wait()
 
     def detach(self, participant_id: str, sink: Sink) -> None:
         """Stop delivering to ``sink``; outside :meth:`departure` it is gone at once."""

@@ -318,11 +318,12 @@ class HistoryPage(_Message):
 
 class ContextView(_Message):
     """The model's view: ``blocks`` as rendered (summaries first), ``sections`` with their
-    summary, entry count, bytes used and budget."""
+    summary, entry count, bytes used and budget; ``dictating``: a note being dictated."""
 
     type: Literal["context_view"] = "context_view"
     blocks: list[dict[str, Any]]
     sections: dict[str, dict[str, Any]]
+    dictating: list[str] | None = None  # the lines of a note being dictated, kept so far
 
 
 class Compacted(_Message):

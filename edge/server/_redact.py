@@ -3,8 +3,10 @@ the WebSocket library logs (its ``-vv`` frame and handshake lines), at the sourc
 
 :func:`guard_library_logs` puts :data:`SECRETS_FILTER` on the library's loggers; the
 filter rewrites a record before any handler formats it: a frame's JSON ``token``,
-``resume`` and ``session_token`` values, an ``Authorization`` header and a ``token=``
-query parameter become ``[redacted]``.
+``resume`` and ``session_token`` values (a value the frame cuts short too), an
+``Authorization`` header and a ``token=`` query parameter become ``[redacted]``. The
+library logs each frame of a fragmented message apart, and a fragment may hold any part
+of a token: fragments are logged by their size only.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 from websockets.frames import Frame, Opcode
 
 REDACTED = "[redacted]"
-_JSON_SECRET = re.compile(r'("(?:token|resume|session_token)"\s*:\s*")(?:[^"\\]|\\.)*(")')
+_JSON_SECRET = re.compile(r'("(?:token|resume|session_token)"\s*:\s*")(?:[^"\\]|\\.)*\\?("|$)')
 _QUERY_SECRET = re.compile(r"([?&]token=)[^&\s#]*")
 _HEADER_LINES = ("> %s: %s", "< %s: %s")
 LIBRARY_LOGGERS = ("websockets.client", "websockets.server")
+_DATA = (Opcode.TEXT, Opcode.BINARY)
 
 
 def redact(text: str) -> str:
@@ -29,11 +32,25 @@ def redact(text: str) -> str:
     return _QUERY_SECRET.sub(rf"\g<1>{REDACTED}", text)
 
 
+def _redact_frame(frame: Frame) -> Frame:
+    if frame.opcode is Opcode.CONT or (frame.opcode in _DATA and not frame.fin):
+        shown = f"[{len(frame.data)} bytes of a fragmented message, not logged]"
+        return dataclasses.replace(frame, data=shown.encode())
+    if frame.opcode not in _DATA:
+        return frame
+    try:  # a binary frame is logged as text too when it is UTF-8
+        text = bytes(frame.data).decode("utf-8")
+    except UnicodeDecodeError:
+        if frame.opcode is Opcode.BINARY:
+            return frame  # audio
+        text = bytes(frame.data).decode("utf-8", "replace")
+    safe = redact(text)
+    return frame if safe == text else dataclasses.replace(frame, data=safe.encode())
+
+
 def _redact_arg(arg: Any) -> Any:
-    if isinstance(arg, Frame) and arg.opcode is Opcode.TEXT:
-        text = arg.data.decode("utf-8", "replace")
-        safe = redact(text)
-        return arg if safe == text else dataclasses.replace(arg, data=safe.encode())
+    if isinstance(arg, Frame):
+        return _redact_frame(arg)
     if isinstance(arg, str):
         return redact(arg)
     return arg

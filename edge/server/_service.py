@@ -39,6 +39,7 @@ from ._mdns import (
 )
 from ._ports import check_port_free
 from ._remote_speech import Backends
+from ._reply_length import sentence_bound
 from ._service_addresses import ServiceAddresses
 from ._service_parts import ServiceParts
 from ._settings import ServiceSettings
@@ -104,7 +105,10 @@ class EdgeService(ServiceParts, ServiceAddresses):
         self.runtime = AgentRuntime(clock)
         self.hub = OutputHub()
         self.context = self._make_context()
-        self.answers = speculative_answers(self.llm)  # answers may start before the endpoint
+        # a satellite's answers are a sentence or two, ended as the model writes them;
+        # answers may start before the endpoint (a bounded one is prepared whole)
+        bounded = sentence_bound(self.llm, {"wyoming:": self.settings.wyoming_reply_sentences})
+        self.answers = speculative_answers(bounded, whole_ahead=bounded.bounded)
         self._make_agents(injected.get("decisions"))
         self._vad_factory = injected.get("vad_factory")
         self.voice = self._make_voice(stt, tts, injected.get("voice_config"), self._vad_factory)
@@ -174,6 +178,8 @@ class EdgeService(ServiceParts, ServiceAddresses):
             if preload:
                 if isinstance(self.llm, Loadable):
                     await self.llm.load()
+                for warning in getattr(self.placement(), "warnings", []):
+                    log.warning("%s", warning)  # GPU layers asked for, none offloaded
             await stack.enter_async_context(self.warmer)  # cancelled before llm.close
             await stack.enter_async_context(self.answers)  # speculations cancelled on stop
             await stack.enter_async_context(self.speculator)
@@ -189,6 +195,9 @@ class EdgeService(ServiceParts, ServiceAddresses):
             stack.callback(self.store.close)  # after the context manager's last write
             await stack.enter_async_context(self.context)  # closed before runtime stop
             await stack.enter_async_context(self.sessions.retention_task(self.hub.connected))
+            await stack.enter_async_context(
+                self.sessions.forgotten_watch(self.hub.connected, self.hub.end)
+            )
 
             stack.push_async_callback(self.conversation.close)
             await stack.enter_async_context(self.router)  # router.stop() first

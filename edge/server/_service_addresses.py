@@ -129,9 +129,19 @@ class ServiceAddresses:
             tls = f"{origin}, until {c.not_after:%Y-%m-%d} (key SHA-256 below)"
         return {"token": token_note, "tls": tls, "wyoming access": wyoming}
 
+    def placement(self) -> Any:
+        """Where the local models run (:func:`edge.device.placement`), None without a
+        device profile or with a remote LLM."""
+        if self.device is None or self.settings.llm_url:
+            return None
+        from edge.device import placement
+
+        return placement(self.device, loaded_layers=getattr(self.llm, "gpu_layers", None))
+
     def describe(self) -> dict[str, Any]:
         """What runs, for ``edge serve`` to print."""
         d = self.device
+        where = self.placement()
         return {
             "profile": self.profile_name,
             "chosen_by": d.choice.reason if d is not None else None,
@@ -155,10 +165,10 @@ class ServiceAddresses:
             },
             "context_topics": list(self.gateway.context_topics),
             "voice": self.voice is not None,
-            "backends": self.backends.banner(),
+            "backends": {**(where.rows() if where else {}), **self.backends.banner()},
             "websocket": self.websocket_url if self._stack is not None else None,
             "wyoming": self.wyoming_uri if self._stack is not None else None,
             "mdns": [i.name for i in self.mdns.infos] if self.mdns is not None else [],
             "access": self._access_note(),
-            "notes": list(d.notes) if d is not None else [],
+            "notes": [*(d.notes if d is not None else []), *(where.warnings if where else [])],
         }

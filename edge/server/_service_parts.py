@@ -185,6 +185,7 @@ class ServiceParts:
             history_bytes=s.session_history_bytes,
             history_age_s=_days(s.session_history_days),
             idle_expiry_s=_days(s.session_idle_days),
+            assigned_idle_expiry_s=_days(s.session_assigned_idle_days),
         )
         self.sessions = Sessions(self.store, context, retention)
         return context
@@ -236,6 +237,7 @@ class ServiceParts:
             speculation=self.answers.stats,
             sessions=self.sessions,
             backends=self.backends.health,
+            llm=self.llm,
         )
 
     def _make_websocket(self) -> WebSocketServer:
@@ -360,8 +362,12 @@ def _local_stt(device: Any, whisper: Any, paths: dict[str, Any], audio: Any) -> 
 
     settings: dict[str, Any] = {}
     if audio is not None:
+        from edge.device import whisper_cuda
+
         cpu_only = device.hardware is not None and not device.hardware.cuda
-        stt_settings = SttSettings.for_device(audio, threads=device.threads, cpu_only=cpu_only)
+        stt_settings = SttSettings.for_device(
+            audio, threads=device.threads, cpu_only=cpu_only, cuda=not cpu_only and whisper_cuda()
+        )
         settings = stt_settings.model_dump()
     return whisper(paths.get("stt"), **settings)
 

@@ -20,13 +20,15 @@ from typing import Any
 import anyio
 
 from edge.conversation import ContextManager
-from edge.runtime import BackgroundTasks
+from edge.notes import kept_draft
+from edge.runtime import BackgroundTasks, now_us
 from edge.store import (
     Retention,
     SessionRefused,
     SessionStore,
     export_participant,
     import_participant,
+    token_hash,
 )
 
 from ._gateway import ClientError
@@ -49,6 +51,8 @@ from ._protocol import (
 log = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 3600.0
+FORGOTTEN_POLL_S = 0.5
+"""How often a running service looks for participants `edge sessions forget` erased."""
 MAX_REPLY_BYTES = 2 << 20
 """The most a history page or an export may encode to: half the 4 MiB frame
 :class:`~edge.server.EdgeClient` accepts, so any client with a sane limit can read it."""
@@ -69,6 +73,7 @@ class Sessions:
         self.on_forget: list[Callable[[str], Awaitable[None]]] = []
         """Called with the participant's id after :meth:`forget` erased their context
         (e.g. the decision service dropping the state it prepared for them)."""
+        self._opened: dict[str, int] = {}  # the participants this service held: since when
 
     async def open(self, participant_id: str, resume: str | None) -> tuple[str, bool]:
         """``(session_token, resumed)`` for a hello; a resumed participant's context is
@@ -77,6 +82,7 @@ class Sessions:
             token, resumed = await self.store.run(self.store.claim, participant_id, resume)
         except SessionRefused as exc:
             raise ClientError(str(exc)) from None
+        self._opened[participant_id] = now_us()
         if resumed:
             await self.context.resume(participant_id)
         return token, resumed
@@ -89,9 +95,63 @@ class Sessions:
             raise ClientError(str(exc)) from None
 
     async def forget(self, participant_id: str) -> None:
+        self._opened.pop(participant_id, None)
         await self.context.clear(participant_id)
         for hook in self.on_forget:
             await hook(participant_id)
+
+    @asynccontextmanager
+    async def forgotten_watch(
+        self,
+        connected: Callable[[], list[str]],
+        end: Callable[[str], Awaitable[None]],
+        interval_s: float = FORGOTTEN_POLL_S,
+    ) -> AsyncIterator[None]:
+        """While open, erase what this service holds of a participant that another process
+        erased from the store (`edge sessions forget`): ``end`` ends their connection (one
+        of ``connected()``) and waits for its departure, then their context goes
+        everywhere, so nothing answers from it and nothing written meanwhile stays."""
+        tasks = BackgroundTasks("forgotten participants")
+        await tasks.open()
+        try:
+            tasks.start_soon(self._forgotten_loop, connected, end, interval_s)
+            yield
+        finally:
+            await tasks.close()
+
+    async def _forgotten_loop(
+        self,
+        connected: Callable[[], list[str]],
+        end: Callable[[str], Awaitable[None]],
+        interval_s: float,
+    ) -> None:
+        while True:
+            try:
+                await self.erase_forgotten(connected(), end)
+            except Exception:
+                log.exception("erasing participants forgotten on the device failed")
+            await anyio.sleep(interval_s)
+
+    async def erase_forgotten(
+        self, connected: list[str], end: Callable[[str], Awaitable[None]]
+    ) -> list[str]:
+        """One look for participants forgotten by another process; returns those erased."""
+        held = {*connected, *self.context.participants()}
+        self._opened = {pid: at for pid, at in self._opened.items() if pid in held}
+        forgotten = await self.store.run(self.store.forgotten)
+        if not forgotten:
+            return []
+        held_by_hash = {token_hash(pid): pid for pid in held}
+        erased = []
+        for digest, at_us in forgotten.items():
+            pid = held_by_hash.get(digest)
+            if pid is not None and self._opened.get(pid, 0) <= at_us:  # not a later session
+                log.info("participant %s was forgotten on the device: erasing them", pid)
+                await end(pid)
+                await self.forget(pid)
+                erased.append(pid)
+        await self.store.run(self.store.handled_forgotten, list(forgotten))
+        return erased
 
     async def answer(self, participant_id: str, request: Any) -> ServerMessage:
         """The reply to one session request of the connection that owns the participant."""
@@ -136,7 +196,10 @@ class Sessions:
                 "entries": sum(b.kind != "summary" for b in mine),
                 "summary": self.context.summary(participant_id, name),
             }
-        return ContextView(blocks=[asdict(b) for b in blocks], sections=sections)
+        dictating = kept_draft(self.store, participant_id)
+        return ContextView(
+            blocks=[asdict(b) for b in blocks], sections=sections, dictating=dictating
+        )
 
     async def _compact(self, participant_id: str, request: CompactRequest) -> Compacted:
         try:

@@ -109,6 +109,13 @@ class ServiceSettings(BaseSettings):
         "default: the number the instructions state)",
         json_schema_extra={"metavar": "N"},
     )
+    wyoming_reply_sentences: int = Field(
+        default=1,
+        ge=0,
+        description="most sentences in a reply to a Wyoming (Home Assistant) client, the "
+        "rest not generated (0: the same bound as other replies)",
+        json_schema_extra={"metavar": "N"},
+    )
     summary_context_topics: tuple[str, ...] = Field(
         default=("scene",),
         description="context topics whose latest text replaces the previous (repeatable)",
@@ -142,6 +149,12 @@ class ServiceSettings(BaseSettings):
     )
     session_idle_days: float | None = Field(
         default=None, gt=0, description="participants not seen for this long are erased"
+    )
+    session_assigned_idle_days: float | None = Field(
+        default=7,
+        gt=0,
+        description="participants whose id the service assigned (a client that named none, "
+        "such as a one-off `edge client --text`) not seen for this long are erased",
     )
     # -- access (docs/server.md "Access") ------------------------------------------------
     token: SecretStr | None = Field(

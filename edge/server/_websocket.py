@@ -18,9 +18,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -80,6 +81,17 @@ class AccessPolicy:
         return self.token.current() if isinstance(self.token, TokenFile) else self.token
 
 
+class PortFront(Protocol):
+    """Another protocol on this port (``edge.api``'s HTTP APIs): its connection class sees
+    each request first and keeps those it serves; its WebSocket paths get its handler."""
+
+    def connection_class(self) -> type[ServerConnection]: ...
+
+    def upgrade(self, path: str) -> Callable[[ServerConnection], Awaitable[None]] | None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class _Refused(Exception):
     """The hello was refused in a way that ends the connection (close code 1008 with
     ``reason``): a wrong or missing token, a malformed hello."""
@@ -117,6 +129,7 @@ class WebSocketSession:
             tuple[ServerMessage, bytes | None]
         ](outbox_size)
         self._scope: anyio.CancelScope | None = None
+        self._reading = anyio.CancelScope()  # cancelled: stop reading, send what is queued
         self._leave_reason = "connection closed"
         self._last_audio_error = ""
         self._close: tuple[int, str] | None = None  # code and reason, when we end it
@@ -148,12 +161,21 @@ class WebSocketSession:
         if self._scope is not None:
             self._scope.cancel()
 
+    def forgotten(self) -> None:
+        """The participant was erased on the device (`edge sessions forget`): the reading
+        stops, the goodbye goes out after what is queued, and the session departs."""
+        self._leave_reason = "forget"
+        self._close = (NORMAL_CLOSURE, "this participant was forgotten on the device")
+        self.deliver(Goodbye(reason="forgotten"))
+        self._reading.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer, self._receive)
-                    await self._reader()
+                    with self._reading:
+                        await self._reader()
                     await self._send.aclose()  # the writer drains the outbox, then ends
         finally:
             self._send.close()
@@ -263,13 +285,7 @@ class WebSocketSession:
             raise ClientError(f"already joined as {self.participant_id!r}")
         if not self._authorized:
             if not token_matches(self.access.current_token(), hello.token):
-                raise _Refused(
-                    "this service needs its device access token: send it in hello.token "
-                    "(`edge token` on the service's machine shows it)"
-                    if hello.token is None
-                    else "wrong device access token (`edge token` on the service's machine "
-                    "shows the current one)"
-                )
+                raise _Refused(self._token_needed(hello.token is None))
             self._authorized = True
         pid = hello.participant_id or new_participant_id()
         await self._arrive(pid, hello.resume)
@@ -303,6 +319,29 @@ class WebSocketSession:
             g.hub.detach(pid, self)
             self.participant_id, self.hello = None, None
             raise
+
+    def _token_needed(self, missing: bool) -> str:
+        """Why the hello is refused, in the words of the client's person: a browser page
+        (it sends ``Origin``) is opened with the token in its address; a program passes it."""
+        request = self.ws.request
+        if request is not None and request.headers.get("Origin") is not None:
+            return (
+                "this page needs the device's access token"
+                if missing
+                else "this page holds an old or wrong device access token"
+            ) + (
+                ": open the console address `edge serve` printed (it ends in ?token=…), "
+                "or add ?token= and the token `edge token` shows on the device to this "
+                "page's address"
+            )
+        return (
+            "this service needs its device access token: pass --token to `edge client` "
+            "(EdgeClient(token=...), or hello.token); `edge token` on the service's machine "
+            "shows it"
+            if missing
+            else "wrong device access token (`edge token` on the service's machine shows "
+            "the current one; pass it with --token)"
+        )
 
     async def _arrive(self, pid: str, resume: str | None) -> None:
         """Attach once the participant's previous connection has departed; a resume with
@@ -382,6 +421,7 @@ class WebSocketServer:
         self.sessions: dict[int, WebSocketSession] = {}
         self._ids = itertools.count(1)
         self._server: Server | None = None
+        self.front: PortFront | None = None  # set before entering (edge.api.serve_api)
 
     @property
     def bound_port(self) -> int:
@@ -399,6 +439,7 @@ class WebSocketServer:
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
+            create_connection=self.front.connection_class() if self.front else None,
             **self._tls_options(),
         )
         return self
@@ -415,6 +456,8 @@ class WebSocketServer:
         if server is not None:
             server.close()  # closes every session (code 1001); each publishes its departure
             with anyio.CancelScope(shield=True):
+                if self.front is not None:
+                    await self.front.aclose()
                 await server.wait_closed()
 
     def health(self) -> dict[str, Any]:
@@ -468,6 +511,14 @@ class WebSocketServer:
         refused = self.slots.acquire(address)
         if refused is not None:
             await ws.close(TRY_AGAIN_LATER, refused)
+            return
+        path = ws.request.path.split("?")[0] if ws.request is not None else ""
+        route = self.front.upgrade(path) if self.front is not None else None
+        if route is not None:
+            try:
+                await route(ws)
+            finally:
+                self.slots.release(address)
             return
         sid = next(self._ids)
         session = WebSocketSession(

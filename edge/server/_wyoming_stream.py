@@ -116,32 +116,42 @@ class PreparedSpeech:
     """Speech synthesized ahead for Home Assistant conversations (participants
     ``<prefix>…``): the first sentence a ``synthesize`` of a likely answer would speak, cut
     as a synthesize cuts it, kept unsent (the newest :data:`PREPARED_KEPT`). A synthesize
-    whose sentence is exactly one of them is spoken from its audio; nothing else ever is."""
+    whose sentence is exactly one of them is spoken from its audio (waiting for it when its
+    synthesis is under way: it is done sooner than a new one); nothing else ever is."""
 
     def __init__(self, tts: TextToSpeech | None, prefix: str) -> None:
         self.tts = tts
         self.prefix = prefix
         self.used = 0  # sentences spoken from prepared audio
         self._audio: dict[str, Synthesis] = {}
+        self._underway: dict[str, anyio.Event] = {}  # sentences being synthesized ahead
 
     async def prepare_reply(self, participant_id: str, deltas: AsyncIterable[str]) -> None:
         """Synthesize the first sentence of the reply streamed as ``deltas``."""
         if self.tts is None or not participant_id.startswith(self.prefix):
             return
         text = await first_piece(deltas, SentenceSplitter())
-        if not text or text in self._audio:
+        if not text or text in self._audio or text in self._underway:
             return
+        done = self._underway[text] = anyio.Event()
         try:
-            synthesis = await anyio.to_thread.run_sync(self.tts.synthesize, text)
+            self._audio[text] = await anyio.to_thread.run_sync(self.tts.synthesize, text)
         except NothingToSpeakError:
             return
-        self._audio[text] = synthesis
+        finally:
+            del self._underway[text]
+            done.set()  # a synthesize waiting for it takes it now
         while len(self._audio) > PREPARED_KEPT:
             del self._audio[next(iter(self._audio))]
 
-    def take(self, sentence: str) -> Synthesis | None:
-        """The prepared audio of exactly ``sentence`` (used once), else None."""
-        found = self._audio.pop(speakable(sentence), None)
+    async def take(self, sentence: str) -> Synthesis | None:
+        """The prepared audio of exactly ``sentence`` (used once; awaited while its
+        synthesis is under way), else None."""
+        text = speakable(sentence)
+        underway = self._underway.get(text)
+        if underway is not None:
+            await underway.wait()
+        found = self._audio.pop(text, None)
         self.used += found is not None
         return found
 
@@ -151,7 +161,7 @@ async def speak_sentence(
 ) -> bool:
     """One sentence as ``audio-start``, ``audio-chunk``..., ``audio-stop`` (from its
     prepared audio when there is one); False when there was nothing to speak in it."""
-    synthesis = prepared.take(sentence) if prepared is not None else None
+    synthesis = await prepared.take(sentence) if prepared is not None else None
     try:
         if synthesis is None:
             synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)
@@ -260,7 +270,7 @@ async def synthesize_whole(
     for sentence in [*splitter.feed(text), *splitter.flush()]:
         if gone():
             return  # the requester left: stop here
-        synthesis = prepared.take(sentence) if prepared is not None else None
+        synthesis = await prepared.take(sentence) if prepared is not None else None
         try:
             if synthesis is None:
                 synthesis = await anyio.to_thread.run_sync(tts.synthesize, sentence)

@@ -18,7 +18,9 @@ A new speculation for the key, :meth:`SpeculativeAnswers.discard`, or ``hold_s``
 without adoption discards one: cancelled at the next token, its text never leaves this
 object. Before adoption a speculation generates only ``ahead_deltas`` deltas (a first
 clause to prepare; on a small device the CPU goes to the pass that confirms the words) and
-waits; adopted, it goes on.
+waits; adopted, it goes on. A key for which ``whole_ahead(key)`` is true (its answers are
+short and end by themselves, such as a satellite's one sentence) is generated whole
+before adoption: its turn then finds the whole answer ready.
 
 The wrapper is an :class:`~edge.llm.LLMService`; :func:`speculative_answers` returns one
 that is also a :class:`~edge.llm.TokenCounter` when the wrapped model is. Use it as
@@ -100,10 +102,18 @@ class _Speculation:
 class SpeculativeAnswers:
     """An LLM service that can answer a turn ahead of it; see the module docstring."""
 
-    def __init__(self, llm: LLMService, *, hold_s: float = 10.0, ahead_deltas: int = 16) -> None:
+    def __init__(
+        self,
+        llm: LLMService,
+        *,
+        hold_s: float = 10.0,
+        ahead_deltas: int = 16,
+        whole_ahead: Callable[[str], bool] | None = None,
+    ) -> None:
         self.llm = llm
         self.hold_s = hold_s
         self.ahead_deltas = ahead_deltas
+        self.whole_ahead = whole_ahead
         self.stats = SpeculationStats()
         self._pending: dict[str, _Speculation] = {}
         self._tasks = BackgroundTasks("speculative answers")
@@ -184,15 +194,17 @@ class SpeculativeAnswers:
             await self._await_adoption(cache_key, spec)
 
     async def _generate(self, spec: _Speculation) -> None:
+        key = spec.options.cache_key or ""
+        whole = self.whole_ahead is not None and self.whole_ahead(key)
         try:
             stream = spec.stream = self.llm.stream(spec.messages, spec.options)
             async for delta in stream:
                 spec.deltas.append(delta)
                 spec.notify()
-                if len(spec.deltas) == self.ahead_deltas and not spec.adopted.is_set():
+                if len(spec.deltas) == self.ahead_deltas and not (whole or spec.adopted.is_set()):
                     # Enough is ready ahead (a first clause to speak): the rest is generated
                     # only once the answer is wanted.
-                    await self._await_adoption(spec.options.cache_key or "", spec)
+                    await self._await_adoption(key, spec)
         except Exception as exc:  # handed to the adopter, which would have seen it too
             spec.error = exc
         finally:

@@ -127,7 +127,16 @@ V6 = """
         ) WITHOUT ROWID;
 """
 
-MIGRATIONS: list[str] = [V1, V2, V3, V4, V5, V6]
+V7 = """
+-- participants erased by another process (`edge sessions forget`) that a running service
+-- may still hold in memory: the hash of the id only, removed once the service erased them
+        CREATE TABLE forgotten (
+            hash TEXT PRIMARY KEY,
+            at_us INTEGER NOT NULL
+        ) WITHOUT ROWID;
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3, V4, V5, V6, V7]
 """SQL scripts; ``MIGRATIONS[n]`` moves a database from version ``n`` to ``n + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

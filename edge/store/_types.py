@@ -72,11 +72,13 @@ class Retention:
     """Limits on what is kept. ``history_bytes`` / ``history_age_s`` bound each
     participant's *compacted* history (records no longer in the model's view; the view is
     never touched); ``idle_expiry_s`` erases a participant not seen for that long (never
-    one that is active). None means no limit."""
+    one that is active), ``assigned_idle_expiry_s`` one whose id the service assigned (a
+    client that named none: a one-off ``edge client --text``). None means no limit."""
 
     history_bytes: int | None = None
     history_age_s: float | None = None
     idle_expiry_s: float | None = None
+    assigned_idle_expiry_s: float | None = None
 
 
 class SessionRefused(PermissionError):

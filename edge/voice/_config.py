@@ -173,10 +173,21 @@ class SttSettings(BaseModel):
     compute_type: str = "int8"
     beam_size: int = Field(default=1, ge=1)
     cpu_threads: int = Field(default=0, ge=0)
+    device: str = "cpu"
 
     @classmethod
-    def for_device(cls, audio: AudioProfile, *, threads: int, cpu_only: bool) -> SttSettings:
-        """``cpu_only``: the hardware is known to have no CUDA (float16 falls back to int8)."""
+    def for_device(
+        cls, audio: AudioProfile, *, threads: int, cpu_only: bool, cuda: bool = False
+    ) -> SttSettings:
+        """``cpu_only``: the hardware is known to have no CUDA (float16 falls back to int8);
+        ``cuda``: CTranslate2 can run on a GPU here (then float16 on CUDA)."""
+        if cuda and not cpu_only:
+            return cls(
+                compute_type="float16",
+                beam_size=audio.stt_beam_size,
+                cpu_threads=threads,
+                device="cuda",
+            )
         compute = audio.stt_compute_type
         if "float16" in compute and cpu_only:
             log.warning("stt_compute_type %s needs CUDA; using int8 on this CPU", compute)

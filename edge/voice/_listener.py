@@ -280,7 +280,12 @@ class _Outbox:
         ](math.inf)
 
     def put(self, job: Callable[[], Awaitable[None]]) -> None:
-        self._send.send_nowait(job)  # unbounded: keeps the order of enqueueing
+        """Queue ``job`` (unbounded: keeps the order of enqueueing). Once the listener has
+        closed (its participant left while a pass ran) there is nobody to tell: dropped."""
+        try:
+            self._send.send_nowait(job)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("%s left: their late voice input is dropped", self.participant_id)
 
     async def run(self) -> None:
         async with self._receive:

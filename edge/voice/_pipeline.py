@@ -217,13 +217,35 @@ class VoicePipeline(Agent):
 
         async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             with scope:
-                async with anyio.create_task_group() as tg:
-                    await tg.start(listener.run)
-                    await tg.start(speaker.run)
-                    task_status.started()
+                try:
+                    async with anyio.create_task_group() as tg:
+                        await tg.start(listener.run)
+                        await tg.start(speaker.run)
+                        task_status.started()
+                except Exception as exc:  # this participant's voice alone: nobody else's
+                    self._failed(participant_id, session, exc)
 
         await self._tasks.start(run)
         return session
+
+    def _failed(self, participant_id: str, session: _Session, exc: Exception) -> None:
+        """A fault in ``participant_id``'s listener or speaker ends their voice session
+        alone: logged once, told to them as a ``SpeechFailed`` (an ``error`` frame), and
+        their next audio or reply opens a fresh session."""
+        cause = _leaf(exc)
+        log.error(
+            "the voice of %s failed; their voice session is closed", participant_id, exc_info=exc
+        )
+        if self._sessions.get(participant_id) is session:
+            del self._sessions[participant_id]
+        if self._tasks.running:
+            message = (
+                f"this participant's voice failed ({type(cause).__name__}: {cause}); speak again"
+            )
+            failure = SpeechFailed(backend="voice", message=message)
+            self._tasks.start_soon(
+                self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
+            )
 
     async def _close(self, participant_id: str) -> None:
         session = self._sessions.pop(participant_id, None)
@@ -371,3 +393,11 @@ class VoicePipeline(Agent):
             await self._publish(topic, message, participant_id)
         except Exception:
             log.exception("publishing %s for %s failed", topic.name, participant_id)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception a task group's ``ExceptionGroup`` wraps (``exc`` itself when
+    it is none)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -142,6 +142,7 @@ class WhisperSTT:
         cpu_threads: int = 0,
         beam_size: int = 1,
         encoder_window_s: float | None = 10.0,
+        device: str = "cpu",
     ) -> None:
         if encoder_window_s is not None and not 5 <= encoder_window_s <= 30:
             raise ValueError("encoder_window_s is between 5 and 30 seconds (or None)")
@@ -149,6 +150,7 @@ class WhisperSTT:
         self.encoder_window_s = encoder_window_s
         self.language = language
         self.compute_type = compute_type
+        self.device = device  # "cuda" where CTranslate2 sees a GPU (edge.device's placement)
         self.cpu_threads = cpu_threads
         self.beam_size = beam_size
         self._model = None
@@ -179,7 +181,7 @@ class WhisperSTT:
             raise SpeechToTextError("faster-whisper is not installed") from exc
         self._model = _fitted_model_class()(
             str(path),
-            device="cpu",
+            device=self.device,
             compute_type=self.compute_type,
             cpu_threads=self.cpu_threads,
             local_files_only=True,

@@ -66,7 +66,7 @@ export class Turns {
       this.order.splice(this.order.indexOf(turn.id), 1);
       this.order.splice(this.order.filter((id) => id.startsWith("earlier-")).length, 0, turn.id);
       turn.done = true;
-      this.reply({ request_id: turn.id, source: "device", text: entry.assistant, final: true }, 0);
+      this.reply({ request_id: turn.id, source: "device", text: shownReply(entry.assistant), final: true }, 0);
       turn.stages.clear();
       this.renderTimeline(turn);
     }
@@ -212,17 +212,30 @@ export class Turns {
   }
 }
 
+/** What the device said for a recorded exchange: the notes agent records a dictated line
+ * for the model as "(dictating a note) …" and an empty note as "(no note saved)"; the
+ * person heard its confirmation. */
+export function shownReply(assistant) {
+  if (/^\(dictating a note\)/.test(assistant)) return "Got it.";
+  if (assistant === "(no note saved)") return "There was nothing to save.";
+  return assistant;
+}
+
 /** The topics panel: per topic what the model holds (from `context_view`, where the
- * service offers it), else what this page set (scene) or saw dictated (notes). */
+ * service offers it) and, for notes, the note being dictated (kept by the service across
+ * a reload), else what this page set (scene) or saw dictated (notes). */
 export function renderContext(list, topics, scene, notes, view = null) {
   list.replaceChildren();
+  const draft = view && view.dictating && view.dictating.length ? view.dictating.join(" ") : "";
   for (const topic of topics) {
     list.append(el("dt", {}, topic));
     const dd = el("dd", { "data-topic": topic });
     const held = view ? view.blocks.filter((b) => b.section === topic) : [];
-    if (held.length) {
+    const dictating = topic === "notes" ? draft : "";
+    if (held.length || dictating) {
       const ul = el("ul", { class: "notes" });
       for (const block of held) ul.append(el("li", { class: `block-${block.kind}` }, block.text));
+      if (dictating) ul.append(el("li", { class: "dictating" }, `being dictated: “${dictating}”`));
       dd.append(ul);
     } else if (topic === "scene") {
       dd.textContent = scene || "(not set)";

@@ -1,0 +1,173 @@
+"""Ollama's API, the calls Home Assistant's Ollama integration and Open WebUI make:
+``GET /api/version``, ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps`` and
+``POST /api/chat`` (newline-delimited JSON while streaming, the default)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages
+from ._errors import ApiError, invalid
+from ._faces import Faces
+from ._turns import Answer
+
+OLLAMA_API_VERSION = "0.12.0"  # the Ollama release whose calls these follow
+NDJSON = "application/x-ndjson"
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")  # fields we do not serve are accepted, unused
+
+
+class OllamaMessage(_Lenient):
+    role: str
+    content: str = ""
+
+
+class OllamaOptions(_Lenient):
+    temperature: float | None = None
+    num_predict: int | None = None
+    stop: list[str] | None = None
+
+
+class OllamaChat(_Lenient):
+    model: str = ""
+    messages: list[OllamaMessage] = []
+    stream: bool = True
+    options: OllamaOptions | None = None
+    keep_alive: str | int | float | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def version() -> JSONResponse:
+    return JSONResponse({"version": OLLAMA_API_VERSION})
+
+
+def _details(faces: Faces) -> dict[str, Any]:
+    name = faces.llm_id()
+    quant = name.rsplit("-", 1)[-1].upper() if "-" in name else ""
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": name.split("-", 1)[0],
+        "families": [name.split("-", 1)[0]],
+        "parameter_size": "",
+        "quantization_level": quant,
+    }
+
+
+def _tag(faces: Faces) -> str:
+    return f"{faces.llm_id()}:latest"
+
+
+def tags(faces: Faces) -> JSONResponse:
+    model = {
+        "name": _tag(faces),
+        "model": _tag(faces),
+        "modified_at": datetime.fromtimestamp(faces.started, UTC).isoformat(),
+        "size": faces.llm_size(),
+        "digest": faces.llm_digest(),
+        "details": _details(faces),
+    }
+    return JSONResponse({"models": [model]})
+
+
+def running(faces: Faces) -> JSONResponse:
+    model = {"name": _tag(faces), "model": _tag(faces), "size": faces.llm_size()}
+    return JSONResponse({"models": [{**model, "details": _details(faces), "expires_at": None}]})
+
+
+async def show(faces: Faces, request: Request) -> JSONResponse:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise ApiError(400, "the body is not valid JSON") from None
+    if not isinstance(body, dict) or not (body.get("model") or body.get("name")):
+        raise ApiError(400, "model is required")
+    info = {"general.architecture": _details(faces)["family"]}
+    if faces.context_length():
+        info["general.context_length"] = faces.context_length()  # type: ignore[assignment]
+    return JSONResponse(
+        {
+            "license": "",
+            "modelfile": f"FROM {_tag(faces)}\n",
+            "parameters": "",
+            "template": "{{ .Prompt }}",
+            "details": _details(faces),
+            "model_info": info,
+            "capabilities": ["completion"],
+            "modified_at": datetime.fromtimestamp(faces.started, UTC).isoformat(),
+        }
+    )
+
+
+async def chat(faces: Faces, request: Request) -> Response:
+    try:
+        body = OllamaChat.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    if not body.messages:  # a load or unload request: the model is always loaded here
+        reason = "unload" if body.keep_alive in (0, "0", "0s") else "load"
+        return JSONResponse(_final(faces, "", reason, None, 0.0))
+    options = body.options or OllamaOptions()
+    limit = options.num_predict if options.num_predict and options.num_predict > 0 else None
+    chat_request = ChatRequest(
+        messages=chat_messages(body.messages),
+        participant=request.headers.get(PARTICIPANT_HEADER),
+        max_tokens=limit,
+        temperature=options.temperature,
+        stop=tuple(s for s in options.stop or () if s),
+    )
+    started = time.perf_counter()
+    reply = answer(faces.gateway, faces.participants, chat_request)
+    if not body.stream:
+        text = "".join([piece async for piece in reply.pieces])
+        return JSONResponse(_final(faces, text, reply.finish_reason, reply, started))
+    return StreamingResponse(_lines(faces, reply, started), media_type=NDJSON)
+
+
+async def _lines(faces: Faces, reply: Answer, started: float) -> AsyncIterator[str]:
+    try:
+        async for piece in reply.pieces:
+            message = {"role": "assistant", "content": piece}
+            yield _line(
+                {"model": _tag(faces), "created_at": _now(), "message": message, "done": False}
+            )
+    except ApiError as exc:  # the headers are out: the error is the stream's last line
+        yield _line({"error": exc.message})
+        return
+    yield _line(_final(faces, "", reply.finish_reason, reply, started))
+
+
+def _final(
+    faces: Faces, text: str, reason: str, reply: Answer | None, started: float
+) -> dict[str, Any]:
+    total = int((time.perf_counter() - started) * 1e9) if started else 0
+    final: dict[str, Any] = {
+        "model": _tag(faces),
+        "created_at": _now(),
+        "message": {"role": "assistant", "content": text},
+        "done": True,
+        "done_reason": reason,
+        "total_duration": total,
+        "load_duration": 0,
+    }
+    if reply is not None:
+        final["prompt_eval_count"] = reply.usage.prompt_tokens
+        final["eval_count"] = reply.usage.completion_tokens
+    return final
+
+
+def _line(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":")) + "\n"
