@@ -13,7 +13,9 @@ Scenarios (same participant context, real default model):
   moment that summary is committed (the worst case: their whole context changed);
 * ``recall-on`` / ``recall-off``: a long session (facts, ordinary turns, compaction) then
   ten questions, half about the earlier facts, with the CI profile's recall budget and
-  with recall off: p50 TTFT of each, and the time to select the recalled statements.
+  with recall off: p50 TTFT of each, the time to select the recalled statements, and the
+  p50 time to the first reply frame on the turns about a fact (told back from the
+  record when recall is on) and on the others.
 
 Usage: ``python benchmarks/conversation_ttft.py [--threads N] [--only-recall |
 --only-own-compaction] [--model GGUF]``;
@@ -70,11 +72,17 @@ async def settled(ctx: ContextManager, pid: str) -> None:
 
 async def ask(conv: Conversation, pid: str, question: str) -> dict:
     started = time.perf_counter()
-    result = await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=nothing)
+    first: list[float] = []
+
+    async def first_reply() -> None:  # awaited right before the reply's first frame
+        first.append(time.perf_counter() - started)
+
+    result = await conv.answer(AgentTurn(pid, f"t{time.time_ns()}", question), started=first_reply)
     m = conv.last_metrics(pid)
     assert m is not None
     return {
         "answer": result.text,
+        "first_reply_s": first[0] if first else None,
         "ttft_s": m.ttft_s,
         "queue_wait_s": m.queue_wait_s,
         "prompt_tokens": m.prompt_tokens,
@@ -185,6 +193,8 @@ QUESTIONS = (
     "What's my locker code again?",
     "What does PPE stand for?",
 )
+FACT_QUESTIONS = QUESTIONS[::2]
+"""The questions about the facts (the recall turns); the others are ordinary turns."""
 
 
 async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
@@ -215,19 +225,36 @@ async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
             started = time.perf_counter()
             block = ctx.recalled(pid, question)
             selects.append(time.perf_counter() - started)
+            stated = ctx.stated(pid, question) is not None
             asked = await ask(conv, pid, question)
             ttfts.append(asked["ttft_s"])
             turns.append(
                 {
                     "question": question,
+                    "about_a_fact": question in FACT_QUESTIONS,
+                    "stated": stated,
                     "recalled": block.text if block else "",
                     "recalled_bytes": len(block.text.encode()) if block else 0,
-                    **{k: asked[k] for k in ("answer", "ttft_s", "prompt_tokens", "reused_tokens")},
+                    **{
+                        k: asked[k]
+                        for k in (
+                            "answer",
+                            "first_reply_s",
+                            "ttft_s",
+                            "prompt_tokens",
+                            "reused_tokens",
+                        )
+                    },
                 }
             )
+    facts = sorted(t["first_reply_s"] for t in turns if t["about_a_fact"])
+    others = sorted(t["first_reply_s"] for t in turns if not t["about_a_fact"])
     return {
         "ttft_s": sorted(ttfts)[len(ttfts) // 2],
         "ttfts_s": sorted(ttfts),
+        "fact_turns_first_reply_p50_s": facts[len(facts) // 2],
+        "other_turns_first_reply_p50_s": others[len(others) // 2],
+        "fact_turns_told_from_record": sum(t["stated"] for t in turns if t["about_a_fact"]),
         "select_p50_s": sorted(selects)[len(selects) // 2],
         "turns_with_recall": sum(bool(t["recalled"]) for t in turns),
         "queue_wait_s": 0.0,
@@ -305,6 +332,11 @@ def report(results: dict, args: argparse.Namespace) -> None:
             f"{len(on['ttfts_s'])} turns recalled something, adding "
             f"{on['recalled_turns_added_mean_s'] * 1000:.0f} ms on average to those turns "
             f"({on['recalled_turns_added_tokens']} tokens evaluated more)"
+        )
+        print(
+            f"first reply p50: {on['fact_turns_first_reply_p50_s'] * 1000:.0f} ms on the turns "
+            f"about a fact ({on['fact_turns_told_from_record']} of 5 told from the record) vs "
+            f"{on['other_turns_first_reply_p50_s'] * 1000:.0f} ms on the others"
         )
     import matplotlib
 

@@ -68,3 +68,23 @@ def test_the_results_file_names_the_code_it_measured(tmp_path) -> None:
     assert info["code"].split("-dirty")[0] == head
     assert info["options"] == {"model": "m", "threads": 2}
     assert info["measured_at"].endswith("Z") and info["load_average_1m"] >= 0
+
+
+async def test_the_long_set_runs_round_robin_and_counts_controls_leaks_and_scaffolding() -> None:
+    from edge.eval import PARTICIPANTS, long_summary, recall_budgets, run_long_eval
+    from edge.eval._long import LongResult, leaks
+
+    llm = ScriptedLLM(responder("Summary so far.", answer="User: Sure, 4711."))
+    result = await run_long_eval(llm, recall_budgets(), turns=8)
+    assert not result.error
+    assert len(result.probes) == 2 * sum(len(p.cases) for p in PARTICIPANTS)
+    summary = long_summary(result)
+    # the questions are told back from each participant's own record, controls too
+    assert summary["design"]["recall_right"] == summary["design"]["cases"] == 12
+    assert summary["design"]["corrections"] == 1.0 and summary["design"]["ratio"] == 1.0
+    # the scripted model's "User:" never reaches a reply; "4711" is ana's, so a reply
+    # naming it to anyone else is a leak
+    assert summary["scaffolded"] == 0
+    assert summary["leaks"] > 0 and all(r["names"] == "ana" for r in leaks(result))
+    fake = LongResult(0, replies=[{"participant": "ben", "request": "?", "reply": "User: hi"}])
+    assert long_summary(fake)["scaffolded"] == 1

@@ -101,3 +101,39 @@ async def ten_turns_later(service: EdgeService, client: EdgeClient) -> tuple:
         recalled = service.context.recalled("lab", "Remind me, what is my locker code?")
         answer = await client.ask("Remind me, what is my locker code?", limit_s=60)
     return answer, recalled
+
+
+def _service() -> EdgeService:
+    return EdgeService(
+        settings(voice=False, notes=False, profile="ci-2core-24gb"),
+        llm=LlamaCppLLM(n_ctx=4096, default_max_tokens=40, temperature=0.0),
+        decisions=ScriptedDecisions(default="conversation"),
+        clock=Clock(PINNED_START_US, step_us=1_000),
+        timezone=UTC,
+    )
+
+
+async def test_a_corrected_fact_comes_back_new_after_compaction_and_a_restart() -> None:
+    """Issue 41: the briefing moved; ten turns compact the dialogue; the service restarts
+    (same sessions store); the question gets the new time, never the old one, and the
+    transcript keeps both."""
+    service = _service()
+    async with service:
+        async with EdgeClient(service.websocket_url, participant_id="lab") as client:
+            token = client.session_token
+            await client.ask("The safety briefing is at 14:00.", limit_s=300)
+            await client.ask("Actually, it moved to 16:00.", limit_s=300)
+            for text in ORDINARY:
+                await client.ask(text, limit_s=300)
+                await settle(service)
+            entries = [b.text for b in service.context.blocks("lab") if b.kind == "exchange"]
+            assert not any("16:00" in e for e in entries)  # compacted away
+    service = _service()
+    async with service:
+        url = service.websocket_url
+        async with EdgeClient(url, participant_id="lab", resume=token) as client:
+            answer = await client.ask("When is the safety briefing now?", limit_s=300)
+            page = await client.history()
+            said = [e["user"] for e in page.entries if e["kind"] == "exchange"]
+    assert "16:00" in answer.text and "14:00" not in answer.text, answer.text
+    assert "The safety briefing is at 14:00." in said and "Actually, it moved to 16:00." in said

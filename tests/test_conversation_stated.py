@@ -76,6 +76,15 @@ def test_a_change_told_of_it_takes_back_what_was_just_said() -> None:
     assert not refers_back("It is sunny.")  # no change, no detail
     assert repairs("Actually it moved from 9 to 11.", "The autoclave run is at 9.")
     assert not repairs("Sample rack 3 was moved to freezer A.", "Freezer B is at minus 80.")
+    # a repair of one part of a code shares the rest of it
+    said = "The workshop wifi password is maple-otter-62."
+    assert repairs("Actually, I read it backwards, it's maple-otter-26.", said)
+
+
+def test_a_possessive_is_the_word_itself() -> None:
+    asked = asked_of_record("What is my daughter's name?")
+    assert asked is not None and asked.subject == {"daughter"}
+    assert asked.query == "What is my daughter name?"
 
 
 class Sink(Agent):
@@ -246,3 +255,21 @@ async def test_a_correction_survives_compaction_and_a_restart_both_stay_in_the_t
     store.close()
     assert "16:00" in reply and "14:00" not in reply
     assert "The safety briefing is at 14:00." in said and "Actually it moved to 16:00." in said
+
+
+async def test_a_correction_that_names_the_old_value_is_told_without_it() -> None:
+    llm = ScriptedLLM(responder("S.", answer=MODEL))
+    conv, ctx, runtime = setup(llm)
+    async with runtime:
+        said = ("The safety briefing is at 10:30.", "Correction: it's at 11:15, not 10:30.")
+        await say(ctx, "ann", *said)
+        assert await conv.reply("ann", "What time is the safety briefing?") == (
+            "The safety briefing is at 11:15."
+        )
+        await say(
+            ctx,
+            "bob",
+            "The seminar is at 10:30.",
+            "Correction: the seminar is at 11:15, not 10:30.",
+        )
+        assert await conv.reply("bob", "When is the seminar?") == "The seminar is at 11:15."

@@ -55,9 +55,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     conv.add_argument("--case", action="append", help="run only this case (repeatable)")
     conv.add_argument(
         "--part",
-        choices=("all", "sessions", "recall"),
+        choices=("all", "sessions", "recall", "long"),
         default="all",
-        help="the six session cases, the recall cases, or both (default)",
+        help="the six session cases, the recall cases, the long multi-participant recall "
+        "set, or all three (default)",
+    )
+    conv.add_argument(
+        "--long-turns",
+        type=int,
+        default=160,
+        help="ordinary turns in the long set, round robin over its four participants (default 160)",
     )
     conv.add_argument(
         "--half",
@@ -104,14 +111,18 @@ def run_conversation(args: argparse.Namespace) -> int:
     from edge.eval import CASES, RECALL_CASES
 
     console = Console(width=max(Console().width, 140))
-    cases = [c for c in CASES if args.part != "recall" and (not args.case or c.name in args.case)]
+    part = args.part
+
+    def named(name: str) -> bool:
+        return not args.case or name in args.case
+
+    cases = [c for c in CASES if part in ("all", "sessions") and named(c.name)]
     halves = HALVES[args.half]
     recall = [
-        c
-        for c in RECALL_CASES
-        if args.part != "sessions" and c.half in halves and (not args.case or c.name in args.case)
+        c for c in RECALL_CASES if part in ("all", "recall") and c.half in halves and named(c.name)
     ]
-    if args.list or not (cases or recall):
+    args.run_long = part in ("all", "long") and not args.case
+    if args.list or not (cases or recall or args.run_long):
         for c in CASES:
             console.print(f"{c.name}  [dim]({c.theme}, {len(c.events)} events)[/]")
         for r in RECALL_CASES:
@@ -119,7 +130,7 @@ def run_conversation(args: argparse.Namespace) -> int:
         return 0 if args.list else 2
     if not getattr(args, "verbose", 0):  # compaction failures of a tiny model are expected
         logging.getLogger("edge.conversation").setLevel(logging.ERROR)
-    results, recalled = anyio.run(_run, args, cases, recall)
+    results, recalled, long = anyio.run(_run, args, cases, recall)
     out: dict = {}
     scores = [r.score for r in results]
     if results:
@@ -127,11 +138,14 @@ def run_conversation(args: argparse.Namespace) -> int:
     if recalled:
         out["recall"] = _print_recall(console, recalled)
         scores += [r.score(t) for r in recalled for t in (10, 30)]
-    mean = sum(scores) / len(scores)
+    if long is not None:
+        out["long"] = _print_long(console, long)
+        scores += [p.recall for p in long.probes if p.phrasing == "design"]
+    mean = sum(scores) / len(scores) if scores else 0.0
     out["mean"] = mean
     console.print(
-        f"mean score {mean:.2f} over {len(scores)} answers (session cases, and recall after "
-        f"10 and 30 turns; threshold {args.threshold})"
+        f"mean score {mean:.2f} over {len(scores)} answers (session cases, recall after "
+        f"10 and 30 turns, the long set's design questions; threshold {args.threshold})"
     )
     if args.json:
         out["run"] = run_info(args)
@@ -164,8 +178,8 @@ def run_info(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[list, list]:
-    from edge.eval import recall_budgets, run_eval, run_recall_eval
+async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[list, list, Any]:
+    from edge.eval import recall_budgets, run_eval, run_long_eval, run_recall_eval
 
     console = Console()
     llm = _llm(args)
@@ -184,7 +198,15 @@ async def _run(args: argparse.Namespace, cases: list, recall: list) -> tuple[lis
                 f"30 turns {r.score(30):.1f} in {r.seconds:.1f} s[/]"
             ),
         )
-        return results, recalled
+        long = None
+        if args.run_long:
+            long = await run_long_eval(
+                llm,
+                recall_budgets(args.profile),
+                turns=args.long_turns,
+                progress=lambda text: console.print(f"[dim]long set: {text}[/]"),
+            )
+        return results, recalled, long
     finally:
         await llm.close()
 
@@ -280,3 +302,34 @@ def _recall_summary_table(halves: list[str], summary: dict) -> Table:
             ]
         table.add_row(*row)
     return table
+
+
+def _print_long(console: Console, result: Any) -> dict:
+    """The long set: each question's control and recall answers, then the figures."""
+    from edge.eval import long_summary
+
+    if result.error:
+        console.print(f"[red]long set failed: {result.error}[/]")
+    table = Table(title=f"edge eval conversation: long set, recall after {result.turns} turns")
+    for col in ("case", "kind", "phrasing", "control", "recall", "answer after the turns"):
+        table.add_column(col)
+    for p in result.probes:
+        table.add_row(
+            p.case, p.kind, p.phrasing, f"{p.control:.1f}", f"{p.recall:.1f}", p.recall_answer[:60]
+        )
+    console.print(table)
+    summary = long_summary(result)
+    for phrasing in ("design", "held_out"):
+        h = summary.get(phrasing)
+        if h:
+            ratio = "-" if h["ratio"] is None else f"{h['ratio']:.0%}"
+            console.print(
+                f"{phrasing}: recall {h['recall_right']}/{h['cases']} against control "
+                f"{h['control_right']}/{h['cases']} (ratio {ratio}); corrections "
+                f"{h['corrections']:.0%}"
+            )
+    console.print(
+        f"leaks {summary['leaks']}; replies with scaffolding {summary['scaffolded']} of "
+        f"{summary['replies']}; compactions {summary['compactions']}; {result.seconds:.0f} s"
+    )
+    return {"summary": summary, "probes": [asdict(p) for p in result.probes], "error": result.error}

@@ -39,8 +39,8 @@ few statements scores under the search's relevance floor)."""
 @dataclass(frozen=True)
 class StatedAnswer:
     """The reply to a question about what the participant said: ``text``, told back from
-    ``statement`` (None: nothing they said answers it), which replaced ``replaced``
-    (oldest first)."""
+    ``statement`` (None: nothing they said answers it), which replaced ``replaced`` (newest
+    first)."""
 
     text: str
     statement: Statement | None
@@ -56,7 +56,7 @@ def stated_answer(
     asked = asked_of_record(request)
     if asked is None or recall.budget_bytes <= 0:
         return None
-    pool = recall.candidates(participant_id, request, in_view)
+    pool = recall.candidates(participant_id, asked.query or request, in_view)
     for s in recall.index.newest(participant_id, NEWEST):  # a short record is under the
         if not is_request(s.text):  # search's relevance floor
             pool.setdefault(s.seq, s)
@@ -67,8 +67,14 @@ def stated_answer(
             return StatedAnswer(NOT_STATED, None)
         return None
     chain = _replacements(recall, best, pool)
-    answer, replaced = chain[-1], tuple(chain[:-1])
-    text = spoken(answer.text, asked, tuple(s.text for s in reversed(replaced)))
+    answer = chain[-1]
+    replaced = tuple(chain[:-1]) + tuple(
+        s
+        for s in pool.values()
+        if s not in chain and (replaces(answer, s) or recall.repair_of(s) == answer)
+    )
+    replaced = tuple(sorted(replaced, key=lambda s: (s.timestamp_us, s.seq), reverse=True))
+    text = spoken(answer.text, asked, tuple(s.text for s in replaced))
     return StatedAnswer(_within(text, recall.budget_bytes), answer, replaced)
 
 

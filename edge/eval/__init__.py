@@ -1,8 +1,11 @@
 """Live-model evaluations of the conversation (``edge eval conversation``): the harness
 and its cases (stale summaries across sections, long sessions with corrections and
-oversized exchanges; long-session recall, ``evals/recall_cases*.toml``)."""
+oversized exchanges; long-session recall, ``evals/recall_cases*.toml``; the long
+multi-participant recall set, ``evals/long_cases.toml``)."""
 
 from ._harness import CASES, MINUTE, CaseResult, run_case, run_eval, score, settle
+from ._long import PARTICIPANTS, LongResult, run_long_eval
+from ._long import summarize_long as long_summary
 from ._recall import (
     ACK,
     FILLERS,
@@ -26,16 +29,20 @@ __all__ = [
     "HALVES",
     "LATER_SETS",
     "MINUTE",
+    "PARTICIPANTS",
     "RECALL_CASES",
     "T0",
     "CaseResult",
+    "LongResult",
     "RecallCase",
     "RecallResult",
+    "long_summary",
     "recall_budgets",
     "recall_session",
     "recall_summary",
     "run_case",
     "run_eval",
+    "run_long_eval",
     "run_recall_case",
     "run_recall_eval",
     "score",

@@ -119,7 +119,9 @@ class Probe:
     ttft_s: float | None = None
     kept: bool = False
     """Whether the request's context held an expected answer (the memory's part; the
-    score is the model's use of it)."""
+    score is the model's use of it); for an answer from the record, whether it did."""
+    stated: bool = False
+    """Whether the answer was told back from the participant's record (no model call)."""
 
 
 @dataclass
@@ -167,11 +169,13 @@ def section_bytes(ctx: ContextManager, pid: str, request: str) -> dict[str, int]
 async def _probe(
     llm: LLMService, conv: Conversation, ctx: ContextManager, case: RecallCase, pid: str
 ) -> Probe:
-    """Ask the question as an answer request would, without recording the exchange."""
+    """Ask the question as an answer would (told back from the record, or the model's
+    reply, filtered), without recording the exchange."""
     messages = conv.request_messages(pid, case.question)
-    response = await llm.chat(messages, conv.answer_options(pid))  # as conv.answer() asks
-    answer = response.content.strip()
-    metrics = response.metrics
+    stated = ctx.stated(pid, case.question)
+    answer = (await conv.reply(pid, case.question)).strip()
+    metrics = conv.last_metrics(pid)
+    held = stated.text if stated is not None else messages[1].content
     return Probe(
         0,
         score(answer, case.expect, case.stale),
@@ -180,7 +184,8 @@ async def _probe(
         len(messages[1].content.encode()),
         section_bytes(ctx, pid, case.question),
         metrics.ttft_s if metrics else None,
-        any(_mentions(messages[1].content.lower(), e) for e in case.expect),
+        any(_mentions(held.lower(), e) for e in case.expect),
+        stated is not None,
     )
 
 

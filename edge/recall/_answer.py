@@ -35,6 +35,7 @@ _OWN = re.compile(
 """Marks of a question about the participant's own record: their things ("my"), what
 they did or said ("did I", "I told you"), or a value that changed ("now", "again")."""
 _CONTRACTED = re.compile(r"\b(what|who|where|when|how|that|it)['’]s\b", re.IGNORECASE)
+_POSSESSIVE = re.compile(r"(\w)['’]s\b")
 _MINE = re.compile(r"\b(?:my|our|mine|ours)\b", re.IGNORECASE)
 GENERIC = frozenset("name time day date number exact exactly current currently".split())
 """Question words that name the kind of answer, not its subject ("the *name* of my
@@ -59,6 +60,8 @@ class Asked:
     mine: bool = False
     """Whether it asks for one of the participant's things ("my", "our"): when they
     stated nothing about it, the reply says so (:data:`NOT_STATED`)."""
+    query: str = ""
+    """The request to search with, a possessive's "'s" left out."""
 
     @property
     def needed(self) -> float:
@@ -73,16 +76,27 @@ def asked_of_record(request: str) -> Asked | None:
     if not text or not is_request(text) or _WH.search(text) is None:
         return None
     plain = _CONTRACTED.sub(lambda m: m.group(1) + " is", text)
-    subject = frozenset(t for t in terms(plain) if t not in GENERIC)
+    subject = frozenset(t for t in _terms(plain) if t not in GENERIC)
     if not subject:
         return None
-    return Asked(subject, _OWN.search(text) is not None, _MINE.search(text) is not None)
+    return Asked(
+        subject, _OWN.search(text) is not None, _MINE.search(text) is not None, _plain(plain)
+    )
 
 
 def coverage(asked: Asked, statement: str) -> float:
     """The share of the question's subject words the statement has."""
-    said = set(terms(statement))
+    said = set(_terms(statement))
     return len(asked.subject & said) / len(asked.subject)
+
+
+def _plain(text: str) -> str:
+    """``text`` with a possessive's "'s" left out ("my daughter's name": daughter)."""
+    return _POSSESSIVE.sub(r"\1", text)
+
+
+def _terms(text: str) -> list[str]:
+    return terms(_plain(text))
 
 
 # -- the reply ---------------------------------------------------------------------------

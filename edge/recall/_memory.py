@@ -185,7 +185,17 @@ def repairs(newer: str, older: str) -> bool:
         return True
     if not takes_back_what_went_before(newer):
         return False
-    return bool(set(terms(newer)) & set(terms(older)))
+    return bool(_parts(newer) & _parts(older))
+
+
+def _parts(text: str) -> set[str]:
+    """Search terms, a hyphenated one also in its parts ("maple-otter-26": maple, otter,
+    26), so a repair of one part of a code shares the rest with it."""
+    out = set()
+    for term in terms(text):
+        out.add(term)
+        out.update(p for p in re.split(r"[-.:'’]", term) if len(p) > 2 and p not in STOPWORDS)
+    return out
 
 
 _REFERENCE = re.compile(
