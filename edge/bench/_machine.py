@@ -1,0 +1,85 @@
+"""What a run records about its machine: CPU, cores, memory, GPU, llama.cpp's build
+features, package versions, the load, and a short host-speed reference figure, so two
+runs' seconds can be set side by side."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+PACKAGES = (
+    "xr-edge",
+    "llama-cpp-python",
+    "faster-whisper",
+    "ctranslate2",
+    "piper-tts",
+    "onnxruntime",
+    "numpy",
+)
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def host_speed(seconds: float = 0.5) -> dict[str, float]:
+    """A fixed amount of one-thread float32 matrix work (GFLOP/s, best of a few) and of
+    Python (million loop steps per second): how fast this host is at the moment, beside
+    the figures measured with it."""
+    a = np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)
+    best, deadline = 0.0, time.perf_counter() + seconds / 2
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        for _ in range(8):
+            a @ a
+        best = max(best, 8 * 2 * 256**3 / (time.perf_counter() - started) / 1e9)
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds / 2:
+        for _ in range(10_000):
+            steps += 1
+    python = steps / (time.perf_counter() - started) / 1e6
+    return {"matmul_gflops": round(best, 2), "python_msteps_per_s": round(python, 2)}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.lower().startswith(("model name", "hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(profile: str | None = None) -> dict[str, Any]:
+    """This machine as a run records it (``profile``: the device profile in use)."""
+    from edge.device import detect_hardware, llama_system_info, nvidia_gpus
+
+    hw = detect_hardware()
+    gpus = nvidia_gpus()
+    return {
+        "class": profile,
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "arch": hw.arch,
+        "cores": hw.cpus,
+        "memory_gib": round(hw.memory_bytes / 2**30, 1),
+        "gpu": ", ".join(f"{name} (sm_{cap})" for name, cap in gpus) or "none",
+        "cuda": hw.cuda,
+        "llama_cpp_features": llama_system_info(),
+        "packages": package_versions(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "host_speed": host_speed(),
+    }

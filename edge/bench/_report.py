@@ -1,0 +1,205 @@
+"""``--report out.html``: one page with the machine, a plot per question a device team asks
+(how fast is a turn, how does the first token grow with context, how fast is the LLM, are
+the speech models real-time, what does a busy core cost) as embedded PNGs, and the table."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ._output import COLUMNS, _cell, machine_lines
+from ._records import Figure, Run
+
+BLUE, ORANGE, GREEN, GREY = "#3b6ea8", "#e08a2c", "#4c9a5b", "#777777"
+
+
+def _series(fig: Figure) -> str:
+    parts = [fig.model, f"{fig.threads} threads" if fig.threads else "", fig.backend]
+    if fig.ngl:
+        parts.append(f"ngl {fig.ngl}")
+    if fig.load:
+        parts.append(f"{fig.load} core(s) busy")
+    return ", ".join(p for p in parts if p)
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _bars(ax: Any, figs: list[Figure], scale: float = 1.0, color: str = BLUE) -> None:
+    """Horizontal bars (mean, sd whiskers), the profile's prediction as a black tick."""
+    labels = [f"{f.test}\n{_series(f)}" for f in figs]
+    means = [f.mean * scale for f in figs]
+    ax.barh(labels, means, xerr=[f.sd * scale for f in figs], color=color, capsize=3)
+    for y, f in enumerate(figs):
+        if f.expected is not None:
+            ax.plot([f.expected * scale] * 2, [y - 0.4, y + 0.4], color="black", lw=2)
+        ax.text(f.mean * scale, y, f"  {f.mean * scale:.2f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+
+
+def plot_turns(figs: list[Figure]) -> Any:
+    turns = [f for f in figs if f.stage == "turn"]
+    if not turns:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(turns) + 1.6))
+    _bars(ax, turns, color=[GREEN if "audio" in f.test else BLUE for f in turns])  # type: ignore[arg-type]
+    ax.set_xlabel("seconds (typed: from sending; spoken: from the end of speech)")
+    ax.set_title("Whole turns through the service (black: the profile's warm target)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ttft(figs: list[Figure]) -> Any:
+    ttft = [f for f in figs if f.stage == "llm" and f.test.startswith("TTFT")]
+    if not ttft:
+        return None
+    lines: dict[tuple[str, str], list[tuple[int, Figure]]] = defaultdict(list)
+    for f in ttft:
+        kind = f.test.split(",")[0].removeprefix("TTFT ")
+        size = int(re.sub(r"[^0-9]", "", f.test.split(",")[1]))
+        lines[(kind, _series(f))].append((size, f))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for (kind, series), points in sorted(lines.items()):
+        points.sort()
+        xs = [p[0] for p in points]
+        style = "o-" if kind == "cold" else "s--"
+        line = ax.errorbar(
+            xs,
+            [p[1].mean for p in points],
+            yerr=[p[1].sd for p in points],
+            fmt=style,
+            capsize=3,
+            label=f"{kind}: {series}",
+        )
+        expected = [p[1].expected for p in points]
+        if all(e is not None for e in expected):
+            ax.plot(
+                xs,
+                expected,
+                ":",
+                color=line[0].get_color(),
+                alpha=0.7,
+                label=f"{kind}, profile predicts",
+            )
+    ax.set_xlabel("context in the prompt (UTF-8 bytes)")
+    ax.set_ylabel("time to first token (s)")
+    ax.set_title("LLM: first token, new participant (cold) and follow-up (warm)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_llm_speed(figs: list[Figure]) -> Any:
+    speed = [f for f in figs if f.stage == "llm" and f.unit == "tokens/s"]
+    if not speed:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(speed) + 1.6))
+    _bars(ax, speed, color=[BLUE if f.test == "prompt" else ORANGE for f in speed])  # type: ignore[arg-type]
+    ax.set_xlabel("tokens per second (black: the profile's expected speed)")
+    ax.set_title("LLM: prompt evaluation and generation speed")
+    fig.tight_layout()
+    return fig
+
+
+def plot_speech(figs: list[Figure]) -> Any:
+    rtf = [f for f in figs if f.stage in ("stt", "tts", "vad") and f.unit == "x"]
+    if not rtf:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rtf) + 1.6))
+    _bars(ax, rtf, color=[{"stt": BLUE, "tts": GREEN}.get(f.stage, GREY) for f in rtf])  # type: ignore[arg-type]
+    ax.axvline(1.0, color="red", lw=1, ls="--")
+    ax.set_xlabel(
+        "real-time factor: processing time / audio duration (under 1: faster than real time)"
+    )
+    ax.set_title("Speech models: VAD, STT per Whisper model, TTS")
+    fig.tight_layout()
+    return fig
+
+
+def _point(f: Figure) -> tuple[Any, ...]:
+    return (f.stage, f.test, f.model, f.threads, f.ngl, f.participants)
+
+
+def plot_load(figs: list[Figure]) -> Any:
+    """Each figure measured both idle and with cores busy: loaded / idle."""
+    idle = {
+        (f.stage, f.test, f.model, f.threads, f.ngl, f.participants): f for f in figs if not f.load
+    }
+    pairs = [
+        (idle.get((f.stage, f.test, f.model, f.threads, f.ngl, f.participants)), f)
+        for f in figs
+        if f.load
+    ]
+    pairs = [(a, b) for a, b in pairs if a is not None and a.mean and not math.isnan(b.mean)]
+    if not pairs:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(pairs) + 1.6))
+    slow = [(b.mean / a.mean) if a.better == "lower" else (a.mean / b.mean) for a, b in pairs]
+    labels = [f"{b.stage}: {b.test} ({b.load} busy)" for _, b in pairs]
+    ax.barh(labels, slow, color=[GREEN if s <= 2 else "#c0392b" for s in slow])
+    ax.axvline(2.0, color="black", ls="--", lw=1)
+    ax.invert_yaxis()
+    ax.set_xlabel("how many times slower than idle (target: under 2, dashed)")
+    ax.set_title("Sharing the cores: other processes keeping cores busy")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = (plot_turns, plot_ttft, plot_llm_speed, plot_speech, plot_load)
+
+
+def figures_png(run: Run) -> list[bytes]:
+    out = []
+    for plot in PLOTS:
+        fig = plot(run.figures)
+        if fig is None:
+            continue
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        _plt().close(fig)
+        out.append(buf.getvalue())
+    return out
+
+
+def write_report(run: Run, path: Path) -> list[bytes]:
+    """Write the HTML page; returns its PNGs (for tests and ``--report`` callers)."""
+    pngs = figures_png(run)
+    imgs = "".join(
+        f'<p><img alt="plot" src="data:image/png;base64,{base64.b64encode(p).decode()}"></p>'
+        for p in pngs
+    )
+    head = "".join(f"<li>{html.escape(x)}</li>" for x in machine_lines(run))
+    cols = "".join(f"<th>{c}</th>" for c in COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(f, c))}</td>" for c in COLUMNS) + "</tr>"
+        for f in run.figures
+    )
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><title>edge bench "
+        f"{html.escape(run.run_id)}</title><style>body{{font-family:sans-serif;max-width:60em;"
+        "margin:auto}}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}"
+        f"</style><h1>edge bench {html.escape(run.run_id)}</h1><ul>{head}</ul>{imgs}"
+        f"<table><tr>{cols}</tr>{rows}</table>\n",
+        encoding="utf-8",
+    )
+    return pngs
