@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import doc_figures
-from figures import load_results
+from figures import RESULTS, load_results
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MACHINE = doc_figures.MACHINE  # the machine class the README reports
@@ -348,6 +349,16 @@ def sources(machine: str) -> list[str]:
     return cells
 
 
+def missing(machine: str) -> list[str]:
+    """The result files the table needs that this machine class lacks."""
+    stems = sorted({stem for *_, stems in ROWS for stem in stems})
+    return [s for s in stems if not (RESULTS / machine / f"{s}.json").exists()]
+
+
+def classes() -> list[str]:
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+
+
 def table(machine: str = MACHINE) -> str:
     lines = [
         f"{BEGIN}{machine}/ -->",
@@ -377,6 +388,16 @@ def main() -> None:
         help="replace the table in README.md and rewrite the figures marked in the docs",
     )
     args = parser.parse_args()
+    lacking = missing(args.machine)
+    if lacking:
+        print(
+            f"no README table for machine class {args.machine!r}: "
+            f"benchmarks/results/{args.machine}/ lacks {', '.join(f'{x}.json' for x in lacking)} "
+            f"(make bench on such a machine writes them; classes with results: "
+            f"{', '.join(classes()) or 'none'})",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
     new = table(args.machine)
     if args.write:
         text = README.read_text()

@@ -217,3 +217,38 @@ def test_host_speed_is_a_positive_figure() -> None:
     speed = host_speed(0.1)
     assert speed["matmul_gflops"] > 0 and speed["python_msteps_per_s"] > 0
     assert os.cpu_count()
+
+
+def test_readme_table_for_a_machine_class_without_results_says_so() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "benchmarks/readme_table.py", "--machine", "no-such-class"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "no README table for machine class 'no-such-class'" in done.stderr
+    assert "ci-2core-24gb" in done.stderr
+
+
+def test_a_benchmark_writes_committed_results_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import figures
+
+    monkeypatch.delenv("EDGE_BENCH_SCRATCH", raising=False)
+    monkeypatch.setattr(figures, "WRITE_RESULTS", False)
+    assert figures.scratch() and figures.RESULTS not in figures.results_dir("x").parents
+    monkeypatch.setattr(figures, "WRITE_RESULTS", True)
+    assert not figures.scratch()
+    assert "--write-results" not in sys.argv

@@ -11,7 +11,9 @@ from ._records import Figure, Run, fmt_mean_sd, fmt_value
 from ._report import figures_png, write_report
 from ._run import STAGES, Bench, Options, busy_cores
 from ._speech import (
+    FRAME_S,
     QUESTION,
+    VOICED_DB,
     last_voiced_sample,
     speech_end_at,
     speech_end_offset_s,
@@ -22,8 +24,10 @@ from ._stages import LLMCase, context_of, llm_stage, predicted_ttft, ttft_pair
 
 __all__ = [
     "FORMATS",
+    "FRAME_S",
     "QUESTION",
     "STAGES",
+    "VOICED_DB",
     "Bench",
     "Figure",
     "LLMCase",

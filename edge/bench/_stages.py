@@ -38,21 +38,22 @@ def context_of(n_bytes: int, seed: int) -> str:
     return "\n".join(lines)[:n_bytes]
 
 
-async def ttft_pair(llm: Any, context_bytes: int, key: str, seed: int) -> tuple[Any, Any]:
+async def ttft_pair(
+    llm: Any, context_bytes: int, key: str, seed: int, tokens: tuple[int, int] = (8, 8)
+) -> tuple[Any, Any]:
     """A new participant's first answer over ``context_bytes`` of context (cold: a new
-    cache key) and the same participant's follow-up (warm: all but the new turn cached);
-    returns both requests' metrics."""
-    msgs = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": context_of(context_bytes, seed) + "\n\nWhich rack holds 7?"},
-    ]
-    first = await llm.chat(msgs, max_tokens=8, temperature=0.0, cache_key=key)
+    cache key) and the same participant's follow-up (warm: all but the new turn cached),
+    generating up to ``tokens`` tokens each; returns both requests' metrics (and
+    ``benchmarks/llm_latency.py`` uses it too)."""
+    question = context_of(context_bytes, seed) + "\n\nWhich rack holds sample 7?"
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    first = await llm.chat(msgs, max_tokens=tokens[0], temperature=0.0, cache_key=key)
     follow = [
         *msgs,
         {"role": "assistant", "content": first.content},
         {"role": "user", "content": "Thanks. And sample 14?"},
     ]
-    second = await llm.chat(follow, max_tokens=8, temperature=0.0, cache_key=key)
+    second = await llm.chat(follow, max_tokens=tokens[1], temperature=0.0, cache_key=key)
     return first.metrics, second.metrics
 
 
