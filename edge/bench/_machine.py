@@ -52,6 +52,28 @@ def host_speed(seconds: float = 0.5) -> dict[str, float]:
     return {"matmul_gflops": round(best, 2), "python_msteps_per_s": round(python, 2)}
 
 
+def code_version() -> str:
+    """The package version, and the commit when it runs from a git checkout."""
+    import subprocess
+    from pathlib import Path
+
+    from edge import __version__
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except OSError:
+        return __version__
+    head = out.stdout.strip() if out.returncode == 0 else ""
+    return f"{__version__} ({head})" if head else __version__
+
+
 def _cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
@@ -70,6 +92,7 @@ def machine_info(profile: str | None = None) -> dict[str, Any]:
     gpus = nvidia_gpus()
     return {
         "class": profile,
+        "code": code_version(),
         "hostname": platform.node(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),

@@ -37,17 +37,43 @@ def _plt() -> Any:
     return plt
 
 
-def _bars(ax: Any, figs: list[Figure], scale: float = 1.0, color: str = BLUE) -> None:
+def _labels(figs: list[Figure]) -> tuple[list[str], str]:
+    """Each bar's label, and what every bar shares (for the title) when they all do."""
+    series = {_series(f) for f in figs}
+    if len(series) == 1:
+        return [f"{f.stage.upper()}: {f.test}" if f.stage != "turn" else f.test for f in figs], (
+            series.pop()
+        )
+    return [f"{f.test}\n{_series(f)}" for f in figs], ""
+
+
+def _bars(
+    ax: Any, figs: list[Figure], colors: list[str], title: str, labels: list[str] | None = None
+) -> None:
     """Horizontal bars (mean, sd whiskers), the profile's prediction as a black tick."""
-    labels = [f"{f.test}\n{_series(f)}" for f in figs]
-    means = [f.mean * scale for f in figs]
-    ax.barh(labels, means, xerr=[f.sd * scale for f in figs], color=color, capsize=3)
+    from matplotlib.lines import Line2D
+
+    labels, shared = (labels, "") if labels else _labels(figs)
+    ax.barh(labels, [f.mean for f in figs], xerr=[f.sd for f in figs], color=colors, capsize=3)
+    predicted = False
     for y, f in enumerate(figs):
         if f.expected is not None:
-            ax.plot([f.expected * scale] * 2, [y - 0.4, y + 0.4], color="black", lw=2)
-        ax.text(f.mean * scale, y, f"  {f.mean * scale:.2f}", va="center", fontsize=8)
+            ax.plot([f.expected] * 2, [y - 0.4, y + 0.4], color="black", lw=2.5)
+            predicted = True
+        ax.text(f.mean + f.sd, y, f"  {f.mean:.3g}", va="center", fontsize=8)
+    if predicted:
+        ax.legend(
+            handles=[Line2D([], [], color="black", lw=2.5, label="device profile predicts")],
+            fontsize=8,
+            loc="lower right",
+        )
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title + (f"\n{shared}" if shared else ""), fontsize=10)
+
+
+def _height(n: int) -> float:
+    return 0.5 * n + 1.8
 
 
 def plot_turns(figs: list[Figure]) -> Any:
@@ -55,10 +81,10 @@ def plot_turns(figs: list[Figure]) -> Any:
     if not turns:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 0.55 * len(turns) + 1.6))
-    _bars(ax, turns, color=[GREEN if "audio" in f.test else BLUE for f in turns])  # type: ignore[arg-type]
-    ax.set_xlabel("seconds (typed: from sending; spoken: from the end of speech)")
-    ax.set_title("Whole turns through the service (black: the profile's warm target)")
+    fig, ax = plt.subplots(figsize=(8, _height(len(turns))))
+    colors = [GREEN if "audio" in f.test else BLUE for f in turns]
+    _bars(ax, turns, colors, "Whole turns through the service (green: first audio)")
+    ax.set_xlabel("seconds: typed from sending the text, spoken from the end of speech")
     fig.tight_layout()
     return fig
 
@@ -70,7 +96,7 @@ def plot_ttft(figs: list[Figure]) -> Any:
     lines: dict[tuple[str, str], list[tuple[int, Figure]]] = defaultdict(list)
     for f in ttft:
         kind = f.test.split(",")[0].removeprefix("TTFT ")
-        size = int(re.sub(r"[^0-9]", "", f.test.split(",")[1]))
+        size = int(re.sub(r"[^0-9]", "", f.test.split(", ", 1)[1]))
         lines[(kind, _series(f))].append((size, f))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -110,10 +136,10 @@ def plot_llm_speed(figs: list[Figure]) -> Any:
     if not speed:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(speed) + 1.6))
-    _bars(ax, speed, color=[BLUE if f.test == "prompt" else ORANGE for f in speed])  # type: ignore[arg-type]
-    ax.set_xlabel("tokens per second (black: the profile's expected speed)")
-    ax.set_title("LLM: prompt evaluation and generation speed")
+    fig, ax = plt.subplots(figsize=(8, _height(len(speed))))
+    colors = [BLUE if f.test == "prompt" else ORANGE for f in speed]
+    _bars(ax, speed, colors, "LLM speed: prompt evaluation (blue) and generation (orange)")
+    ax.set_xlabel("tokens per second")
     fig.tight_layout()
     return fig
 
@@ -123,13 +149,18 @@ def plot_speech(figs: list[Figure]) -> Any:
     if not rtf:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rtf) + 1.6))
-    _bars(ax, rtf, color=[{"stt": BLUE, "tts": GREEN}.get(f.stage, GREY) for f in rtf])  # type: ignore[arg-type]
+    fig, ax = plt.subplots(figsize=(8, _height(len(rtf))))
+    colors = [{"stt": BLUE, "tts": GREEN}.get(f.stage, GREY) for f in rtf]
+    labels = [
+        f"{f.stage.upper()} {f.model}\n{f.backend}"
+        + (f", {f.threads} threads" if f.threads else "")
+        + (f", {f.load} core(s) busy" if f.load else "")
+        for f in rtf
+    ]
+    _bars(ax, rtf, colors, "Speech models: real-time factor (time taken / audio length)", labels)
     ax.axvline(1.0, color="red", lw=1, ls="--")
-    ax.set_xlabel(
-        "real-time factor: processing time / audio duration (under 1: faster than real time)"
-    )
-    ax.set_title("Speech models: VAD, STT per Whisper model, TTS")
+    ax.set_xlim(0, max(1.1, max(f.mean + f.sd for f in rtf) * 1.2))
+    ax.set_xlabel("real-time factor (red: real time; under it, faster than speech)")
     fig.tight_layout()
     return fig
 
@@ -156,6 +187,8 @@ def plot_load(figs: list[Figure]) -> Any:
     slow = [(b.mean / a.mean) if a.better == "lower" else (a.mean / b.mean) for a, b in pairs]
     labels = [f"{b.stage}: {b.test} ({b.load} busy)" for _, b in pairs]
     ax.barh(labels, slow, color=[GREEN if s <= 2 else "#c0392b" for s in slow])
+    for y, x in enumerate(slow):
+        ax.text(x, y, f"  {x:.2f}x", va="center", fontsize=8)
     ax.axvline(2.0, color="black", ls="--", lw=1)
     ax.invert_yaxis()
     ax.set_xlabel("how many times slower than idle (target: under 2, dashed)")

@@ -25,6 +25,7 @@ from ._turns import Target, local_service, participant_turns, spoken_turns, type
 Tick = Callable[[str], None]
 STAGES = ("vad", "stt", "llm", "tts", "typed", "spoken", "participants")
 URL_STAGES = ("typed", "spoken", "participants")
+POLICIES = {"adaptive", "fixed"}
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Options:
     ngl: list[int] | None = None
     models: list[str] | None = None
     stt_models: list[str] | None = None
+    thread_policy: list[str] | None = None  # "adaptive", "fixed"
     participants: list[int] = field(default_factory=lambda: [2, 4])
     contexts: list[int] = field(default_factory=lambda: [1000, 4000, 8000])
     repetitions: int = 3
@@ -77,6 +79,9 @@ class Bench:
             from edge.device import load_device_config
 
             self.device = load_device_config(opts.profile)
+        unknown = set(opts.stages) - set(STAGES) | set(opts.thread_policy or ()) - POLICIES
+        if unknown:
+            raise ValueError(f"unknown stage or thread policy: {', '.join(sorted(unknown))}")
         self.stages = tuple(s for s in opts.stages if opts.url is None or s in URL_STAGES)
         self.whisper: list[Any] = []
         if "stt" in self.stages:
@@ -89,11 +94,13 @@ class Bench:
 
     def llm_cases(self) -> list[LLMCase]:
         o, d = self.opts, self.device
+        own = "adaptive" if d.profile.llm.adaptive_threads else "fixed"
         return [
-            LLMCase(m, t, n)
+            LLMCase(m, t, n, policy == "adaptive")
             for m in (o.models or [None])
             for t in (o.threads or [d.threads])
             for n in (o.ngl if o.ngl is not None else [d.gpu_layers])
+            for policy in (o.thread_policy or [own])
         ]
 
     def steps(self) -> int:

@@ -24,6 +24,7 @@ class LLMCase:
     model: str | None  # a GGUF path or catalogue id; None: the profile's
     threads: int
     ngl: int
+    adaptive: bool = True  # ThreadPolicy: fewer threads while other processes hold cores
 
 
 def context_of(n_bytes: int, seed: int) -> str:
@@ -73,7 +74,12 @@ async def llm_stage(
     path = case.model or device.llm_model_path
     started = time.perf_counter()
     llm = LlamaCppLLM(
-        path, n_ctx=4096, n_threads=case.threads, n_gpu_layers=case.ngl, temperature=0.0
+        path,
+        n_ctx=4096,
+        n_threads=case.threads,
+        n_gpu_layers=case.ngl,
+        temperature=0.0,
+        adaptive_threads=case.adaptive,
     )
     async with llm:
         common = _llm_common(llm, case, load)
@@ -105,7 +111,7 @@ def _llm_common(llm: Any, case: LLMCase, load: int) -> dict[str, Any]:
     on_gpu, _total = llm.gpu_layers or (0, 0)
     return {
         "model": Path(str(llm.model_path)).stem,
-        "backend": "CUDA" if on_gpu else "CPU",
+        "backend": ("CUDA" if on_gpu else "CPU") + ("" if case.adaptive else ", fixed threads"),
         "threads": case.threads,
         "ngl": case.ngl,
         "load": load,

@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-ngl", "--n-gpu-layers", type=_ints, dest="ngl", help="GPU layers (-1 all)")
     p.add_argument("-m", "--model", type=_names, dest="models", help="GGUF paths or ids")
     p.add_argument("--stt-model", type=_names, dest="stt_models", help="Whisper ids")
+    p.add_argument("--thread-policy", type=_names, help="adaptive,fixed (LLM threads)")
     p.add_argument("--participants", type=_ints, help="participants at once (default 2,4)")
     p.add_argument("--context-bytes", type=_ints, dest="contexts", help="LLM context sizes")
     p.add_argument("-r", "--repetitions", type=int, help="repetitions of each test (3)")
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from edge.bench import Bench, Options
 
     picked = {k: getattr(args, k) for k in ("threads", "ngl", "models", "stt_models")}
+    picked["thread_policy"] = args.thread_policy
     picked |= {k: getattr(args, k) for k in ("participants", "contexts", "repetitions")}
     picked = {k: v for k, v in picked.items() if v is not None}
     common = dict(
@@ -124,7 +126,7 @@ def _emit(result: Any, args: argparse.Namespace, console: Console) -> int:
     else:
         sys.stdout.write(render(result, args.output))
     if args.output != "md":  # the table, for the person watching
-        console.print(render(result, "md"), markup=False, highlight=False)
+        console.print(render(result, "md"), markup=False, highlight=False, soft_wrap=True)
     if args.report:
         write_report(result, args.report)
         console.print(f"wrote {args.report}")
