@@ -252,3 +252,31 @@ def test_a_benchmark_writes_committed_results_only_when_asked(
     monkeypatch.setattr(figures, "WRITE_RESULTS", True)
     assert not figures.scratch()
     assert "--write-results" not in sys.argv
+
+
+@pytest.mark.anyio
+async def test_turns_over_the_websocket_protocol_of_a_running_service() -> None:
+    """What `edge bench --url` measures, against a service on scripted models: one
+    participant's typed turns and N at once, each reply's first text timed."""
+    from server_helpers import answer_for, settings
+
+    from edge.bench._turns import Target, participant_turns, typed_turns
+    from edge.decisions import ScriptedDecisions
+    from edge.llm import ScriptedLLM
+    from edge.server import EdgeService
+
+    ticks: list[str] = []
+    service = EdgeService(
+        settings(),
+        llm=ScriptedLLM(answer_for),
+        decisions=ScriptedDecisions(default="conversation"),
+    )
+    async with service:
+        target = Target(service.websocket_url, None, voice=False)
+        typed = await typed_turns(target, 2, ticks.append)
+        (many,) = await participant_turns(target, 3, 1, ticks.append)
+    (text,) = typed  # no audio without voice
+    assert text.test == "typed: first text" and len(text.values) == 2
+    assert all(0 < v < 60 for v in text.values)
+    assert many.participants == 3 and len(many.values) == 3
+    assert ticks == ["typed turn", "typed turn", "3 participants"]
