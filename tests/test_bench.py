@@ -33,7 +33,7 @@ MACHINE = {
     "cores": 2,
     "memory_gib": 23.5,
     "gpu": "none",
-    "host_speed": {"matmul_gflops": 2.0, "python_msteps_per_s": 10.0},
+    "host_speed": {"sha256_mb_per_s": 500.0, "python_msteps_per_s": 10.0},
     "packages": {"xr-edge": "0.1.0", "llama-cpp-python": "0.3.36"},
     "llama_cpp_features": "CPU : AVX2 = 1",
     "load_average_1m": 0.5,
@@ -166,7 +166,7 @@ def test_sqlite_appends_runs_to_one_file(tmp_path: Path) -> None:
 
 def test_compare_gives_ratios_and_which_is_better(tmp_path: Path) -> None:
     a, b = sample_run("a"), sample_run("b", scale=0.5, gpu="NVIDIA H200 (sm_90)")
-    b.machine["host_speed"] = {"matmul_gflops": 4.0}
+    b.machine["host_speed"] = {"sha256_mb_per_s": 1000.0}
     for f in b.figures:
         if f.stage == "llm":
             f.threads, f.ngl, f.backend = 16, -1, "CUDA"  # another machine's own settings
@@ -215,7 +215,7 @@ def test_host_speed_is_a_positive_figure() -> None:
     from edge.bench import host_speed
 
     speed = host_speed(0.1)
-    assert speed["matmul_gflops"] > 0 and speed["python_msteps_per_s"] > 0
+    assert speed["sha256_mb_per_s"] > 0 and speed["python_msteps_per_s"] > 0
     assert os.cpu_count()
 
 

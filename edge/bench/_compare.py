@@ -33,7 +33,7 @@ def verdict(a: Figure, b: Figure) -> tuple[float, str]:
     gain = ratio if a.better == "higher" else 1 / ratio if ratio else math.inf
     if 0.95 <= gain <= 1.05:
         return ratio, "same"
-    return ratio, f"{gain:.2f}x {'better' if gain > 1 else 'worse'}"
+    return ratio, f"{gain:.2f}x better" if gain > 1 else f"{1 / gain:.2f}x worse"
 
 
 def _pair(a: int | None, b: int | None) -> str:
@@ -73,10 +73,10 @@ def compare(a: Run, b: Run) -> str:
     match = matcher(a.figures, b.figures)
     lines = [f"- {_label(a, 'A')}", f"- {_label(b, 'B')}"]
     sa, sb = a.machine.get("host_speed", {}), b.machine.get("host_speed", {})
-    if sa.get("matmul_gflops") and sb.get("matmul_gflops"):
+    if sa.get("sha256_mb_per_s") and sb.get("sha256_mb_per_s"):
         lines.append(
-            f"- host speed B / A: {sb['matmul_gflops'] / sa['matmul_gflops']:.2f} "
-            f"(one-thread matmul {sa['matmul_gflops']} → {sb['matmul_gflops']} GFLOP/s)"
+            f"- host speed B / A: {sb['sha256_mb_per_s'] / sa['sha256_mb_per_s']:.2f} "
+            f"(one-thread SHA-256 {sa['sha256_mb_per_s']} → {sb['sha256_mb_per_s']} MB/s)"
         )
     rows = [("stage", "model", "threads", "ngl", "load", "test", "A", "B", "B / A", "B is")]
     for fa in a.figures:

@@ -35,8 +35,9 @@ def machine_lines(run: Run) -> list[str]:
     return [
         f"machine: {m.get('cpu')} · {m.get('cores')} cores · {m.get('memory_gib')} GiB · "
         f"GPU {m.get('gpu')} · profile {m.get('class')}",
-        f"host speed: {speed.get('matmul_gflops')} GFLOP/s one-thread matmul, "
-        f"{speed.get('python_msteps_per_s')} M Python steps/s · load {m.get('load_average_1m')}",
+        f"host speed (one core): SHA-256 {speed.get('sha256_mb_per_s')} MB/s, "
+        f"{speed.get('python_msteps_per_s')} M Python steps/s · load average "
+        f"{m.get('load_average_1m')} · {m.get('code', '')}",
         f"xr-edge {pk.get('xr-edge')} · llama-cpp-python {pk.get('llama-cpp-python')} · "
         f"faster-whisper {pk.get('faster-whisper')} · piper-tts {pk.get('piper-tts')}",
         f"llama.cpp: {m.get('llama_cpp_features', '')}",
