@@ -104,5 +104,6 @@ def machine_info(profile: str | None = None) -> dict[str, Any]:
         "llama_cpp_features": llama_system_info(),
         "packages": package_versions(),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host_speed": host_speed(),
     }
