@@ -9,7 +9,6 @@ import html
 import io
 import math
 import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,9 @@ def _bars(
     from matplotlib.lines import Line2D
 
     labels, shared = (labels, "") if labels else _labels(figs)
-    ax.barh(labels, [f.mean for f in figs], xerr=[f.sd for f in figs], color=colors, capsize=3)
+    ys = list(range(len(figs)))  # positions, not categories: equal labels stay apart
+    ax.barh(ys, [f.mean for f in figs], xerr=[f.sd for f in figs], color=colors, capsize=3)
+    ax.set_yticks(ys, labels)
     predicted = False
     for y, f in enumerate(figs):
         if f.expected is not None:
@@ -93,41 +94,32 @@ def plot_ttft(figs: list[Figure]) -> Any:
     ttft = [f for f in figs if f.stage == "llm" and f.test.startswith("TTFT")]
     if not ttft:
         return None
-    lines: dict[tuple[str, str], list[tuple[int, Figure]]] = defaultdict(list)
+    lines: dict[str, dict[str, list[tuple[int, Figure]]]] = {"cold": {}, "warm": {}}
     for f in ttft:
         kind = f.test.split(",")[0].removeprefix("TTFT ")
         size = int(re.sub(r"[^0-9]", "", f.test.split(", ", 1)[1]))
-        lines[(kind, _series(f))].append((size, f))
+        lines.setdefault(kind, {}).setdefault(_series(f), []).append((size, f))
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for (kind, series), points in sorted(lines.items()):
-        points.sort()
-        xs = [p[0] for p in points]
-        style = "o-" if kind == "cold" else "s--"
-        line = ax.errorbar(
-            xs,
-            [p[1].mean for p in points],
-            yerr=[p[1].sd for p in points],
-            fmt=style,
-            capsize=3,
-            label=f"{kind}: {series}",
-        )
-        expected = [p[1].expected for p in points]
-        if all(e is not None for e in expected):
-            ax.plot(
-                xs,
-                expected,
-                ":",
-                color=line[0].get_color(),
-                alpha=0.7,
-                label=f"{kind}, profile predicts",
-            )
-    ax.set_xlabel("context in the prompt (UTF-8 bytes)")
-    ax.set_ylabel("time to first token (s)")
-    ax.set_title("LLM: first token, new participant (cold) and follow-up (warm)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
+    for ax, (kind, series) in zip(axes, lines.items(), strict=False):
+        predicted = False
+        for name, points in sorted(series.items()):
+            points.sort()
+            xs = [p[0] for p in points]
+            ys, sd = [p[1].mean for p in points], [p[1].sd for p in points]
+            ax.errorbar(xs, ys, yerr=sd, fmt="o-", capsize=3, label=name)
+            expected = [p[1].expected for p in points]
+            if not predicted and all(e is not None for e in expected):
+                ax.plot(xs, expected, "k:", label="device profile predicts")
+                predicted = True
+        ax.set_title(f"{kind}: {'a new participant' if kind == 'cold' else 'the follow-up'}")
+        ax.set_xlabel("context in the prompt (UTF-8 bytes)")
+        ax.set_ylabel("time to first token (s)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7)
+    fig.suptitle("LLM: time to first token against context size", fontsize=11)
+    fig.tight_layout(rect=(0, 0.06 + 0.025 * (len(labels) // 2), 1, 1))
     return fig
 
 
@@ -169,24 +161,24 @@ def _point(f: Figure) -> tuple[Any, ...]:
     return (f.stage, f.test, f.model, f.threads, f.ngl, f.participants)
 
 
+def _point(f: Figure) -> tuple[Any, ...]:
+    return (f.stage, f.test, f.model, f.backend, f.threads, f.ngl, f.participants)
+
+
 def plot_load(figs: list[Figure]) -> Any:
     """Each figure measured both idle and with cores busy: loaded / idle."""
-    idle = {
-        (f.stage, f.test, f.model, f.threads, f.ngl, f.participants): f for f in figs if not f.load
-    }
-    pairs = [
-        (idle.get((f.stage, f.test, f.model, f.threads, f.ngl, f.participants)), f)
-        for f in figs
-        if f.load
-    ]
+    idle = {_point(f): f for f in figs if not f.load}
+    pairs = [(idle.get(_point(f)), f) for f in figs if f.load and f.test != "load"]
     pairs = [(a, b) for a, b in pairs if a is not None and a.mean and not math.isnan(b.mean)]
     if not pairs:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(pairs) + 1.6))
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(pairs) + 1.6))
     slow = [(b.mean / a.mean) if a.better == "lower" else (a.mean / b.mean) for a, b in pairs]
-    labels = [f"{b.stage}: {b.test} ({b.load} busy)" for _, b in pairs]
-    ax.barh(labels, slow, color=[GREEN if s <= 2 else "#c0392b" for s in slow])
+    labels = [f"{b.stage}: {b.test}\n{b.backend}, {b.load} core(s) busy" for _, b in pairs]
+    ys = list(range(len(pairs)))
+    ax.barh(ys, slow, color=[GREEN if x <= 2 else "#c0392b" for x in slow])
+    ax.set_yticks(ys, labels, fontsize=8)
     for y, x in enumerate(slow):
         ax.text(x, y, f"  {x:.2f}x", va="center", fontsize=8)
     ax.axvline(2.0, color="black", ls="--", lw=1)
