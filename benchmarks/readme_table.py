@@ -212,6 +212,36 @@ LLM = ("llm_latency",)
 CONVERSATION = ("conversation_ttft",)
 VOICE = ("voice_latency",)
 SERVER = ("server_latency",)
+
+
+def _bench_mean(figs: list[dict[str, Any]], test: str, backend: str, load: int) -> float:
+    (fig,) = [
+        f
+        for f in figs
+        if f["stage"] == "llm"
+        and f["test"] == test
+        and f["backend"] == backend
+        and f["load"] == load
+    ]
+    return float(fig["mean"])
+
+
+def background_load(m: str) -> str:
+    """First token and generation with one core kept busy, against idle, per thread policy."""
+    figs = load_results("edge_bench_background_load", m)["figures"]
+    parts, busy_gen = [], []
+    for backend, name in (("CPU", "adaptive threads"), ("CPU, fixed threads", "fixed threads")):
+        ttft = [_bench_mean(figs, "TTFT cold, 500 B context", backend, x) for x in (0, 1)]
+        gen = [_bench_mean(figs, "generation", backend, x) for x in (0, 1)]
+        busy_gen.append(gen[1])
+        parts.append(
+            f"{name}: {s(ttft[0])} → {s(ttft[1])} ({ttft[1] / ttft[0]:.1f}×), "
+            f"{gen[0]:.3g} → {gen[1]:.3g} tokens/s ({gen[0] / gen[1]:.1f}× slower)"
+        )
+    ratio = busy_gen[0] / busy_gen[1]
+    return "; ".join(parts) + f"; busy, adaptive generates {ratio:.0f}× faster than fixed"
+
+
 ROWS: list[Row] = [
     (
         "LLM time to first token, new participant, 1 KB / 4 KB / 8 KB of context",
@@ -317,6 +347,14 @@ ROWS: list[Row] = [
         versus_chain,
         "`benchmarks/versus_chain.py --repeat 3`",
         ("versus_chain",),
+    ),
+    (
+        "one core kept busy by another process: first token (new participant, 500 B of "
+        "context) and generation speed, idle → busy (ratio)",
+        background_load,
+        "`edge bench --stages llm,typed --background-load 1 --thread-policy adaptive,fixed "
+        "-r 2 --context-bytes 500,2000`",
+        ("edge_bench_background_load",),
     ),
     (
         "derived budgets, profile figures: dialogue / topic / compaction input / router",
