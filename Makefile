@@ -78,6 +78,8 @@ lint: setup
 
 # Every benchmark once; each prints a table and writes JSON + PNG under
 # benchmarks/results/<machine class>/ (committed; the README table is checked against them).
+# Run alone, a benchmark writes to a scratch folder unless given --write-results.
+bench: export EDGE_BENCH_WRITE_RESULTS = 1
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/versus_chain.py --repeat 3

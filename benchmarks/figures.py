@@ -17,12 +17,31 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edge.bench import (  # one definition of the end of speech, shared with edge bench
+    FRAME_S,
+    VOICED_DB,
+    last_voiced_sample,
+    speech_end_at,
+    speech_end_offset_s,
+    voiced_span,
+)
+
+__all__ = [
+    "FRAME_S",
+    "VOICED_DB",
+    "last_voiced_sample",
+    "speech_end_at",
+    "speech_end_offset_s",
+    "voiced_span",
+]
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -34,47 +53,12 @@ GENERATED = (
     ":(exclude)benchmarks/README.md",
     ":(exclude)docs/*.md",
 )
-FRAME_S = 0.010  # voicing is decided per 10 ms frame
-VOICED_DB = -40.0  # a frame is voiced when its RMS is within 40 dB of the loudest frame
-
-
-def _voiced_frames(audio: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int, int]:
-    samples = np.asarray(audio, dtype=np.float64)
-    if samples.size == 0:
-        raise ValueError("no audio")
-    frame = max(1, int(sample_rate * FRAME_S))
-    n = -(-samples.size // frame)
-    padded = np.zeros(n * frame)
-    padded[: samples.size] = samples
-    rms = np.sqrt((padded.reshape(n, frame) ** 2).mean(axis=1))
-    if rms.max() <= 0:
-        raise ValueError("no voiced sample in the audio")
-    return np.flatnonzero(rms >= rms.max() * 10 ** (VOICED_DB / 20)), frame, samples.size
-
-
-def last_voiced_sample(audio: np.ndarray, sample_rate: int) -> int:
-    """Index of the last voiced sample of ``audio`` (mono float samples): the end of the
-    last 10 ms frame whose RMS is within 40 dB of the loudest frame."""
-    voiced, frame, size = _voiced_frames(audio, sample_rate)
-    return min(size, (int(voiced[-1]) + 1) * frame) - 1
-
-
-def voiced_span(audio: np.ndarray, sample_rate: int) -> tuple[float, float]:
-    """First and last voiced instants of ``audio`` in seconds (the same frames)."""
-    voiced, frame, size = _voiced_frames(audio, sample_rate)
-    last = min(size, (int(voiced[-1]) + 1) * frame)
-    return int(voiced[0]) * frame / sample_rate, last / sample_rate
-
-
-def speech_end_offset_s(audio: np.ndarray, sample_rate: int) -> float:
-    """Seconds from the start of ``audio`` to just after its last voiced sample."""
-    return (last_voiced_sample(audio, sample_rate) + 1) / sample_rate
-
-
-def speech_end_at(feed_started_at: float, audio: np.ndarray, sample_rate: int) -> float:
-    """``perf_counter`` time of the end of speech for a recording fed in real time from
-    ``feed_started_at`` on."""
-    return feed_started_at + speech_end_offset_s(audio, sample_rate)
+# Running a benchmark writes to a scratch folder; the committed results only with
+# --write-results (taken off the command line here, so every script accepts it) or
+# EDGE_BENCH_WRITE_RESULTS=1 (`make bench`).
+WRITE_RESULTS = "--write-results" in sys.argv or os.environ.get("EDGE_BENCH_WRITE_RESULTS") == "1"
+while "--write-results" in sys.argv:
+    sys.argv.remove("--write-results")
 
 
 def pcm16_samples(pcm: bytes) -> np.ndarray:
@@ -89,11 +73,17 @@ def machine_class(profile: str | None = None) -> str:
     return choose_profile(load_profiles(), detect_hardware(), profile, os.environ).profile.name
 
 
+def scratch() -> bool:
+    """Results go to a temporary folder: without --write-results, or with
+    ``EDGE_BENCH_SCRATCH=1`` (measuring uncommitted code)."""
+    return bool(os.environ.get("EDGE_BENCH_SCRATCH")) or not WRITE_RESULTS
+
+
 def results_dir(machine: str | None = None) -> Path:
-    """Where results go: the committed folder of this machine class, or with
-    ``EDGE_BENCH_SCRATCH=1`` (measuring uncommitted code) a temporary one."""
+    """Where results go: the committed folder of this machine class with --write-results,
+    else a temporary one (:func:`scratch`)."""
     root = RESULTS
-    if os.environ.get("EDGE_BENCH_SCRATCH"):
+    if scratch():
         root = Path(tempfile.gettempdir()) / "xr-edge-bench-scratch"
     path = root / (machine or machine_class())
     path.mkdir(parents=True, exist_ok=True)
@@ -145,9 +135,10 @@ def code_version() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    scratch = bool(os.environ.get("EDGE_BENCH_SCRATCH"))
     return {
-        "code": f"{_git('rev-parse', '--short', 'HEAD')} (scratch)" if scratch else code_version(),
+        "code": f"{_git('rev-parse', '--short', 'HEAD')} (scratch)"
+        if scratch()
+        else code_version(),
         "class": machine_class(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),

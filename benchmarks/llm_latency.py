@@ -1,5 +1,7 @@
 """Local LLM latency: time to first token for a new and a returning participant, generation
-speed, and an interactive request's wait for the model behind background work.
+speed, and an interactive request's wait for the model behind background work. The
+first-token figures come from ``edge bench``'s own code (``edge.bench.ttft_pair``, its
+"TTFT cold / warm" rows); this script adds the longer contexts and the queue wait.
 
     .venv/bin/python benchmarks/llm_latency.py [--model PATH] [--context-bytes 2000 4000 8000]
 
@@ -23,42 +25,20 @@ from figures import write_results
 from rich.console import Console
 from rich.table import Table
 
+from edge.bench import context_of, ttft_pair
 from edge.llm import LlamaCppLLM, Priority
-
-SYSTEM = "You are a concise assistant on a headset. Answer in one sentence."
-
-
-def context_of(n_bytes: int, seed: int) -> str:
-    lines, size, i = [], 0, 0
-    while size < n_bytes:
-        line = f"[{i:03d}] Participant {seed} noted that rack {i % 9} holds sample {i * 7 + seed}."
-        lines.append(line)
-        size += len(line.encode()) + 1
-        i += 1
-    return "\n".join(lines)[:n_bytes]
 
 
 async def measure(llm: LlamaCppLLM, context_bytes: int, repeats: int) -> dict[str, float]:
     cold, warm, tps, wait = [], [], [], []
     for r in range(repeats):
-        key = f"bench-{context_bytes}-{r}"
-        msgs = [
-            {"role": "system", "content": SYSTEM},
-            {
-                "role": "user",
-                "content": context_of(context_bytes, r) + "\n\nWhich rack holds sample 7?",
-            },
-        ]
-        first = await llm.chat(msgs, max_tokens=32, temperature=0.0, cache_key=key)
-        cold.append(first.metrics.ttft_s or 0.0)
-        follow = msgs + [
-            {"role": "assistant", "content": first.content},
-            {"role": "user", "content": "Thanks. And sample 14?"},
-        ]
-        second = await llm.chat(follow, max_tokens=64, temperature=0.0, cache_key=key)
-        warm.append(second.metrics.ttft_s or 0.0)
-        if second.metrics.tokens_per_s:
-            tps.append(second.metrics.tokens_per_s)
+        first, second = await ttft_pair(
+            llm, context_bytes, f"bench-{context_bytes}-{r}", r, (32, 64)
+        )
+        cold.append(first.ttft_s or 0.0)
+        warm.append(second.ttft_s or 0.0)
+        if second.tokens_per_s:
+            tps.append(second.tokens_per_s)
 
     async def background() -> None:
         bg_msgs = [

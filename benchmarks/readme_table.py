@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import doc_figures
-from figures import load_results
+from figures import RESULTS, load_results
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MACHINE = doc_figures.MACHINE  # the machine class the README reports
@@ -214,6 +215,36 @@ LLM = ("llm_latency",)
 CONVERSATION = ("conversation_ttft",)
 VOICE = ("voice_latency",)
 SERVER = ("server_latency",)
+
+
+def _bench_mean(figs: list[dict[str, Any]], test: str, backend: str, load: int) -> float:
+    (fig,) = [
+        f
+        for f in figs
+        if f["stage"] == "llm"
+        and f["test"] == test
+        and f["backend"] == backend
+        and f["load"] == load
+    ]
+    return float(fig["mean"])
+
+
+def background_load(m: str) -> str:
+    """First token and generation with one core kept busy, against idle, per thread policy."""
+    figs = load_results("edge_bench_background_load", m)["figures"]
+    parts, busy_gen = [], []
+    for backend, name in (("CPU", "adaptive threads"), ("CPU, fixed threads", "fixed threads")):
+        ttft = [_bench_mean(figs, "TTFT cold, 500 B context", backend, x) for x in (0, 1)]
+        gen = [_bench_mean(figs, "generation", backend, x) for x in (0, 1)]
+        busy_gen.append(gen[1])
+        parts.append(
+            f"{name}: {s(ttft[0])} → {s(ttft[1])} ({ttft[1] / ttft[0]:.1f}×), "
+            f"{gen[0]:.3g} → {gen[1]:.3g} tokens/s ({gen[0] / gen[1]:.1f}× slower)"
+        )
+    ratio = busy_gen[0] / busy_gen[1]
+    return "; ".join(parts) + f"; busy, adaptive generates {ratio:.0f}× faster than fixed"
+
+
 ROWS: list[Row] = [
     (
         "LLM time to first token, new participant, 1 KB / 4 KB / 8 KB of context",
@@ -323,6 +354,14 @@ ROWS: list[Row] = [
         ("versus_chain",),
     ),
     (
+        "one core kept busy by another process: first token (new participant, 500 B of "
+        "context) and generation speed, idle → busy (ratio)",
+        background_load,
+        "`edge bench --stages llm,typed --background-load 1 --thread-policy adaptive,fixed "
+        "-r 2 --context-bytes 500,2000`",
+        ("edge_bench_background_load",),
+    ),
+    (
         "derived budgets, profile figures: dialogue / topic / compaction input / router",
         budgets,
         "`benchmarks/device_budgets.py`",
@@ -351,6 +390,16 @@ def sources(machine: str) -> list[str]:
         cells.append("same" if same else "; ".join(provenance(s, machine) for s in stems))
         previous = stems
     return cells
+
+
+def missing(machine: str) -> list[str]:
+    """The result files the table needs that this machine class lacks."""
+    stems = sorted({stem for *_, stems in ROWS for stem in stems})
+    return [s for s in stems if not (RESULTS / machine / f"{s}.json").exists()]
+
+
+def classes() -> list[str]:
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
 
 
 def table(machine: str = MACHINE) -> str:
@@ -382,6 +431,16 @@ def main() -> None:
         help="replace the table in README.md and rewrite the figures marked in the docs",
     )
     args = parser.parse_args()
+    lacking = missing(args.machine)
+    if lacking:
+        print(
+            f"no README table for machine class {args.machine!r}: "
+            f"benchmarks/results/{args.machine}/ lacks {', '.join(f'{x}.json' for x in lacking)} "
+            f"(make bench on such a machine writes them; classes with results: "
+            f"{', '.join(classes()) or 'none'})",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
     new = table(args.machine)
     if args.write:
         text = README.read_text()

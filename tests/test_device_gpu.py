@@ -227,3 +227,14 @@ async def test_the_service_warns_at_start_about_gpu_layers_it_cannot_offload(
         pytest.skip("this llama.cpp build can offload")
     assert any("GPU" in n and "llama_supports_gpu_offload" in n for n in info["notes"])
     assert any("llama_supports_gpu_offload" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.gpu
+def test_whisper_runs_on_cuda_in_float16() -> None:
+    from edge.bench import spoken_question
+    from edge.device import whisper_cuda
+    from edge.voice import WhisperSTT
+
+    assert whisper_cuda(), "CTranslate2 sees no CUDA device (its CUDA libraries missing?)"
+    stt = WhisperSTT(device="cuda", compute_type="float16")
+    assert "France" in stt.transcribe(spoken_question().audio_16k).text

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 Role = Literal["llm", "stt", "tts", "vad"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILTIN_CATALOGUE = REPO_ROOT / "models" / "catalogue.toml"
+# models/catalogue.toml, through a link in the package (a wheel ships the file itself)
+BUILTIN_CATALOGUE = Path(__file__).resolve().parent / "catalogue.toml"
 
 
 class CatalogueError(ValueError):

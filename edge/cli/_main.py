@@ -12,7 +12,17 @@ import importlib
 import logging
 import sys
 
-COMMAND_MODULES = ("ask", "models", "device", "voice", "eval", "serve", "token", "sessions")
+COMMAND_MODULES = (
+    "ask",
+    "models",
+    "device",
+    "voice",
+    "eval",
+    "serve",
+    "token",
+    "sessions",
+    "bench",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,16 +5,26 @@ applies the detected hardware limits and any stored calibration, and derives the
 the service passes on (``llm_config()``, ``context_config()``, ``router_config()``).
 """
 
-from ._accel import BuildPlan, build_plan, llama_gpu_offload, llama_system_info, whisper_cuda
+from ._accel import (
+    BuildPlan,
+    build_plan,
+    llama_gpu_offload,
+    llama_system_info,
+    nvidia_gpus,
+    whisper_cuda,
+)
 from ._budgets import BudgetError, BudgetInputs, Budgets, derive_budgets
 from ._calibration import (
     Calibration,
     CalibrationError,
     CalibrationStore,
     Measurement,
+    SpeedRun,
     calibrate,
+    calibration_text,
     config_dir,
     measure_llm,
+    measure_run,
 )
 from ._config import (
     DeviceConfig,
@@ -55,10 +65,12 @@ __all__ = [
     "ProfileChoice",
     "ProfileError",
     "Speed",
+    "SpeedRun",
     "budget_inputs",
     "build_plan",
     "calibrate",
     "calibrate_device",
+    "calibration_text",
     "choose_profile",
     "config_dir",
     "derive_budgets",
@@ -71,6 +83,8 @@ __all__ = [
     "load_profile_file",
     "load_profiles",
     "measure_llm",
+    "measure_run",
+    "nvidia_gpus",
     "offload_warning",
     "parse_profile",
     "placement",

@@ -218,7 +218,7 @@ async def measure_llm(
         load_s = time.perf_counter() - started
         tokens = llm.count_tokens(text)
         cpu_start, wall_start = time.process_time(), time.perf_counter()
-        runs = [await _measure_run(llm, text, run, generate_tokens) for run in range(repeats)]
+        runs = [await measure_run(llm, text, run, generate_tokens) for run in range(repeats)]
         cpu_share = (time.process_time() - cpu_start) / (
             max(1e-9, time.perf_counter() - wall_start) * threads
         )
@@ -244,15 +244,16 @@ async def measure_llm(
 
 
 @dataclass(frozen=True)
-class _Run:
+class SpeedRun:
     prompt_tokens_per_s: float
     generation_tokens_per_s: float
     prompt_tokens: int
     generated_tokens: int
 
 
-async def _measure_run(llm: Any, text: str, run: int, generate_tokens: int) -> _Run:
-    """One prompt evaluation of the calibration text (a fresh cache key) and one generation."""
+async def measure_run(llm: Any, text: str, run: int, generate_tokens: int) -> SpeedRun:
+    """One prompt evaluation of the calibration text (a fresh cache key) and one generation:
+    the figures ``edge device --calibrate`` stores and ``edge bench`` reports."""
     from edge.llm import Priority
 
     messages = [{"role": "user", "content": f"Transcript {run + 1}:\n{text}"}]
@@ -272,7 +273,7 @@ async def _measure_run(llm: Any, text: str, run: int, generate_tokens: int) -> _
             f"generation produced only {reply.metrics.generated_tokens} tokens; "
             "cannot measure its speed"
         )
-    return _Run(
+    return SpeedRun(
         prompt.evaluated_tokens / prompt.prompt_eval_s,
         reply.metrics.tokens_per_s,
         prompt.evaluated_tokens,

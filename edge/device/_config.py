@@ -76,6 +76,7 @@ class DeviceConfig(BaseModel):
             default_max_tokens=b.reserved_output_tokens,
             temperature=self.profile.llm.temperature,
             sequences=b.llm_sequences,
+            adaptive_threads=self.profile.llm.adaptive_threads,
         )
 
     def context_budgets(self) -> dict[str, int]:

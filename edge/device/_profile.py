@@ -15,9 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from edge.catalogue import REPO_ROOT, Catalogue, CatalogueError, read_toml
+from edge.catalogue import Catalogue, CatalogueError, read_toml
 
-PROFILE_DIR = REPO_ROOT / "firmware-config"
+# firmware-config/, through a link in the package (a wheel ships the files themselves)
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 GIB = 2**30
 
 
@@ -66,6 +67,11 @@ class LLMSettings(_Strict):
     reserved_output_tokens: int = Field(ge=16, description="max tokens of one answer")
     threads: int = Field(ge=1)
     gpu_layers: int = Field(default=0, ge=-1, description="-1 offloads every layer")
+    adaptive_threads: bool = Field(
+        default=True,
+        description="use fewer threads while other processes keep cores busy (edge.llm "
+        "ThreadPolicy); false keeps `threads` always",
+    )
     prompt_overhead_tokens: int = Field(
         default=256, ge=0, description="system prompt, instructions, chat template, time line"
     )

@@ -35,6 +35,7 @@ from edge.runtime import NORMAL, URGENT, place_in_line, urgency
 from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix
 from ._kvstore import KVStore
 from ._runner import Generation, Request, gated, step_urgency
+from ._threads import ThreadPolicy
 from ._types import LLMClosedError, LLMError, Priority, RequestMetrics
 
 BACKGROUND_RANK = 1
@@ -153,6 +154,7 @@ class SeqContext:
         self._clock = itertools.count(1)
         self.store = store
         self._abort_hook = AbortHook.install(self.ctx.ctx)
+        self.threads: ThreadPolicy | None = None  # fewer threads while others hold cores
 
     def close(self) -> None:
         if self._batch is not None:
@@ -314,6 +316,8 @@ class SeqContext:
                 batch.logits[i] = completes and job.need_logits and j == len(toks) - 1
                 i += 1
         batch.n_tokens = i
+        if self.threads is not None:
+            self.threads.apply(self.ctx.ctx)
         rc = self._capi.llama_decode(self.ctx.ctx, batch)
         if rc == 2 and self.abort_check is not None:
             for job, _, _ in entries:  # drop what the aborted batch may have left
@@ -633,6 +637,7 @@ class BatchRunner:
             store=engine.store,
             base_params=engine.llama.context_params,
         )
+        ctx.threads = engine.thread_policy
         self.scheduler.ctx = ctx
 
     @property

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._kvstore import KVStore
+from ._threads import ThreadPolicy
 from ._types import ChatMessage, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,8 @@ class AbortHook:
 class LlamaEngine:
     """One llama.cpp context plus saved states of other cache keys."""
 
+    n_batch = 512
+
     def __init__(
         self,
         path: Path,
@@ -174,16 +177,16 @@ class LlamaEngine:
         n_gpu_layers: int,
         seed: int,
         kv_cache_budget_bytes: int,
-        n_batch: int = 512,
         own_context: bool = True,
+        adaptive_threads: bool = True,
     ) -> None:
         self.path = path
         self.own_context = own_context
         self._want_ctx = n_ctx
         self.n_threads = n_threads or len(os.sched_getaffinity(0))
+        self.thread_policy = ThreadPolicy(self.n_threads, adaptive=adaptive_threads)
         self.n_gpu_layers = n_gpu_layers
         self.seed = seed
-        self.n_batch = n_batch
         self.store = KVStore(kv_cache_budget_bytes)
         self.owner: str | None = None  # cache key whose tokens are in the live context
         self._dirty = False
@@ -416,6 +419,7 @@ class LlamaEngine:
         self._logits_fresh = False
         if self._abort_hook is not None:
             self._abort_hook.watch(abort_check)
+        self.thread_policy.apply(self.llama._ctx.ctx)  # fewer while others hold cores
         try:
             self.llama.eval(tokens)
         except RuntimeError as exc:

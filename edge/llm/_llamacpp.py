@@ -94,6 +94,15 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
         raise ModelLoadError(str(exc)) from exc
 
 
+def _check_fits(n_ctx: int, tokens: Sequence[int], what: str) -> None:
+    if len(tokens) >= n_ctx:
+        raise ContextOverflowError(
+            f"{what} is {len(tokens)} tokens but the context window is {n_ctx} tokens; "
+            "shorten it (a shorter message, smaller context budgets) or load the model "
+            "with a larger n_ctx"
+        )
+
+
 class _Detokenizer:
     """Generated tokens to text deltas, holding back a tail that may begin a stop string."""
 
@@ -136,6 +145,9 @@ class LlamaConfig(BaseModel):
     sequences: int = Field(default=1, ge=1, le=64)
     prefill_chunk_tokens: int = Field(default=64, ge=1)
     max_waiting_per_key: int = Field(default=4, ge=1)
+    adaptive_threads: bool = Field(
+        default=True, description="fewer threads while other processes keep cores busy"
+    )
 
 
 def _make_runner(
@@ -206,6 +218,7 @@ class LlamaCppLLM(StreamingLLM):
             seed=cfg.seed,
             kv_cache_budget_bytes=cfg.kv_cache_budget_bytes,
             own_context=cfg.sequences == 1,
+            adaptive_threads=cfg.adaptive_threads,
         )
         self._limiter = anyio.CapacityLimiter(1)
         self._load_lock = anyio.Lock()
@@ -304,15 +317,6 @@ class LlamaCppLLM(StreamingLLM):
         return await self._runner.move(source, target)
 
     # -- internals -----------------------------------------------------------------------
-    def _check_fits(self, tokens: Sequence[int], what: str) -> None:
-        n_ctx = self._engine.n_ctx
-        if len(tokens) >= n_ctx:
-            raise ContextOverflowError(
-                f"{what} is {len(tokens)} tokens but the context window is {n_ctx} tokens; "
-                "shorten it (a shorter message, smaller context budgets) or load the model "
-                "with a larger n_ctx"
-            )
-
     def _request(
         self,
         tokens: list[int],
@@ -347,7 +351,7 @@ class LlamaCppLLM(StreamingLLM):
         await self.load()
         engine = self._engine
         prompt = engine.tokenize_prompt(engine.format_chat(messages, True))
-        self._check_fits(prompt, "the prompt")
+        _check_fits(self._engine.n_ctx, prompt, "the prompt")
         metrics.prompt_tokens = len(prompt)
         req = self._request(prompt, metrics, options.cache_key, options.seed_key)
         temperature = self.temperature if options.temperature is None else options.temperature
@@ -404,7 +408,7 @@ class LlamaCppLLM(StreamingLLM):
         metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
         prompt = self._engine.tokenize_prompt(self._engine.format_warm(msgs, user_next))
-        self._check_fits(prompt, "the prompt to warm")
+        _check_fits(self._engine.n_ctx, prompt, "the prompt to warm")
         metrics.prompt_tokens = len(prompt)
         metrics.reused_tokens = await self._runner.warm(
             self._request(prompt, metrics, cache_key, seed_key)
@@ -422,7 +426,7 @@ class LlamaCppLLM(StreamingLLM):
             raise ValueError("n_tokens must be positive")
         await self.load()
         tokens = self._engine.tokenize_plain("the " * (n_tokens + 8))[:n_tokens]
-        self._check_fits(tokens, "the state-size probe")
+        _check_fits(self._engine.n_ctx, tokens, "the state-size probe")
         metrics = RequestMetrics()
         req = self._request(tokens, metrics, None)
         metrics.cache_key = req.key
@@ -457,7 +461,7 @@ class LlamaCppLLM(StreamingLLM):
         for text, toks in zip(continuations, conts, strict=True):
             if not toks:
                 raise ValueError(f"continuation {text!r} has no tokens")
-        self._check_fits(tokens + max(conts, key=len), "the scoring prompt")
+        _check_fits(self._engine.n_ctx, tokens + max(conts, key=len), "the scoring prompt")
         metrics.prompt_tokens = len(tokens)
         req = self._request(tokens, metrics, cache_key, seed_key)
         try:

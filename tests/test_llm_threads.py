@@ -1,0 +1,96 @@
+"""The thread policy: every thread while the cores are free, fewer while other processes
+keep cores busy, back when they stop (fake /proc/stat figures and clock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge.llm._threads import ThreadPolicy, cpu_busy_s
+
+
+class Machine:
+    """CPU seconds used by everything (``busy``) and by this process (``own``) over time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.busy = 0.0
+        self.own = 0.0
+
+    def run(self, seconds: float, *, own_cores: float, other_cores: float) -> None:
+        self.t += seconds
+        self.own += own_cores * seconds
+        self.busy += (own_cores + other_cores) * seconds
+
+
+def policy(m: Machine, threads: int = 2, cores: int = 2, adaptive: bool = True) -> ThreadPolicy:
+    p = ThreadPolicy(
+        threads,
+        adaptive=adaptive,
+        busy=lambda: m.busy,
+        own=lambda: m.own,
+        clock=lambda: m.t,
+    )
+    p.cores = cores
+    return p
+
+
+def test_all_threads_while_idle_fewer_while_a_core_is_busy_and_back() -> None:
+    m = Machine()
+    p = policy(m)
+    assert p.update() == 2
+    m.run(1.0, own_cores=2.0, other_cores=0.0)
+    assert p.update() == 2
+    m.run(1.0, own_cores=1.1, other_cores=0.9)  # another process holds a core
+    assert p.update() == 1 and 0.8 < p.others_busy < 1.0
+    m.run(1.0, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 1
+    m.run(1.0, own_cores=1.0, other_cores=0.05)  # it stopped
+    assert p.update() == 2
+
+
+def test_a_little_other_work_keeps_every_thread_and_a_big_machine_keeps_its_threads() -> None:
+    m = Machine()
+    p = policy(m)
+    p.update()
+    m.run(1.0, own_cores=2.0, other_cores=0.1)
+    assert p.update() == 2
+    big = Machine()
+    p8 = policy(big, threads=4, cores=8)
+    p8.update()
+    big.run(1.0, own_cores=4.0, other_cores=2.0)  # two of eight cores busy: four still free
+    assert p8.update() == 4
+    big.run(1.0, own_cores=2.0, other_cores=6.0)  # six busy: the two left
+    assert p8.update() == 2
+
+
+def test_measures_at_most_every_interval_and_never_below_one() -> None:
+    m = Machine()
+    p = policy(m)
+    p.update()
+    m.run(0.1, own_cores=0.0, other_cores=2.0)
+    assert p.update() == 2  # too soon to measure again
+    m.run(0.5, own_cores=0.0, other_cores=2.0)
+    assert p.update() == 1
+
+
+def test_fixed_policy_always_uses_its_threads() -> None:
+    m = Machine()
+    p = policy(m, adaptive=False)
+    m.run(1.0, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 2
+
+
+def test_reads_busy_time_of_the_allowed_cores(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  300 0 100 900 0 0 0 0 0 0\n"
+        "cpu0 100 0 50 400 7 1 1 0 0 0\n"
+        "cpu1 200 0 50 500 0 0 0 0 0 0\n"
+        "intr 1 2 3\n"
+    )
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    assert cpu_busy_s({0}, stat) == (100 + 50 + 1 + 1) / tick
+    assert cpu_busy_s({0, 1}, stat) == (152 + 250) / tick
+    assert cpu_busy_s({0}, tmp_path / "missing") is None
