@@ -49,6 +49,8 @@ def test_which_requests_ask_for_a_stated_fact() -> None:
         "Where am I right now?",
     ):
         assert asked_of_record(q) is None, q
+    asked = asked_of_record("What is my name?")
+    assert asked is not None and asked.subject == {"name"}  # the kind is all it names
     asked = asked_of_record("What's the name of my supervisor?")
     assert asked is not None and asked.subject == {"supervisor"} and asked.own and asked.mine
 
@@ -79,6 +81,13 @@ def test_a_change_told_of_it_takes_back_what_was_just_said() -> None:
     # a repair of one part of a code shares the rest of it
     said = "The workshop wifi password is maple-otter-62."
     assert repairs("Actually, I read it backwards, it's maple-otter-26.", said)
+
+
+def test_a_greeting_does_not_make_a_statement_a_request() -> None:
+    from edge.recall import is_request
+
+    assert not is_request("Hi, my name is Dana.") and is_request("Hi!")
+    assert is_request("Hello, how are you?") and is_request("Thanks, that helps.")
 
 
 def test_a_possessive_is_the_word_itself() -> None:

@@ -31,6 +31,8 @@ from edge.recall import (
 from ._recall import InView, Recall
 from ._text import nbytes
 
+SEARCH = 12
+"""Statements a search for what the answer corrects looks at."""
 NEWEST = 24
 """The participant's newest statements considered besides the search's finds (a record of a
 few statements scores under the search's relevance floor)."""
@@ -68,9 +70,11 @@ def stated_answer(
         return None
     chain = _replacements(recall, best, pool)
     answer = chain[-1]
+    older = {s.seq: s for s in recall.index.search(participant_id, answer.text, SEARCH)}
+    older.update(pool)  # what the answer corrects shares its words: the search finds it
     replaced = tuple(chain[:-1]) + tuple(
         s
-        for s in pool.values()
+        for s in older.values()
         if s not in chain and (replaces(answer, s) or recall.repair_of(s) == answer)
     )
     replaced = tuple(sorted(replaced, key=lambda s: (s.timestamp_us, s.seq), reverse=True))

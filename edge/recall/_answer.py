@@ -39,7 +39,8 @@ _POSSESSIVE = re.compile(r"(\w)['’]s\b")
 _MINE = re.compile(r"\b(?:my|our|mine|ours)\b", re.IGNORECASE)
 GENERIC = frozenset("name time day date number exact exactly current currently".split())
 """Question words that name the kind of answer, not its subject ("the *name* of my
-supervisor"): left out of the subject a statement must match."""
+supervisor"): left out of the subject a statement must match, unless nothing else is
+("What is my name?")."""
 OWN_COVERAGE = 2 / 3
 """Share of the subject's words a statement must have to answer a question about the
 participant's own record; any other question needs all of them."""
@@ -76,7 +77,8 @@ def asked_of_record(request: str) -> Asked | None:
     if not text or not is_request(text) or _WH.search(text) is None:
         return None
     plain = _CONTRACTED.sub(lambda m: m.group(1) + " is", text)
-    subject = frozenset(t for t in _terms(plain) if t not in GENERIC)
+    said = _terms(plain)
+    subject = frozenset(t for t in said if t not in GENERIC) or frozenset(said)
     if not subject:
         return None
     return Asked(

@@ -213,6 +213,10 @@ def refers_back(text: str) -> bool:
     return _REFERENCE.search(text) is not None and is_correction(text) and bool(key_details(text))
 
 
+_GREETING = re.compile(r"^(?:(?:hi|hello|hey)\b[\s,.!:;-]*)+", re.I)
+"""A greeting a statement may open with."""
+
+
 def is_request(text: str) -> bool:
     """Whether the participant asked for something rather than stated it: a question, or
     a request ("Tell me ...", "Thanks ...") without a number in it. A request states
@@ -220,6 +224,9 @@ def is_request(text: str) -> bool:
     stripped = text.strip()
     if stripped.endswith("?"):
         return True
+    greeted = _GREETING.sub("", stripped)
+    if greeted:  # "Hi, my name is Dana." states a name; "Hi!" alone asks nothing
+        stripped = greeted
     first = words(stripped[:40])
     opener = first[0].lower() if first else ""
     return opener in _REQUEST_OPENERS and not any(c.isdigit() for c in stripped)
