@@ -73,6 +73,13 @@ def test_measures_at_most_every_interval_and_never_below_one() -> None:
     assert p.update() == 1
 
 
+def test_the_first_evaluation_sees_what_ran_since_the_policy_was_made() -> None:
+    m = Machine()
+    p = policy(m)  # made as the model loads
+    m.run(0.5, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 1  # not the configured two for a first, long prompt
+
+
 def test_fixed_policy_always_uses_its_threads() -> None:
     m = Machine()
     p = policy(m, adaptive=False)

@@ -28,8 +28,13 @@ from pathlib import Path
 Run = Callable[[list[str]], str | None]
 
 # Jetson SoCs (``/proc/device-tree/compatible``) and their GPUs' compute capability.
-TEGRA_SM = {"tegra264": "110", "tegra234": "87", "tegra194": "72", "tegra186": "62"}
-TEGRA_SM["tegra210"] = "53"
+TEGRA_SM = {
+    "tegra264": "110",  # Thor
+    "tegra234": "87",  # Orin
+    "tegra194": "72",  # Xavier
+    "tegra186": "62",  # TX2
+    "tegra210": "53",  # Nano, TX1
+}
 
 
 def run_command(argv: list[str]) -> str | None:

@@ -71,6 +71,9 @@ class ThreadPolicy:
         self.current = threads
         self.others_busy = 0.0  # cores other processes kept busy in the last interval
         self._applied: dict[int, int] = {}  # id of a context -> the threads it was given
+        busy0 = self._busy() if adaptive else None
+        if busy0 is not None:  # the first evaluation already sees what ran meanwhile
+            self._last = (clock(), busy0, own())
 
     def update(self) -> int:
         """The threads to use now (measured again once ``interval_s`` has passed)."""
