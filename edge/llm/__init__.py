@@ -41,6 +41,7 @@ from ._types import (
     as_messages,
     collect,
 )
+from ._wrapper import CountingLLMWrapper, LLMWrapper
 
 __all__ = [
     "ActivityTracker",
@@ -48,6 +49,7 @@ __all__ = [
     "ChatMessage",
     "ChatResponse",
     "ContextOverflowError",
+    "CountingLLMWrapper",
     "FinishReason",
     "ForgetsCache",
     "GenerationError",
@@ -58,6 +60,7 @@ __all__ = [
     "LLMHealth",
     "LLMService",
     "LLMUnavailableError",
+    "LLMWrapper",
     "LlamaConfig",
     "LlamaCppLLM",
     "Loadable",

@@ -21,17 +21,17 @@ import anyio
 
 from edge.conversation import ReplyFilter
 from edge.llm import (
-    ChatResponse,
+    CountingLLMWrapper,
     GenerationOptions,
-    LLMHealth,
     LLMService,
+    LLMWrapper,
     Messages,
     TextStream,
     TokenCounter,
 )
 
 
-class SentenceBoundLLM:
+class SentenceBoundLLM(LLMWrapper):
     """``llm`` with the replies of some participants bounded in sentences; see the module
     docstring. ``bounds`` maps a participant id prefix (``"wyoming:"``) to its most
     sentences; a bound under 1 leaves those replies alone."""
@@ -60,36 +60,9 @@ class SentenceBoundLLM:
         out = TextStream(_sentences(inner, limit, lambda: out), inner.metrics)
         return out
 
-    async def chat(
-        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
-    ) -> ChatResponse:
-        return await self.llm.chat(messages, options, **fields)
 
-    async def health(self) -> LLMHealth:
-        return await self.llm.health()
-
-    async def close(self) -> None:
-        await self.llm.close()
-
-
-class CountingSentenceBoundLLM(SentenceBoundLLM):
+class CountingSentenceBoundLLM(CountingLLMWrapper, SentenceBoundLLM):
     """:class:`SentenceBoundLLM` over a model that counts tokens, counting with it."""
-
-    llm: Any  # a TokenCounter as well as an LLMService
-
-    @property
-    def context_length(self) -> int:
-        return int(self.llm.context_length)
-
-    @property
-    def default_max_tokens(self) -> int:
-        return int(self.llm.default_max_tokens)
-
-    def count_tokens(self, text: str) -> int:
-        return int(self.llm.count_tokens(text))
-
-    def format_chat(self, messages: Messages, add_generation_prompt: bool = True) -> str:
-        return str(self.llm.format_chat(messages, add_generation_prompt))
 
 
 def sentence_bound(llm: LLMService, bounds: Mapping[str, int]) -> SentenceBoundLLM:

@@ -38,10 +38,10 @@ from typing import Any
 import anyio
 
 from edge.llm import (
-    ChatResponse,
+    CountingLLMWrapper,
     GenerationOptions,
-    LLMHealth,
     LLMService,
+    LLMWrapper,
     Messages,
     RequestMetrics,
     TextStream,
@@ -99,7 +99,7 @@ class _Speculation:
         self.changed = anyio.Event()
 
 
-class SpeculativeAnswers:
+class SpeculativeAnswers(LLMWrapper):
     """An LLM service that can answer a turn ahead of it; see the module docstring."""
 
     def __init__(
@@ -240,36 +240,9 @@ class SpeculativeAnswers:
             self.discard(cache_key)
         return self.llm.stream(messages, options)
 
-    async def chat(
-        self, messages: Messages, options: GenerationOptions | None = None, /, **fields: Any
-    ) -> ChatResponse:
-        return await self.llm.chat(messages, options, **fields)
 
-    async def health(self) -> LLMHealth:
-        return await self.llm.health()
-
-    async def close(self) -> None:
-        await self.llm.close()
-
-
-class CountingSpeculativeAnswers(SpeculativeAnswers):
+class CountingSpeculativeAnswers(CountingLLMWrapper, SpeculativeAnswers):
     """:class:`SpeculativeAnswers` over a model that counts tokens, counting with it."""
-
-    llm: Any  # a TokenCounter as well as an LLMService
-
-    @property
-    def context_length(self) -> int:
-        return int(self.llm.context_length)
-
-    @property
-    def default_max_tokens(self) -> int:
-        return int(self.llm.default_max_tokens)
-
-    def count_tokens(self, text: str) -> int:
-        return int(self.llm.count_tokens(text))
-
-    def format_chat(self, messages: Messages, add_generation_prompt: bool = True) -> str:
-        return str(self.llm.format_chat(messages, add_generation_prompt))
 
 
 def speculative_answers(llm: LLMService, **kwargs: Any) -> SpeculativeAnswers:
