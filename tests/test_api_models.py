@@ -170,7 +170,8 @@ async def test_ollama_list_show_and_chat_streamed(served: Served) -> None:
                 keep_alive="5m",
             )
         ]
-        assert parts[-1].done and "Paris" in "".join(p.message.content or "" for p in parts)
+        text = "".join(p.message.content or "" for p in parts)
+        assert parts[-1].done and any(w in text for w in ("Paris", "France"))  # see above
 
 
 def pcm24(wav: bytes) -> bytes:
