@@ -28,6 +28,7 @@ from edge.routing import (
     DialogueExchange,
     RoutingAid,
     StartedSignal,
+    reply_frame,
 )
 from edge.runtime import AgentRuntime, Topic, now_us
 
@@ -372,14 +373,7 @@ class Conversation:
             return
         await self.runtime.publish(
             self.output_topic,
-            ResponseOutput(
-                text=text,
-                request_id=turn.turn_id,
-                source=self.name,
-                sequence=sequence,
-                final=final,
-                timestamp_us=turn.timestamp_us,
-            ),
+            reply_frame(turn, self.name, text, sequence, final),
             participant_id=turn.participant_id,
             source=self.name,
             correlation_id=turn.turn_id,
