@@ -192,3 +192,27 @@ def test_the_architecture_table_says_what_each_package_imports() -> None:
             listed = set() if cell == "—" else {name.strip() for name in cell.split(",")}
             assert listed == actual, (package, "table", listed, "code", actual)
         above.add(package)
+
+
+def _defined_topics() -> set[str]:
+    """The name of every ``Topic("name", Payload)`` made in `edge/`."""
+    names = set()
+    for path in (ROOT / "edge").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Topic":
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    names.add(first.value)
+    return names
+
+
+def test_the_architecture_topic_table_names_every_topic() -> None:
+    """Each topic a module of `edge/` defines has its row (or, for a context topic, its
+    mention) in ``docs/architecture.md``'s topic table."""
+    text = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    table = text.split("## Topics", 1)[1].split("\n## ", 1)[0]
+    first_cells = {line.split("|")[1].strip() for line in table.splitlines() if "|" in line}
+    named = {name for cell in first_cells for name in cell.split("`")[1::2]}
+    defined = _defined_topics()
+    assert {"voice.audio.hold", "user.query", "notes"} <= defined, defined
+    assert defined <= named, defined - named
