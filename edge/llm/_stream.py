@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from ._types import RequestMetrics
 
@@ -51,7 +51,7 @@ class Detokenizer:
 
 async def text_deltas(
     tokens: AsyncIterator[int], text: Detokenizer, metrics: RequestMetrics, started: float
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """``tokens`` as text until a stop string (``text.hit``) or their end; counts them
     and sets ``ttft_s`` (from ``started``, a ``perf_counter`` time) and ``generation_s``."""
     first_at = None
