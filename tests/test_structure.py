@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_tree_has_no_long_function_big_class_long_constructor_or_private_reach() -> None:
-    assert breaches(ROOT) == []
+    """The strict count, as ``make test`` runs it: a class with its `edge`-defined bases,
+    each ``Unpack`` key a constructor parameter."""
+    assert breaches(ROOT, strict=True) == []
 
 
 def test_the_check_names_each_kind_of_breach() -> None:
@@ -160,7 +162,10 @@ def test_the_store_service_router_and_llamacpp_pass_the_strict_check() -> None:
 
 def test_the_command_exits_nonzero_only_on_a_breach() -> None:
     done = subprocess.run(
-        [sys.executable, "tools/structure.py"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "tools/structure.py", "--strict"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == (1 if done.stdout else 0), done.stdout
 
