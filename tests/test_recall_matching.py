@@ -87,6 +87,7 @@ OTHERS = (
     "I like my tea with milk.",
     "The printer on floor 2 is broken.",
     "My bike is blue.",
+    "My train home leaves at 17:42.",
 )
 """Other statements in the same record (the matching must pick the right one)."""
 WRAPPERS = (
@@ -170,8 +171,9 @@ async def test_a_question_nothing_stated_answers_is_not_guessed() -> None:
             "When does the sun set in winter?",
         ):
             assert await stated(ctx, "ann", question) is None, question
-        # asked for a time, the office's building is no answer; nor a place for a person
-        for question in ("When is my office open?", "Who is in my office?"):
+        # asked for a time, the office's building is no answer; nor a place for a person,
+        # nor a time for a place
+        for question in ("When is my office open?", "Who is in my office?", "Where do I live?"):
             assert await stated(ctx, "ann", question) in (None, NOT_STATED), question
 
 

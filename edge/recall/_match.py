@@ -61,7 +61,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("book", "booking", "slot", "reservation", "reserved", "appointment"),
     ("work", "office", "workplace", "job"),
     ("code", "pin", "password", "passcode", "combination"),
-    ("home", "live", "address", "flat", "apartment", "house"),
+    ("live", "address", "flat", "apartment"),
     ("car", "vehicle"),
     ("supervisor", "boss"),
     ("doctor", "physician", "gp"),
@@ -162,15 +162,23 @@ _KINDS = (
     ("number", re.compile(r"\b(?:how many|how much|what number|which number)\b")),
 )
 _TIME = re.compile(
-    r"\d|\b(?:noon|midnight|morning|afternoon|evening|tonight|today|tomorrow|"
-    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|o'clock)\b",
+    r"\d[:.]\d\d|\d\s*(?:am|pm|a\.m\.|p\.m\.|h|o'clock)\b|\d(?:st|nd|rd|th)\b|"
+    r"\b(?:at|by|until|till|from|to|before|after|around|for|since)\s+\d|"
+    r"\b(?:noon|midnight|morning|afternoon|evening|tonight|today|tomorrow|yesterday|week|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|january|february|"
+    r"march|april|may|june|july|august|september|october|november|december)\b",
     re.IGNORECASE,
 )
+"""A time or a day: "14:00", "3 pm", "at 9", "moved to 11", "on Friday", "tomorrow"."""
 _PLACE = re.compile(
-    r"\d|\b(?:in|at|on|under|behind|beside|near|next to|inside|above|below|upstairs|"
-    r"downstairs|outside|by)\s+\w",
+    r"\b(?:in|on|at|to|into|onto|from|under|behind|beside|near|next to|inside|above|below|"
+    r"by|outside|opposite|beneath|within)\s+(?!\d)\w|\b(?:upstairs|downstairs)\b|"
+    r"\b(?!(?:at|by|until|till|from|to|before|after|around|for|since|is|are|was)\b)[a-z]+"
+    r"\s+\d+[a-z]?\b(?![:.]\d)",
     re.IGNORECASE,
 )
+"""A place: "in drawer 6", "under the mat", "to the incubator", "room 204", "level 3";
+not a time ("at 9", "to 11")."""
 _NUMBER = re.compile(
     r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
     r"thirty|forty|fifty|hundred)\b",
@@ -191,7 +199,7 @@ def has_kind(statement: str, kind: str) -> bool:
     "in/at/on/under ... something") or a number."""
     if kind == "person":
         return any(not any(c.isdigit() for c in d) for d in key_details(statement))
-    if kind == "place" and key_details(statement):
-        return True
+    if kind == "place" and any(not any(c.isdigit() for c in d) for d in key_details(statement)):
+        return True  # a name: "in Leeds", "Priya's desk"
     pattern = {"time": _TIME, "place": _PLACE, "number": _NUMBER}[kind]
     return pattern.search(statement) is not None
