@@ -272,3 +272,11 @@ async def test_only_the_askers_own_record_answers(mine, theirs, asked, wrapper) 
         assert value in reply.lower(), (question, reply)
     for other in set(theirs) - set(mine):
         assert FACTS[other][0] not in reply.lower() or FACTS[other][0] in asked.lower()
+
+
+async def test_the_same_word_ranks_above_a_synonym() -> None:
+    ctx = make()
+    async with ctx:
+        await record(ctx, "ann", "My supervisor is Dr. Okafor.", "My boss at the cafe is Sam.")
+        assert "Okafor" in (await stated(ctx, "ann", "Who is my supervisor?") or "")
+        assert "Sam" in (await stated(ctx, "ann", "Who's my boss?") or "")

@@ -82,6 +82,9 @@ class Asked:
     named: frozenset[str] = frozenset()
     """The things it names ("my bench"): a statement matched on fewer words must have
     them."""
+    said: frozenset[str] = frozenset()
+    """Its subject's lemmas as said, before synonyms: a statement that uses the same
+    words ranks above one that uses a synonym."""
 
     @property
     def needed(self) -> float:
@@ -98,8 +101,8 @@ def asked_of_record(request: str) -> Asked | None:
         return None
     rest = text[wh.end() :] if wh.group(1) is None else text[wh.start(1) :]
     plain = _plain(_CONTRACTED.sub(lambda m: m.group(1) + " is", rest))
-    said = [canonical(w) for w in lemmas(plain)]
-    subject = frozenset(t for t in said if t not in FRAME) or frozenset(said)
+    said = [w for w in lemmas(plain) if w not in FRAME] or lemmas(plain)
+    subject = frozenset(canonical(w) for w in said)
     if not subject:
         return None
     return Asked(
@@ -109,6 +112,7 @@ def asked_of_record(request: str) -> Asked | None:
         " ".join([plain, *expansions(subject)]),
         kind_asked(rest),
         named(plain) & subject,
+        frozenset(said),
     )
 
 
@@ -133,8 +137,7 @@ def rating(asked: Asked, statement: str) -> tuple[float, int] | None:
     )
     if not enough:
         return None
-    exact = set(lemmas(statement))
-    return share, sum(1 for w in asked.subject if w in exact)
+    return share, len(asked.said & set(lemmas(_plain(statement))))
 
 
 def _said(statement: str) -> set[str]:
