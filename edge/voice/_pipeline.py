@@ -26,7 +26,6 @@ from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 
 import anyio
-import numpy as np
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -42,7 +41,7 @@ from edge.runtime import TRACES, Agent, AgentRuntime, BackgroundTasks, HandlerCo
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
-from ._listener import Listener, PassCost, VoiceActivity
+from ._listener import Listener, VoiceActivity
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
@@ -59,7 +58,7 @@ from ._messages import (
     SpeechFailed,
     Transcript,
 )
-from ._remote import RemoteSpeechError
+from ._pause import Recognizer
 from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import LoadsModel, SpeechToText, WhisperSTT
@@ -127,11 +126,12 @@ class VoicePipeline(Agent):
         self.topics = topics
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
-        # a recognizer that orders its own callers takes every pass at once: a pass that
-        # ends a turn then waits at the gate, where a partial gives way to it, never
-        # behind a partial waiting there
-        self._stt_limiter = anyio.CapacityLimiter(getattr(self.stt, "concurrent_callers", 1))
-        self.stt_cost = PassCost()  # how long a transcription pass takes here
+        self.recognizer = Recognizer.of(  # every voice's transcription passes
+            self.stt,
+            timeout_s=self.config.pass_timeout_s,
+            full_window=self.config.full_window_pause_pass,
+        )
+        self.stt_cost = self.recognizer.cost  # how long a transcription pass takes here
         # a voice that orders its own callers (the sentence a listener waits for first)
         self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))
         self._first_audio = FirstAudio()  # whose turn waits for its first sentence
@@ -155,16 +155,7 @@ class VoicePipeline(Agent):
             if isinstance(model, LoadsModel):
                 await anyio.to_thread.run_sync(model.load)
         await anyio.to_thread.run_sync(self._vad_factory)
-        try:
-            warm = await anyio.to_thread.run_sync(
-                self.stt.transcribe,
-                np.zeros(self.stt.sample_rate, np.float32),
-                limiter=self._stt_limiter,
-            )
-        except RemoteSpeechError as exc:  # a remote recognizer down at start: timed later
-            log.warning("no warm-up transcription: %s", exc)
-        else:
-            self.stt_cost.record(warm.elapsed_s)
+        await self.recognizer.warm_up()
 
     async def __aenter__(self) -> VoicePipeline:
         await self._tasks.open()
@@ -190,15 +181,7 @@ class VoicePipeline(Agent):
         if not self._tasks.running:
             raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
-        listener = Listener(
-            participant_id,
-            self.config,
-            self._vad_factory(),
-            self.stt,
-            self._stt_limiter,
-            self,
-            self.stt_cost,
-        )
+        listener = Listener(participant_id, self.config, self._vad_factory(), self.recognizer, self)
 
         async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
             if chunk.pcm or chunk.final:
