@@ -26,6 +26,7 @@ from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+import numpy as np
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -94,6 +95,47 @@ class _Session:
     turns: deque[str] = field(default_factory=lambda: deque(maxlen=32))  # query ids
     resampler: StreamResampler | None = None
     input_format: tuple[int, int] | None = None  # (rate, channels)
+
+    def hear(self, chunk: AudioInput, samples: np.ndarray, published_us: int) -> None:
+        """``samples`` of ``chunk`` (published at ``published_us``) to the listener, at
+        16 kHz."""
+        fmt = (chunk.sample_rate, chunk.channels)
+        if self.input_format != fmt or self.resampler is None:
+            self.input_format = fmt
+            self.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
+        start_us = chunk.timestamp_us
+        if start_us is None:  # it ended when it was published (the runtime's clock)
+            start_us = published_us - len(samples) * 1_000_000 // chunk.sample_rate
+        audio = self.resampler.process(samples)
+        if len(audio):
+            self.listener.feed(audio, start_us)
+
+
+class _SpeakerOutput:
+    """Where one participant's speaker sends its audio, and its failures (one error per
+    request, as a ``SpeechFailed``)."""
+
+    def __init__(self, pipeline: VoicePipeline, participant_id: str) -> None:
+        self.pipeline = pipeline
+        self.participant_id = participant_id
+        self.reported: deque[str | None] = deque(maxlen=32)
+
+    async def audio(self, chunk: AudioOutput, correlation_id: str | None) -> None:
+        pipeline, pid = self.pipeline, self.participant_id
+        if chunk.pcm or chunk.final:
+            pipeline._first_audio.heard(pid)
+        if chunk.pcm:
+            TRACES.mark(pid, "first_audio_out", once=True)
+        await pipeline._publish(pipeline.topics.audio_output, chunk, pid, correlation_id)
+
+    def failed(self, request_id: str | None, message: str) -> None:
+        tasks = self.pipeline._tasks
+        if tasks.running and request_id not in self.reported:
+            self.reported.append(request_id)
+            failure = SpeechFailed(backend="tts", message=message, request_id=request_id)
+            tasks.start_soon(
+                self.pipeline._publish_quietly, SPEECH_FAILED_TOPIC, failure, self.participant_id
+            )
 
 
 class VoicePipeline(Agent):
@@ -182,26 +224,8 @@ class VoicePipeline(Agent):
             raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
         listener = Listener(participant_id, self.config, self._vad_factory(), self.recognizer, self)
-
-        async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
-            if chunk.pcm or chunk.final:
-                self._first_audio.heard(participant_id)
-            if chunk.pcm:
-                TRACES.mark(participant_id, "first_audio_out", once=True)
-            await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
-
-        reported: deque[str | None] = deque(maxlen=32)  # one error per request
-
-        def failed(request_id: str | None, message: str) -> None:
-            if self._tasks.running and request_id not in reported:
-                reported.append(request_id)
-                failure = SpeechFailed(backend="tts", message=message, request_id=request_id)
-                self._tasks.start_soon(
-                    self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
-                )
-
-        tts, first = self._tts_limiter, self._first_audio
-        speaker = Speaker(participant_id, self.config, self.tts, tts, publish_audio, failed, first)
+        out, tts, first = _SpeakerOutput(self, participant_id), self._tts_limiter, self._first_audio
+        speaker = Speaker(participant_id, self.config, self.tts, tts, out.audio, out.failed, first)
         scope = anyio.CancelScope()
         session = _Session(listener, speaker, scope)
         self._sessions[participant_id] = session
@@ -234,19 +258,8 @@ class VoicePipeline(Agent):
         check_format(chunk.sample_rate, chunk.sample_width, chunk.channels)
         samples = pcm16_to_float(chunk.pcm, chunk.channels)  # AudioFormatError when ragged
         session = await self._session(participant, ctx)
-        if not len(samples):
-            return  # empty chunks (keep-alives) are ignored
-        fmt = (chunk.sample_rate, chunk.channels)
-        if session.input_format != fmt:
-            session.input_format = fmt
-            session.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
-        assert session.resampler is not None
-        start_us = chunk.timestamp_us
-        if start_us is None:  # it ended when it was published (the runtime's clock)
-            start_us = ctx.metadata.timestamp_us - len(samples) * 1_000_000 // chunk.sample_rate
-        audio = session.resampler.process(samples)
-        if len(audio):
-            session.listener.feed(audio, start_us)
+        if len(samples):  # empty chunks (keep-alives) are ignored
+            session.hear(chunk, samples, ctx.metadata.timestamp_us)
 
     async def _on_hold(self, message: HoldFloor, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id
