@@ -142,6 +142,14 @@ class WyomingBackend:
         if self.recognizer is None and self.stt is not None:
             self.recognizer = Recognizer.of(self.stt)
 
+    def speculate(
+        self, spawn: Callable[..., None] | None, utterance: int, on_text: Callable[[str], None]
+    ) -> RecordingPauses | None:
+        """Recording ``utterance``'s pause recognizer (None: no speculation here)."""
+        if self.speculation is None or self.recognizer is None or spawn is None:
+            return None
+        return self.speculation.start(self.recognizer, spawn, utterance, on_text)
+
     def info(self) -> Info:
         """What ``describe`` answers: the domains this server offers, with their models."""
         stt, tts, llm = (self.models.get(k, k) for k in ("stt", "tts", "llm"))
@@ -334,13 +342,7 @@ class WyomingHandler(AsyncEventHandler):
         self._pacer.restart()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
         self._utterance = next_recording()
-        self._speculation = self._speculate()
-
-    def _speculate(self) -> RecordingPauses | None:
-        config, recognizer, spawn = self.backend.speculation, self.backend.recognizer, self.spawn
-        if config is None or recognizer is None or spawn is None:
-            return None
-        return config.start(recognizer, spawn, self._utterance, self._heard)
+        self._speculation = self.backend.speculate(self.spawn, self._utterance, self._heard)
 
     def _heard(self, text: str) -> None:
         """The recording's likely words (a pass in the client's silence, or the final one;
