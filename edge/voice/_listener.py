@@ -17,8 +17,11 @@ usually ready when the utterance ends:
   if still running); only when none does (speech resumed, or the cap cut the utterance)
   is a fresh pass run.
 
-Transcripts and queries leave through one ordered queue, so a participant's partials,
-final transcript and query arrive in order even though passes overlap.
+The passes themselves are the voice's :class:`~edge.voice._pause.PauseRecognizer`'s
+(kept by utterance, run on the recognizer every voice shares); this module decides when
+they start and what their words become. Transcripts and queries leave through one
+ordered queue (:mod:`._listener_out`), so a participant's partials, final transcript and
+query arrive in order even though passes overlap.
 """
 
 from __future__ import annotations
