@@ -135,11 +135,18 @@ class Recognizer:
         return self.limiter.borrowed_tokens > 0
 
     async def warm_up(self) -> None:
-        """Time one pass over a second of silence (the first measure of :attr:`cost`)."""
+        """Two passes over a second of silence: the first pays the model's one-time cost
+        (a freshly loaded Whisper's first pass took 1.1-3.9 s on the 2-core host, against
+        0.2-0.4 s after it), the second is the first measure of :attr:`cost`. Measured
+        by the first, partial transcripts stayed off for the first utterances."""
+        silence = np.zeros(self.stt.sample_rate, np.float32)
         try:
-            await self.transcribe(np.zeros(self.stt.sample_rate, np.float32), "")
+            await self.transcribe(silence, "")
+            warm = await self.transcribe(silence, "")
         except RemoteSpeechError as exc:  # a remote recognizer down at start: timed later
             log.warning("no warm-up transcription: %s", exc)
+        else:
+            self.cost.seconds = warm.elapsed_s
 
     async def transcribe(
         self, audio: np.ndarray, owner: str, gate_owner: str | None = None
