@@ -219,6 +219,11 @@ budget, so the rendered prefix (and the model's KV cache of it) stays the same f
 turns instead of shifting by one entry on every turn."""
 
 
+Successor = tuple[str, str]
+"""A participant's prompt prefix warmed aside during a compaction: its cache key and the
+context message it holds."""
+
+
 def identity(value: object) -> bytes:
     """A short, stable identity (8 bytes) for an exchange id or exchange content."""
     return hashlib.blake2b(repr(value).encode("utf-8"), digest_size=8).digest()
@@ -240,8 +245,6 @@ class ParticipantContext:
         self.sections = {s.name: s for s in sections}
         self.identities: set[bytes] = set()
         self.system: str | None = None
-        self.warm_pending = False
-        self.compacting = False  # between the steps of a compaction run (a backlog drains)
         self.last_compaction: CompactionReport | None = None
 
     def needs_compaction(self) -> bool:

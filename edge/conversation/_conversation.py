@@ -99,19 +99,11 @@ class ConversationConfig:
 
 
 class ConversationOptions(TypedDict, total=False):
-    """:class:`ConversationConfig`'s fields as keywords: the conversation spec's
-    ``Conversation(llm, context=..., instructions=..., ...)`` form."""
+    """The spec's keywords of ``Conversation(llm, context=..., instructions=..., ...)``,
+    applied over its :class:`ConversationConfig` (every other field is set there)."""
 
     instructions: str
     system_prompt: str
-    name: str
-    description: str
-    examples: tuple[str, ...]
-    max_tokens: int | None
-    temperature: float | None
-    stop: tuple[str, ...]
-    seed_key: str | None
-    max_sentences: int | Literal["instructions"] | None
 
 
 def configured(
