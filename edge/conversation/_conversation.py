@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -288,7 +288,7 @@ class Conversation:
             seed_key=self.config.seed_key,
         )
 
-    async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncIterator[str]:
+    async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncGenerator[str]:
         """An answer's ``deltas`` as this conversation publishes them (filtered and
         bounded), for one that prepares a reply ahead of its turn."""
         reply = ReplyFilter(self.max_sentences)

@@ -3,8 +3,8 @@ only what it uses: the state's one owner (``_state.py``: the participants' cache
 over the store, what each waits for), the reads (``_reader.py``), the writes
 (``_writing.py``), compaction (``_compacting.py``), when background work runs
 (``_schedule.py``) and the participants' model prefixes (``_prefixes.py``); configured by
-one :class:`~edge.conversation.ContextConfig`. None of the parts imports another but the
-state and the reader; the face publishes its parts' methods as its own.
+one :class:`~edge.conversation.ContextConfig`. The parts know the state's owner, none of
+them another; the face publishes their methods as its own.
 
 Edge options: compaction starts only after the device (the model's activity tracker and
 this manager's answers) has been quiet for ``compaction_quiet_s`` seconds, runs at

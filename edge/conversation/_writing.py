@@ -82,8 +82,9 @@ class Writer:
             return
         ts = self.clock() if timestamp_us is None else int(timestamp_us)
         self.state.participant(participant_id)  # cached before the write, so the view gets it
-        kind = "state" if topic in self.config.summary_context_topics else "update"
-        await self._record(participant_id, Record(kind, topic, ts, text=text), [])
+        summary = topic in self.config.summary_context_topics
+        record = Record("state" if summary else "update", topic, ts, text=text)
+        await self._record(participant_id, record, [])
 
     async def _record(self, participant_id: str, record: Record, ids: list[bytes]) -> bool:
         """Write ``record`` (durable when this returns); then re-warm the participant's
