@@ -145,13 +145,10 @@ class ContextManager:
         # the parts' methods are the face's (each documented where it is defined)
         self.blocks, self.render, self.render_blocks = r.blocks, r.render, r.render_blocks
         self.messages, self.recalled, self.stated = r.messages, r.recalled, r.stated
-        self.transcript, self.summary, self.last_compaction = (
-            r.transcript,
-            r.summary,
-            r.last_compaction,
-        )
+        self.transcript, self.summary = r.transcript, r.summary
+        self.last_compaction, self.pending = r.last_compaction, self._state.pending
         self.record_exchange, self.reconcile, self.update = w.record_exchange, w.reconcile, w.update
-        self.compact, self.add_hook, self.pending = k.compact, k.add_hook, self._state.pending
+        self.compact, self.add_hook = k.compact, k.add_hook
         self.answering, self.touch = q.answering, q.touch
 
     @property
@@ -183,8 +180,7 @@ class ContextManager:
         )
 
     def busy(self) -> bool:
-        """Whether background work waits (``pending``) or runs (a compaction step, a
-        re-warm)."""
+        """Whether background work waits (``pending``) or runs (compaction, a re-warm)."""
         return bool(self.pending()) or self._jobs.any()
 
     # ----------------------------------------------------------------- lifecycle
@@ -193,9 +189,8 @@ class ContextManager:
         await self._schedule.open()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._schedule.close(self.close)
-        return None
 
     async def suspend(self, participant_id: str) -> None:
         """Cancel the participant's compaction, wait for it, and drop their context from
@@ -241,10 +236,9 @@ class ContextManager:
         """Write participants' exports (both views, summaries, topic states, identities,
         compaction reports; every stored participant by default) to one JSON file.
         Configuration and hooks are not saved."""
-        ids = list(participant_ids) if participant_ids is not None else None
-        if ids is None:
-            ids = [p.participant_id for p in self.store.participants()]
-        _persist.save(Path(path), self.store, ids)
+        if participant_ids is None:
+            participant_ids = [p.participant_id for p in self.store.participants()]
+        _persist.save(Path(path), self.store, list(participant_ids))
 
     async def load(self, path: str | Path) -> list[str]:
         """Import a file written by :meth:`save`, replacing those participants' context;
