@@ -65,9 +65,12 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
     reports = []
     ctx = ContextManager(
         llm,
-        ContextConfig(compaction_quiet_s=0, **BUDGETS),
-        summary_context_topics=("window",),
-        incremental_context_topics=("notes",),
+        ContextConfig(
+            summary_context_topics=("window",),
+            incremental_context_topics=("notes",),
+            compaction_quiet_s=0,
+            **BUDGETS,
+        ),
         # the whole-conversation recall index is bounded by its statement cap, reached here
         # by exchange 100, where the flatness check starts
         recall_index=MemoryRecallIndex(max_statements=100),
