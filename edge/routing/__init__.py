@@ -7,7 +7,7 @@ from ._config import (
     RouterConfig,
     RouterTopics,
 )
-from ._history import DialogueExchange, DialogueHistory, RecentExchanges
+from ._history import DialogueHistory, RecentExchanges
 from ._output import reply_frame
 from ._router import AgentRouter
 from ._state import TurnCancelled
@@ -31,7 +31,6 @@ __all__ = [
     "AgentRouter",
     "AgentTurn",
     "DestinationResult",
-    "DialogueExchange",
     "DialogueHistory",
     "LeaveAware",
     "ParticipantHooks",
