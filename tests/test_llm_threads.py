@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge.llm._threads import ThreadPolicy, cpu_busy_s, runnable_now
+from edge.llm._threads import ThreadPolicy, cpu_busy_s
 
 
 class Machine:
@@ -15,7 +15,6 @@ class Machine:
         self.t = 0.0
         self.busy = 0.0
         self.own = 0.0
-        self.runnable: int | None = None  # tasks runnable now (None: unknown)
 
     def run(self, seconds: float, *, own_cores: float, other_cores: float) -> None:
         self.t += seconds
@@ -30,7 +29,6 @@ def policy(m: Machine, threads: int = 2, cores: int = 2, adaptive: bool = True) 
         busy=lambda: m.busy,
         own=lambda: m.own,
         clock=lambda: m.t,
-        runnable=lambda: m.runnable,
     )
     p.cores = cores
     return p
@@ -80,47 +78,6 @@ def test_the_first_evaluation_sees_what_ran_since_the_policy_was_made() -> None:
     p = policy(m)  # made as the model loads
     m.run(0.5, own_cores=1.0, other_cores=1.0)
     assert p.update() == 1  # not the configured two for a first, long prompt
-
-
-def test_a_burst_that_ended_while_the_model_was_idle_costs_no_threads() -> None:
-    m = Machine()
-    p = policy(m)
-    m.run(1.0, own_cores=2.0, other_cores=0.0)  # an answer
-    assert p.update() == 2
-    m.run(0.4, own_cores=0.0, other_cores=2.0)  # idle; another program answers, then stops
-    m.runnable = 1  # only the thread asking
-    assert p.update() == 2
-    # the cores are looked at again soon: work that came back takes the threads away
-    m.run(0.06, own_cores=1.0, other_cores=1.0)
-    assert p.update() == 1
-    m.run(0.06, own_cores=1.0, other_cores=1.0)
-    assert p.update() == 1  # measured every interval again
-
-
-def test_a_process_runnable_at_the_look_keeps_the_threads_reduced() -> None:
-    m = Machine()
-    p = policy(m)
-    m.run(1.0, own_cores=2.0, other_cores=0.0)
-    p.update()
-    m.run(0.6, own_cores=0.0, other_cores=1.0)  # a renderer keeps a core busy
-    m.runnable = 2
-    assert p.update() == 1
-    m.runnable = None  # unknown (no /proc/loadavg): as measured
-    m.run(0.6, own_cores=0.0, other_cores=1.0)
-    assert p.update() == 1
-    m.runnable = 1  # a look that misses it while the model steps: measured as it is
-    counts = []
-    for _ in range(60):
-        m.run(0.01, own_cores=1.0, other_cores=1.0)
-        counts.append(p.update())
-    assert set(counts) == {1}
-
-
-def test_reads_the_tasks_runnable_now(tmp_path: Path) -> None:
-    loadavg = tmp_path / "loadavg"
-    loadavg.write_text("0.24 0.55 0.94 3/345 12345\n")
-    assert runnable_now(loadavg) == 3
-    assert runnable_now(tmp_path / "missing") is None
 
 
 def test_fixed_policy_always_uses_its_threads() -> None:

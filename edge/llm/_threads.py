@@ -11,14 +11,6 @@ other work leaves free, nothing waits at a barrier for a core.
 took on the cores this process may use (``/proc/stat`` less this process's own time) and
 sets llama.cpp's threads (``llama_set_n_threads``) to the configured count less the cores
 they kept busy, never under one. Idle, it uses every thread it was given.
-
-After the model sat idle, that interval is mostly the past: another process's burst that
-has just ended (another program's answer, a build step) would cost the next prompt its
-threads. So after ``interval_s`` without an evaluation, when nothing else is
-runnable right now (``/proc/loadavg``: this thread alone), every thread is used, and the
-cores are measured again after :data:`RECHECK_S`, so work that comes back (a renderer
-between frames) takes threads away within a few ticks. A process that keeps a core busy
-is runnable at that look, and the threads stay reduced.
 """
 
 from __future__ import annotations
@@ -32,15 +24,6 @@ from typing import Any
 
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
 SLACK = 0.2  # of a core: less than this taken by others leaves every thread in use
-RECHECK_S = 0.05  # the next measurement after a stale interval let every thread in
-
-
-def runnable_now(loadavg: Path = Path("/proc/loadavg")) -> int | None:
-    """Tasks runnable on the machine at this moment, the calling thread included."""
-    try:
-        return int(loadavg.read_text().split()[3].split("/")[0])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def cpu_busy_s(allowed: set[int], stat: Path = Path("/proc/stat")) -> float | None:
@@ -76,7 +59,6 @@ class ThreadPolicy:
         busy: Callable[[], float | None] | None = None,
         own: Callable[[], float] = own_cpu_s,
         clock: Callable[[], float] = time.monotonic,
-        runnable: Callable[[], int | None] = runnable_now,
     ) -> None:
         self.threads = threads
         self.adaptive = adaptive
@@ -84,9 +66,7 @@ class ThreadPolicy:
         allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
         self.cores = len(allowed)
         self._busy = busy or (lambda: cpu_busy_s(allowed))
-        self._own, self._clock, self._runnable = own, clock, runnable
-        self._wait_s = interval_s  # until the next measurement
-        self._called = clock()  # the latest evaluation's update
+        self._own, self._clock = own, clock
         self._last: tuple[float, float, float] | None = None
         self.current = threads
         self.others_busy = 0.0  # cores other processes kept busy in the last interval
@@ -100,7 +80,6 @@ class ThreadPolicy:
         if not self.adaptive:
             return self.threads
         now, busy = self._clock(), self._busy()
-        idle_s, self._called = now - self._called, now
         if busy is None:
             return self.threads
         own = self._own()
@@ -108,15 +87,11 @@ class ThreadPolicy:
             self._last = (now, busy, own)
             return self.current
         then, busy0, own0 = self._last
-        elapsed = now - then
-        if elapsed < self._wait_s:
+        if now - then < self.interval_s:
             return self.current
         self._last = (now, busy, own)
-        self.others_busy = max(0.0, ((busy - busy0) - (own - own0)) / elapsed)
+        self.others_busy = max(0.0, ((busy - busy0) - (own - own0)) / (now - then))
         taken = max(0, math.ceil(self.others_busy - SLACK))
-        self._wait_s = self.interval_s
-        if taken and idle_s > self.interval_s and self._runnable() == 1:
-            taken, self._wait_s = 0, RECHECK_S  # a past burst; nobody else runs now
         self.current = max(1, min(self.threads, self.cores - taken))
         return self.current
 
