@@ -63,6 +63,11 @@ FOLLOW_UPS = ["Why is that?", "Say it again in other words.", "Is that always tr
 SPOKEN = "What is the capital of France?"
 MAX_TOKENS = 32
 RT_RATE = 24_000
+PAUSE_S = 1.0
+"""Quiet before each timed request, to either server: a person's requests come seconds
+apart, not straight after another server's answer on the same cores (ours picks its
+threads by what else ran just now, so asked straight after llama-cpp-python's server
+answered, its prompt step would run on one thread of two)."""
 
 
 def med(values: list[float]) -> float:
@@ -73,7 +78,9 @@ def med(values: list[float]) -> float:
 async def ttft(
     client: openai.AsyncOpenAI, messages: list[dict[str, str]], **kw: Any
 ) -> tuple[float, str]:
-    """Seconds from the request to the first non-empty content delta, and the reply."""
+    """Seconds from the request to the first non-empty content delta, and the reply
+    (after :data:`PAUSE_S` of quiet)."""
+    await anyio.sleep(PAUSE_S)
     started = time.perf_counter()
     first, text = None, ""
     stream = await client.chat.completions.create(
@@ -321,6 +328,7 @@ async def main(args: argparse.Namespace) -> None:
             "edge serve speaks TLS (its default); llama-cpp-python's server plain HTTP",
             "ours answers a participant's follow-up from its own context (its instructions)",
         ],
+        "pause_before_each_request_s": PAUSE_S,
         "max_tokens": MAX_TOKENS,
     }
     result["machine_class"] = info["class"]
