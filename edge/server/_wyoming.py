@@ -30,15 +30,17 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, TypeVar, cast
 
 import anyio
 import numpy as np
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, Eventable
 from wyoming.handle import Handled, HandledStop, NotHandled
 from wyoming.info import (
+    Artifact,
     AsrModel,
     AsrProgram,
     Attribution,
@@ -82,6 +84,8 @@ from ._wyoming_stream import (
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
+_Program = TypeVar("_Program", bound=Artifact)
+_Parsed = TypeVar("_Parsed", bound=Eventable)
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
@@ -141,7 +145,7 @@ class WyomingBackend:
         return Info(asr=asr, tts=voices, handle=[_handle_program(llm, version)])
 
 
-def _program(cls, name: str, description: str, version: str, **kw):  # type: ignore[no-untyped-def]
+def _program(cls: type[_Program], name: str, description: str, version: str, **kw: Any) -> _Program:
     return cls(
         name=name,
         attribution=ATTRIBUTION,
@@ -276,10 +280,10 @@ class WyomingHandler(AsyncEventHandler):
         return True
 
     @staticmethod
-    def _parse(cls, event: Event):  # type: ignore[no-untyped-def]
+    def _parse(cls: type[_Parsed], event: Event) -> _Parsed:
         """``cls.from_event`` with a missing or mistyped field as a client error."""
         try:
-            return cls.from_event(event)
+            return cast(_Parsed, cls.from_event(event))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ClientError(f"malformed {event.type!r} event: {exc!r}"[:200]) from None
 
@@ -548,7 +552,7 @@ class WyomingServer:
     @property
     def bound_port(self) -> int:
         inner = self._server._server if self._server is not None else None
-        if inner is None:
+        if not isinstance(inner, asyncio.Server):
             raise RuntimeError("the Wyoming server is not running")
         return int(inner.sockets[0].getsockname()[1])
 
