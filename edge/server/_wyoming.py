@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
 _Program = TypeVar("_Program", bound=Artifact)
 _Parsed = TypeVar("_Parsed", bound=Eventable)
+_Model = TypeVar("_Model")
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
@@ -341,9 +342,10 @@ class WyomingHandler(AsyncEventHandler):
             self.backend.provisional(self._asr_for, text)
 
     @staticmethod
-    def _need(model: object, domain: str) -> None:
+    def _need(model: _Model | None, domain: str) -> _Model:
         if model is None:
             raise ClientError(f"this server runs without {domain}")
+        return model
 
     @staticmethod
     def _check(rate: int, width: int, channels: int) -> None:
@@ -385,8 +387,7 @@ class WyomingHandler(AsyncEventHandler):
         await self._pacer.take(len(samples) / STT_RATE)
 
     async def _transcribe(self) -> None:
-        stt = self.backend.stt
-        self._need(stt, "asr")
+        stt = self._need(self.backend.stt, "asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
         recording, resampler, speculation = self._audio, self._resampler, self._speculation
@@ -402,16 +403,16 @@ class WyomingHandler(AsyncEventHandler):
                 recording.append(resampler.process(np.zeros(0, np.float32), last=True))
         audio = recording.audio()
         del recording
-        result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
+        result = await anyio.to_thread.run_sync(stt.transcribe, audio)
         self._heard(result.text.strip())
         self._asr_for = None
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        self._need(self.backend.tts, "tts")
+        tts = self._need(self.backend.tts, "tts")
         await synthesize_whole(
             self.write_event,
-            self.backend.tts,  # type: ignore[arg-type]
+            tts,
             text,
             self.backend.limits.max_synthesize_chars,
             lambda: self.writer.is_closing() or self.reader.at_eof(),
