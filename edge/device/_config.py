@@ -36,8 +36,8 @@ from ._select import ProfileChoice, choose_profile
 BUSY_CPU_SHARE = 0.8
 
 
-class ContextBudgets(TypedDict):
-    """The context manager's budgets a device gets (bytes, by its option's name)."""
+class ContextBudgets(TypedDict, total=False):
+    """The context manager's budgets (bytes, by its option's name): a device sets all four."""
 
     dialogue_budget_bytes: int
     topic_budget_bytes: int
