@@ -70,11 +70,13 @@ browser:
 test: setup browser
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
+	$(BIN)/mypy
 
 # Every benchmark once; each prints a table and writes JSON + PNG under
 # benchmarks/results/<machine class>/ (committed; the README table is checked against them).
