@@ -23,7 +23,6 @@ from ._scheduler import ModelScheduler
 from ._serial import SerialRunner
 from ._types import (
     ContextOverflowError,
-    FinishReason,
     GenerationOptions,
     LLMClosedError,
     LLMError,
@@ -385,8 +384,8 @@ class LlamaCppLLM(StreamingLLM):
                 yield tail
             if first_at is not None:
                 metrics.generation_s = time.perf_counter() - first_at
-            finish: FinishReason = "stop" if text.hit or req.eog else "length"
-            get_stream().finish_reason = finish
+            finish = "stop" if text.hit or req.eog else "length"
+            get_stream().finish_reason = finish  # type: ignore[assignment]
         finally:
             self._finish(metrics, started)
 
