@@ -86,7 +86,6 @@ log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
 _Program = TypeVar("_Program", bound=Artifact)
 _Parsed = TypeVar("_Parsed", bound=Eventable)
-_Model = TypeVar("_Model")
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
@@ -342,10 +341,9 @@ class WyomingHandler(AsyncEventHandler):
             self.backend.provisional(self._asr_for, text)
 
     @staticmethod
-    def _need(model: _Model | None, domain: str) -> _Model:
+    def _need(model: object, domain: str) -> None:
         if model is None:
             raise ClientError(f"this server runs without {domain}")
-        return model
 
     @staticmethod
     def _check(rate: int, width: int, channels: int) -> None:
@@ -387,7 +385,8 @@ class WyomingHandler(AsyncEventHandler):
         await self._pacer.take(len(samples) / STT_RATE)
 
     async def _transcribe(self) -> None:
-        stt = self._need(self.backend.stt, "asr")
+        stt = self.backend.stt
+        self._need(stt, "asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
         recording, resampler, speculation = self._audio, self._resampler, self._speculation
@@ -403,16 +402,16 @@ class WyomingHandler(AsyncEventHandler):
                 recording.append(resampler.process(np.zeros(0, np.float32), last=True))
         audio = recording.audio()
         del recording
-        result = await anyio.to_thread.run_sync(stt.transcribe, audio)
+        result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
         self._heard(result.text.strip())
         self._asr_for = None
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        tts = self._need(self.backend.tts, "tts")
+        self._need(self.backend.tts, "tts")
         await synthesize_whole(
             self.write_event,
-            tts,
+            self.backend.tts,  # type: ignore[arg-type]
             text,
             self.backend.limits.max_synthesize_chars,
             lambda: self.writer.is_closing() or self.reader.at_eof(),
