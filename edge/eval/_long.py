@@ -109,7 +109,9 @@ class LongResult:
     error: str = ""
 
 
-def _session(llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int):
+def _session(
+    llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int
+) -> tuple[ContextManager, Conversation]:
     ctx = ContextManager(
         llm,
         compaction_quiet_s=0.5,
