@@ -26,15 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edge.conversation import ContextManager, Conversation, ConversationConfig, has_scaffolding
 from edge.llm import LLMService
 from edge.routing import AgentTurn
-
-if TYPE_CHECKING:
-    from edge.device import ContextBudgets
-
 
 from ._harness import _mentions, score, settle
 from ._recall import FILLERS, MINUTE, T0
@@ -109,9 +105,7 @@ class LongResult:
     error: str = ""
 
 
-def _session(
-    llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int
-) -> tuple[ContextManager, Conversation]:
+def _session(llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int):
     ctx = ContextManager(
         llm,
         compaction_quiet_s=0.5,
@@ -131,7 +125,7 @@ async def _started() -> None:
 class _Session:
     """One context manager and conversation, a clock a minute per turn, every reply kept."""
 
-    def __init__(self, llm: LLMService, budgets: ContextBudgets, max_tokens: int) -> None:
+    def __init__(self, llm: LLMService, budgets: dict[str, int], max_tokens: int) -> None:
         self.now = [T0]
         self.ctx, self.conv = _session(llm, budgets, self.now, max_tokens)
         self.replies: list[dict[str, str]] = []
@@ -198,7 +192,7 @@ async def _long_session(
 
 async def run_long_eval(
     llm: LLMService,
-    budgets: ContextBudgets,
+    budgets: dict[str, int],
     *,
     turns: int = DEFAULT_TURNS,
     participants: tuple[Participant, ...] = PARTICIPANTS,
