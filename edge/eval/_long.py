@@ -26,11 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge.conversation import ContextManager, Conversation, ConversationConfig, has_scaffolding
 from edge.llm import LLMService
 from edge.routing import AgentTurn
+
+if TYPE_CHECKING:
+    from edge.device import ContextBudgets
 
 from ._harness import _mentions, score, settle
 from ._recall import FILLERS, MINUTE, T0
@@ -125,7 +128,7 @@ async def _started() -> None:
 class _Session:
     """One context manager and conversation, a clock a minute per turn, every reply kept."""
 
-    def __init__(self, llm: LLMService, budgets: dict[str, int], max_tokens: int) -> None:
+    def __init__(self, llm: LLMService, budgets: ContextBudgets, max_tokens: int) -> None:
         self.now = [T0]
         self.ctx, self.conv = _session(llm, budgets, self.now, max_tokens)
         self.replies: list[dict[str, str]] = []
@@ -192,7 +195,7 @@ async def _long_session(
 
 async def run_long_eval(
     llm: LLMService,
-    budgets: dict[str, int],
+    budgets: ContextBudgets,
     *,
     turns: int = DEFAULT_TURNS,
     participants: tuple[Participant, ...] = PARTICIPANTS,
