@@ -113,8 +113,6 @@ class LocalDecisionService:
         return cast(Scorer, self.llm)
 
     async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer:
-        if not isinstance(question, ChoiceQuestion):
-            raise DecisionError(f"decide() takes a ChoiceQuestion, got {type(question).__name__}")
         labels = question.labels
         if len(labels) == 1:
             return ChoiceAnswer(labels[0], 1.0, {labels[0]: 1.0}, source="single")
