@@ -190,7 +190,7 @@ class SeqContext:
     def live_keys(self) -> list[str]:
         return [k for k in self.owner if k is not None]
 
-    def assign(self, job: SeqJob, busy: set[int]) -> int:
+    def assign(self, job: SeqJob, busy: set[int]) -> None:
         """Give ``job`` its key's sequence: live, restored from the store, copied from its
         seed's, or empty; a sequence is freed from the least recently used idle key."""
         seq = self.seq_of(job.key)
@@ -203,7 +203,6 @@ class SeqContext:
             self._fill(seq, job.key, job.seed)
         self._used[seq] = next(self._clock)
         job.seq = seq
-        return seq
 
     def _fill(self, seq: int, key: str, seed: str | None) -> None:
         state = self.store.pop(key)
@@ -578,7 +577,8 @@ class BatchScheduler:
             ctx.forget(key, busy)
         for job in jobs:
             if job.seq is None or ctx.owner[job.seq] != job.key:
-                busy.add(ctx.assign(job, busy))
+                ctx.assign(job, busy)
+                busy.add(job.slot)
         ctx.abort_check = abort
         try:
             ctx.step(jobs, self.prefill_chunk)
