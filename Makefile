@@ -91,6 +91,7 @@ bench: setup
 	$(BIN)/python benchmarks/conversation_ttft.py
 	$(BIN)/python benchmarks/recall_ahead.py
 	$(BIN)/python benchmarks/recall_store.py
+	$(BIN)/python benchmarks/record_answers.py
 	$(BIN)/python benchmarks/weight_formats.py
 	$(BIN)/python benchmarks/voice_latency.py --llm
 	$(BIN)/python benchmarks/stt_window.py

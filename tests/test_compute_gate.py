@@ -350,7 +350,7 @@ def test_a_partial_pass_gives_way_to_urgent_work_and_a_final_pass_waits(
     partial pass queued for the gate (a pass that may end a turn would wait behind it)."""
     from edge.runtime import COMPUTE_GATE, YieldedToUrgentError
     from edge.voice import resample
-    from edge.voice._listener import _recognize
+    from edge.voice._pause import recognize as _recognize
 
     stt, tts = models
     monkeypatch.setattr(COMPUTE_GATE, "enabled", True)

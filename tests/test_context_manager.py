@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import anyio
 import pytest
 from conversation_helpers import SECOND, T0, Clock, eventually, manager
 
+import edge.conversation._context as context_module
 from edge.conversation import ContextManager, ConversationContextUpdate
 from edge.interaction import ConversationContextUpdate as InteractionUpdate
 from edge.llm import ScriptedLLM
 from edge.routing import AgentExchange
 from edge.runtime import Agent, AgentRuntime, Topic
+from edge.store import Record, SessionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -194,6 +199,58 @@ async def test_reconcile_without_ids_matches_content() -> None:
     history = [AgentExchange("u1", "a1"), AgentExchange("u2", "a2")]
     assert await ctx.reconcile("p", history) == 1
     assert await ctx.reconcile("p", history) == 0
+
+
+async def test_a_write_computes_nothing_from_an_exchanges_words(monkeypatch) -> None:
+    """Only an exchange's id is kept as its identity: a write hashes the id, never the
+    words, and an exchange without an id is recorded each time it is recorded."""
+    hashed: list[bytes] = []
+    real = context_module.hashlib.blake2b
+
+    def counting(data: bytes, **kw: Any) -> Any:
+        hashed.append(data)
+        return real(data, **kw)
+
+    monkeypatch.setattr(context_module, "hashlib", SimpleNamespace(blake2b=counting))
+    ctx = manager(ScriptedLLM())
+    for _ in range(2):
+        assert await ctx.record_exchange("p", "secret words", "more words", timestamp_us=T0)
+    assert hashed == []
+    assert await ctx.record_exchange("p", "secret words", "more words", exchange_id="turn-1")
+    assert len(hashed) == 1 and b"words" not in hashed[0]
+    assert [t.user for t in ctx.transcript("p")] == ["secret words"] * 3
+
+
+async def test_a_store_written_by_an_earlier_version_keeps_its_exchanges_known(
+    tmp_path,
+) -> None:
+    """The identity of an exchange id is the same bytes as earlier versions stored, so an
+    existing store's exchanges stay known; the content keys they stored beside it are
+    simply never looked up."""
+    path = tmp_path / "sessions.sqlite3"
+    old = SessionStore(path)
+    key = hashlib.blake2b(repr(("id", "turn-1")).encode(), digest_size=8).digest()
+    content = hashlib.blake2b(repr(("exchange", "u", "a", T0)).encode(), digest_size=8).digest()
+    exchange = Record("exchange", "dialogue", T0, user="u", assistant="a")
+    assert old.add_record("p", exchange, [key, content]) is not None
+    old.close()
+    store = SessionStore(path)
+    ctx = manager(ScriptedLLM(), store=store)
+    assert not await ctx.record_exchange("p", "u", "a", exchange_id="turn-1")
+    history = [AgentExchange("u", "a"), AgentExchange("v", "b")]
+    assert await ctx.reconcile("p", history, exchange_ids=("turn-1", "turn-2")) == 1
+    assert [t.user for t in ctx.transcript("p")] == ["u", "v"]
+    await ctx.close()
+    store.close()
+
+
+async def test_reconcile_knows_a_suspended_participants_exchanges_from_the_store() -> None:
+    ctx = manager(ScriptedLLM())
+    await ctx.record_exchange("p", "a", "1", exchange_id=10)
+    await ctx.suspend("p")
+    history = [AgentExchange("a", "1"), AgentExchange("b", "2")]
+    assert await ctx.reconcile("p", history, exchange_ids=(10, 11)) == 1
+    assert [t.user for t in ctx.transcript("p")] == ["a", "b"]
 
 
 async def test_subscriber_applies_participant_and_global_updates() -> None:

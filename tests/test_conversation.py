@@ -16,9 +16,9 @@ from edge.conversation import (
     Conversation,
     ConversationConfig,
 )
-from edge.interaction import TEXT_OUTPUT_TOPIC, ResponseOutput
+from edge.interaction import TEXT_OUTPUT_TOPIC, Exchange, ResponseOutput
 from edge.llm import ActivityTracker, GenerationError, Priority, ScriptedLLM, ScriptedReply
-from edge.routing import AgentExchange, AgentTurn, DialogueExchange, RoutableAgent
+from edge.routing import AgentExchange, AgentTurn, RoutableAgent
 from edge.runtime import Agent, AgentRuntime, HandlerContext, subscribe
 
 pytestmark = pytest.mark.anyio
@@ -198,16 +198,16 @@ async def test_release_and_departure_keep_context() -> None:
 
 async def test_an_exchange_is_recorded_once_under_its_turns_exchange_id() -> None:
     """The context owns the dialogue: the answer records its exchange under the turn's
-    ``exchange_id``, so the router's record of it (through ``conv.dialogue``) adds nothing,
-    and the history a turn carries is the router's view, never replayed into the context."""
+    ``exchange_id`` (a second record of that id adds nothing), and the history a turn
+    carries is the router's view, never replayed into the context."""
     llm = ScriptedLLM(["OK."])
     conv, ctx, runtime, _ = setup(llm)
     history = (AgentExchange("Note the rotor", "Noted."),)
     async with runtime:
         asked = replace(turn("And?", history), exchange_id="x2")
         result = await conv.answer(asked, started=Started())
-        await conv.dialogue.record("p1", DialogueExchange("x2", "And?", result.text, T0))
-        await conv.dialogue.record("p1", DialogueExchange("x3", "Note it", "Noted.", T0 + 1))
+        await conv.dialogue.record("p1", Exchange("And?", result.text, "x2", T0))
+        await conv.dialogue.record("p1", Exchange("Note it", "Noted.", "x3", T0 + 1))
     assert [t.user for t in ctx.transcript("p1")] == ["And?", "Note it"]
     recent = conv.dialogue.recent("p1", 10_000)
     assert [(e.user, e.assistant, e.timestamp_us) for e in recent] == [

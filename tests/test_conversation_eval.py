@@ -77,7 +77,7 @@ async def test_the_long_set_runs_round_robin_and_counts_controls_leaks_and_scaff
     llm = ScriptedLLM(responder("Summary so far.", answer="User: Sure, 4711."))
     result = await run_long_eval(llm, recall_budgets(), turns=8)
     assert not result.error
-    assert len(result.probes) == 2 * sum(len(p.cases) for p in PARTICIPANTS)
+    assert len(result.probes) == 3 * sum(len(p.cases) for p in PARTICIPANTS)
     summary = long_summary(result)
     # the questions are told back from each participant's own record, controls too
     assert summary["design"]["recall_right"] == summary["design"]["cases"] == 12

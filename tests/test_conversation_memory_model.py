@@ -133,7 +133,10 @@ async def test_a_corrected_fact_comes_back_new_after_compaction_and_a_restart() 
         url = service.websocket_url
         async with EdgeClient(url, participant_id="lab", resume=token) as client:
             answer = await client.ask("When is the safety briefing now?", limit_s=300)
+            # in other words than the statement's, the same answer
+            other = await client.ask("What time does the briefing start?", limit_s=300)
             page = await client.history()
             said = [e["user"] for e in page.entries if e["kind"] == "exchange"]
     assert "16:00" in answer.text and "14:00" not in answer.text, answer.text
+    assert "16:00" in other.text and "14:00" not in other.text, other.text
     assert "The safety briefing is at 14:00." in said and "Actually, it moved to 16:00." in said

@@ -76,3 +76,45 @@ async def test_the_context_owns_the_dialogue_the_router_reads_and_records_throug
     finally:
         await router.stop()
     assert notes.turns[0].exchange_id is not None
+
+
+async def test_each_finished_exchange_is_recorded_once(monkeypatch) -> None:
+    """The conversation that owns the router's dialogue records its own exchange; the
+    router records only the other destinations' (before, every conversation exchange was
+    written twice, the second write a no-op by id)."""
+    llm = ScriptedLLM(["Paris.", "Rome."])
+    rec = Recorder()
+    notes = ScriptedAgent("notes", rec, results=[DestinationResult("answer", "Saved.")])
+    context = manager(llm)
+    conversation = Conversation(llm, context=context)
+    writes: list[tuple[str, object]] = []
+    record = context.record_exchange
+
+    async def counted(pid: str, user: str, assistant: str, **kw: object) -> bool:
+        writes.append((user, kw.get("exchange_id")))
+        return await record(pid, user, assistant, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(context, "record_exchange", counted)
+    router = AgentRouter(
+        {"conversation": conversation, "notes": notes},
+        ScriptedDecisions(["conversation", "notes", "conversation"]),
+        output=rec.output,
+        dialogue=conversation.dialogue,
+    )
+    try:
+        for i, text in enumerate(["Capital of France?", "Note: cracked rotor", "Of Italy?"]):
+            await router.handle(turn(text, turn_id=f"t{i}"))
+    finally:
+        await router.stop()
+    assert [user for user, _ in writes] == [
+        "Capital of France?",
+        "Note: cracked rotor",
+        "Of Italy?",
+    ]
+    assert all(isinstance(exchange_id, str) for _, exchange_id in writes)  # the turns' ids
+    assert [(e.user, e.assistant) for e in router.history("p1")] == [
+        ("Capital of France?", "Paris."),
+        ("Note: cracked rotor", "Saved."),
+        ("Of Italy?", "Rome."),
+    ]
+    assert [e.exchange_id for e in router.history("p1")] == [1, 2, 3]  # the store's records

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import anyio
 import pytest
+from pydantic import ValidationError
 from routing_helpers import Recorder, ScriptedAgent, turn
 
+import edge
 from edge.decisions import ChoiceAnswer, ScriptedDecisions
+from edge.interaction import Exchange, UserQuery
 from edge.routing import (
     Admission,
     AgentExchange,
@@ -252,6 +258,38 @@ async def test_turn_context_identifies_exchange_and_history() -> None:
         second.exchange_id,
     ]
     assert current_turn_context().exchange_id is None
+
+
+async def test_a_turns_history_is_the_dialogues_exchanges_unconverted() -> None:
+    """One exchange type from the query to the dialogue: a turn's history holds the
+    dialogue's exchanges themselves (with their ids and times, which
+    current_turn_context() reports aligned), equal to the spec's AgentExchange by words."""
+    router, agents, _, _ = make("conversation")
+    await router.handle(turn("a", timestamp_us=100))
+    await router.handle(turn("b", timestamp_us=200))
+    (history,) = {t.history for t in agents["conversation"].turns[1:]}
+    assert history == router.history("p1")[:1] == (AgentExchange("a", "conversation reply"),)
+    assert history[0] is router.history("p1")[0]
+    context = agents["conversation"].contexts[1]
+    assert context.history_exchange_ids == (history[0].exchange_id,)
+    assert context.history_timestamps == (history[0].timestamp_us,) == (100,)
+
+
+def test_one_exchange_type_in_the_service() -> None:
+    assert AgentExchange is Exchange
+    query = UserQuery.model_validate({"text": "hi", "history": [{"user": "u", "assistant": "a"}]})
+    assert type(query.history[0]) is Exchange and query.history == (Exchange("u", "a"),)
+    with pytest.raises(ValidationError):
+        UserQuery.model_validate(
+            {"text": "hi", "history": [{"user": "u", "assistant": "a", "x": 1}]}
+        )
+    assert Exchange("u", "a", "id-1", 100) == Exchange("u", "a")
+    defined = [
+        name
+        for path in Path(edge.__file__).parent.rglob("*.py")
+        for name in re.findall(r"^class (\w*Exchange)\b", path.read_text(), re.MULTILINE)
+    ]
+    assert defined == ["Exchange"]
 
 
 async def test_failure_before_started_is_reported_once_and_propagates() -> None:

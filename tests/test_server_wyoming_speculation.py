@@ -165,3 +165,27 @@ async def test_words_of_a_pause_the_speaker_talked_past_are_retracted() -> None:
         assert all(r.cancelled for r in early)
         assert await ask(svc, "tone 880") == "You said: tone 880."
         assert (svc.answers.stats.adopted, svc.answers.stats.discarded) == (1, len(early))
+
+
+async def test_each_recordings_guess_is_keyed_by_its_utterance_on_the_voices_recognizer() -> None:
+    """A recording is an utterance of its own: two recordings of the same words for one
+    conversation give two guesses (``wyoming:<n>``), both for its participant; their
+    passes run on the voice pipeline's recognizer, beside the listeners' passes."""
+    svc = service(ScriptedLLM(reply))
+    async with svc:
+        backend = svc.wyoming.backend  # type: ignore[union-attr]
+        assert backend.recognizer is svc.voice.recognizer  # type: ignore[union-attr]
+        seen: list[tuple[str, str, str]] = []
+        provisional = backend.provisional
+        assert provisional is not None
+
+        def spy(participant_id: str, utterance: str, text: str) -> None:
+            seen.append((participant_id, utterance, text))
+            provisional(participant_id, utterance, text)
+
+        backend.provisional = spy
+        await ask(svc, "hello")
+        assert await transcribe(svc) == await transcribe(svc) == "tone 440"
+    keys = [utterance for _, utterance, text in seen if text == "tone 440"]
+    assert len(set(keys)) == 2 and all(k.startswith("wyoming:") for k in keys), seen
+    assert {participant for participant, _, _ in seen} == {"wyoming:01HASPEC"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edge.interaction import PARTICIPANT_LEFT_TOPIC, USER_QUERY_TOPIC, ParticipantLeft
-from edge.voice import SPEECH_FAILED_TOPIC, Recognition, VoiceConfig
+from edge.voice import SPEECH_FAILED_TOPIC, TRANSCRIPT_TOPIC, Recognition, Transcript, VoiceConfig
 from tests.test_voice_pipeline import FAST_VAD, feed, make, utterance
 from tests.voice_helpers import Recorder, ToneSTT, silence, tone, wait_for
 
@@ -96,3 +96,32 @@ async def test_a_listener_fault_ends_only_its_owners_session_with_an_error() -> 
         await feed(runtime, utterance(660), "p1")  # a fresh session for p1
         await wait_for(lambda: queries_of(rec, "p1") and queries_of(rec, "p2"))
         assert queries_of(rec, "p2") == ["tone 880"] and queries_of(rec, "p1") == ["tone 660"]
+
+
+async def test_a_stuck_pass_gives_the_recognizer_back_after_its_bound() -> None:
+    """p1's pass never returns (a hung recognizer call) while it holds the one-pass
+    limiter: after ``pass_timeout_s`` it is abandoned, p2's speech is transcribed and
+    answered, and p1's final transcript names the timeout (a turn ends, with its error)."""
+    stt = HeldSTT()  # one caller at a time (no ``concurrent_callers``): one pass holds it
+    config = VoiceConfig(vad=FAST_VAD, partial_interval_s=0, playback_speed=0, pass_timeout_s=0.3)
+    runtime, voice, rec, _ = make(config, stt=stt)
+    try:
+        async with voice, runtime:
+            await feed(runtime, utterance(440), "p1")
+            await wait_for(stt.holding.is_set)  # p1's pass is stuck in the recognizer
+            await feed(runtime, utterance(880), "p2")
+            await wait_for(lambda: queries_of(rec, "p2"))
+            assert queries_of(rec, "p2") == ["tone 880"] and not queries_of(rec, "p1")
+            await wait_for(lambda: finals_of(rec, "p1"))
+            (final,) = finals_of(rec, "p1")
+            assert final.text == "" and "longer than 0.3 s" in (final.error or "")
+    finally:
+        stt.release.set()  # the abandoned threads end
+
+
+def finals_of(rec: Recorder, participant: str) -> list[Transcript]:
+    return [
+        t
+        for t, meta, _ in rec.seen[TRANSCRIPT_TOPIC.name]
+        if meta.participant_id == participant and t.final
+    ]

@@ -440,6 +440,34 @@ async def test_slow_recognizer_throttles_partials_and_still_finalizes() -> None:
     assert len(stt.calls) < 30
 
 
+class ColdStartSTT(ToneSTT):
+    """Its first pass pays a one-time start-up cost: a freshly loaded Whisper's first pass
+    took 1.1-3.9 s on the 2-core host, against 0.2-0.4 s for the same audio after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cold = True
+
+    def transcribe(self, audio: np.ndarray) -> Recognition:
+        result = super().transcribe(audio)
+        elapsed, self.cold = (2.0 if self.cold else 0.05), False
+        return Recognition(result.text, result.audio_s, elapsed)
+
+
+async def test_the_first_utterance_after_start_has_partials() -> None:
+    """The start-up's warm-up pays the recognizer's one-time cost before it measures a
+    pass, so partial transcripts are on from the first utterance (the cold pass, taken as
+    the measure, had switched them off for the first utterances)."""
+    runtime, voice, rec, _ = make(stt=ColdStartSTT())
+    async with voice, runtime:
+        await voice.load()
+        await feed(runtime, utterance(), pause_s=0.01)
+        await wait_for(lambda: rec.messages(USER_QUERY_TOPIC))
+        partials = [t for t in rec.messages(TRANSCRIPT_TOPIC) if not t.final]
+        assert partials and {t.utterance for t in partials} == {0}
+        assert voice.stt_cost.seconds == pytest.approx(0.05)  # the warm passes' measure
+
+
 async def test_a_new_turn_supersedes_unspoken_replies_to_earlier_turns() -> None:
     runtime, voice, rec, tts = make()
     async with voice, runtime:

@@ -319,7 +319,7 @@ def _print_long(console: Console, result: Any) -> dict:
         )
     console.print(table)
     summary = long_summary(result)
-    for phrasing in ("design", "held_out"):
+    for phrasing in ("design", "held_out", "unseen"):
         h = summary.get(phrasing)
         if h:
             ratio = "-" if h["ratio"] is None else f"{h['ratio']:.0%}"

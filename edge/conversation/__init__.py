@@ -37,10 +37,10 @@ from ._conversation import (
     DEFAULT_STOP,
     DEFAULT_SYSTEM_PROMPT,
     ROUTE_EXAMPLES,
-    ContextDialogue,
     Conversation,
     ConversationConfig,
 )
+from ._dialogue import ContextDialogue
 from ._manager import ContextManager
 from ._prefixes import SUCCESSOR_KEY, SYSTEM_PROMPT_KEY, PrefixWarmer
 from ._render import ContextBlock

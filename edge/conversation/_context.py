@@ -219,17 +219,10 @@ budget, so the rendered prefix (and the model's KV cache of it) stays the same f
 turns instead of shifting by one entry on every turn."""
 
 
-def identity(value: object) -> bytes:
-    """A short, stable identity (8 bytes) for an exchange id or exchange content."""
-    return hashlib.blake2b(repr(value).encode("utf-8"), digest_size=8).digest()
-
-
-def content_identities(user: str, assistant: str, timestamp_us: int | None) -> list[bytes]:
-    """Identities of an exchange known only by its content (with and without its time)."""
-    ids = [identity(("exchange", user, assistant, None))]
-    if timestamp_us is not None:
-        ids.insert(0, identity(("exchange", user, assistant, timestamp_us)))
-    return ids
+def exchange_key(exchange_id: object) -> bytes:
+    """The short identity (8 bytes) the store keeps for an exchange's id (the same bytes as
+    in every earlier version of the store, so an existing store's exchanges stay known)."""
+    return hashlib.blake2b(repr(("id", exchange_id)).encode("utf-8"), digest_size=8).digest()
 
 
 class ParticipantContext:

@@ -12,7 +12,7 @@ from typing import Literal, TypedDict, Unpack
 
 import anyio
 
-from edge.interaction import ResponseOutput
+from edge.interaction import Exchange, ResponseOutput
 from edge.llm import (
     ChatMessage,
     GenerationOptions,
@@ -25,12 +25,12 @@ from edge.routing import (
     Admission,
     AgentTurn,
     DestinationResult,
-    DialogueExchange,
     RoutingAid,
     StartedSignal,
 )
 from edge.runtime import AgentRuntime, Topic, now_us
 
+from ._dialogue import ContextDialogue
 from ._manager import ContextManager
 from ._reply import ReplyFilter, sentence_bound
 from ._stated import StatedAnswer
@@ -125,50 +125,6 @@ def configured(
     return replace(base, **options) if options else base
 
 
-class ContextDialogue:
-    """The router's view of the dialogue a :class:`ContextManager` owns (an
-    :class:`edge.routing.DialogueHistory`): the newest recorded exchanges, each identified
-    by its stored record; an exchange is recorded under its turn's ``exchange_id``, so one
-    the conversation recorded itself is not recorded twice. Departure leaves the dialogue
-    to the application (the service suspends it)."""
-
-    PAGE = 16
-
-    def __init__(self, context: ContextManager) -> None:
-        self.context = context
-
-    def recent(self, participant_id: str, budget_bytes: int) -> list[DialogueExchange]:
-        store = self.context.store
-        if self.context.closed or not store.exists(participant_id):
-            return []
-        _, end = store.history(participant_id, limit=0)
-        kept: list[DialogueExchange] = []
-        used = 0
-        while end > 0:
-            start = max(end - self.PAGE, 0)
-            records, _ = store.history(participant_id, offset=start, limit=end - start)
-            for r in reversed([r for r in records if r.kind == "exchange"]):
-                exchange = DialogueExchange(r.id, r.user, r.assistant, r.timestamp_us)
-                if used + exchange.size > budget_bytes:
-                    return kept[::-1]
-                kept.append(exchange)
-                used += exchange.size
-            end = start
-        return kept[::-1]
-
-    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
-        await self.context.record_exchange(
-            participant_id,
-            exchange.user,
-            exchange.assistant,
-            timestamp_us=exchange.timestamp_us,
-            exchange_id=exchange.exchange_id,
-        )
-
-    async def forget(self, participant_id: str) -> None:
-        """Nothing: the application suspends or clears the participant's context."""
-
-
 class Conversation:
     """Answers routed turns with the model, using a shared :class:`ContextManager`.
 
@@ -178,9 +134,10 @@ class Conversation:
     :class:`~edge.interaction.ResponseOutput` frames on ``output_topic`` of ``runtime``
     (a reply to the turn id, with the config's ``name`` as source and the turn's
     timestamp). Without a runtime the answer is only returned. Each completed exchange is
-    recorded in the context under the turn's ``exchange_id``; a cancelled or failed answer
-    records nothing. The context owns the dialogue: :attr:`dialogue` is the router's view of
-    it.
+    recorded in the context (through :attr:`dialogue`) under the turn's ``exchange_id``; a
+    cancelled or failed answer records nothing. The context owns the dialogue:
+    :attr:`dialogue` is the router's view of it, and a router given it leaves this
+    conversation's exchanges to it.
 
     A question about what the participant stated ("What is my locker code?", "When is
     the briefing now?") is answered from their record, not generated
@@ -265,13 +222,9 @@ class Conversation:
             else:
                 messages = self.request_messages(turn.participant_id, turn.query)
                 text = await self._stream(turn, messages, started)
-        await self.context.record_exchange(
-            turn.participant_id,
-            turn.query,
-            text,
-            timestamp_us=turn.timestamp_us,
-            exchange_id=turn.exchange_id,
-        )
+        exchange = Exchange(turn.query, text, turn.exchange_id, turn.timestamp_us)
+        with anyio.CancelScope(shield=True):  # a completed exchange is never lost
+            await self.dialogue.record(turn.participant_id, exchange)
         return DestinationResult("answer", text)
 
     async def release(self, participant_id: str) -> None:

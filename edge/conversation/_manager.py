@@ -47,6 +47,7 @@ from typing import Any, Literal, NamedTuple, Unpack
 
 import anyio
 
+from edge.interaction import Exchange
 from edge.llm import ChatMessage, LLMService
 from edge.recall import MemoryRecallIndex, RecallIndex, StoreRecallIndex
 from edge.runtime import Agent, Topic, now_us
@@ -58,6 +59,7 @@ from ._compacting import Compaction
 from ._compaction import CompactionReport, Compactor, PostCompactHook, PreCompactHook
 from ._config import ContextConfig, ContextOptions, check_participant
 from ._context import TranscriptEntry
+from ._dialogue import ContextDialogue
 from ._prefixes import SYSTEM_PROMPT_KEY, Prefixes, PrefixWarmer
 from ._recall import Recall
 from ._render import DIALOGUE, ContextBlock, Renderer
@@ -264,23 +266,23 @@ class ContextManager:
         exchange_id: object | None = None,
     ) -> bool:
         """Record one completed exchange; False when it was already recorded (same
-        ``exchange_id``, or same content and time) or the manager is closed."""
-        return await self._writer.record_exchange(
-            participant_id, user, assistant, timestamp_us, exchange_id
-        )
+        ``exchange_id``) or the manager is closed. One without an ``exchange_id`` is
+        recorded each time."""
+        exchange = Exchange(user, assistant, exchange_id, timestamp_us)
+        return await self._writer.record_exchange(participant_id, exchange)
 
     async def reconcile(
         self,
         participant_id: str,
-        history: Sequence[Any],
+        history: Sequence[Exchange],
         *,
         exchange_ids: Sequence[object | None] = (),
         timestamps: Sequence[int | None] = (),
     ) -> int:
-        """Record the contiguous tail of ``history`` (objects with ``user`` and
-        ``assistant``, e.g. the router's) that follows the newest exchange already known;
-        returns how many were recorded. Earlier unknown exchanges are not replayed."""
-        return await self._writer.reconcile(participant_id, history, exchange_ids, timestamps)
+        """The spec's history reconciliation (:meth:`ContextDialogue.reconcile`)."""
+        return await ContextDialogue(self).reconcile(
+            participant_id, history, exchange_ids, timestamps
+        )
 
     async def update(
         self, participant_id: str, topic: str, text: str, *, timestamp_us: int | None = None

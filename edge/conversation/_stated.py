@@ -24,6 +24,7 @@ from edge.recall import (
     asked_of_record,
     coverage,
     is_request,
+    rating,
     replaces,
     spoken,
 )
@@ -83,9 +84,10 @@ def stated_answer(
 
 
 def _best(asked: Asked, pool: list[Statement]) -> Statement | None:
-    rated = [(coverage(asked, s.text), s.timestamp_us, s.seq, s) for s in pool]
-    good = [r for r in rated if r[0] >= asked.needed]
-    return max(good, key=lambda r: r[:3])[3] if good else None
+    """The statement that answers ``asked`` best (:func:`~edge.recall.rating`), the newest
+    among equals."""
+    rated = [(r, s.timestamp_us, s.seq, s) for s in pool if (r := rating(asked, s.text))]
+    return max(rated, key=lambda r: r[:3])[3] if rated else None
 
 
 def _replacements(recall: Recall, first: Statement, pool: dict[int, Statement]) -> list[Statement]:

@@ -1,18 +1,18 @@
-"""Writing a participant's context: exchanges (each with its identities, so none is
-recorded twice), topic updates, and what a write sets off (a re-warm of the prefix after
-an exchange; a compaction at once, without the model, of a section pressed for room)."""
+"""Writing a participant's context: exchanges (one with an ``exchange_id`` is recorded once:
+its id's identity is kept; nothing is computed from an exchange's words), topic updates,
+and what a write sets off (a re-warm of the prefix after an exchange; a compaction at once,
+without the model, of a section pressed for room)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
 
+from edge.interaction import Exchange
 from edge.store import Record
 
 from ._compacting import Compaction
 from ._config import check_participant
-from ._context import content_identities, identity
+from ._context import exchange_key
 from ._render import DIALOGUE
 from ._schedule import Scheduler
 from ._views import Views
@@ -29,27 +29,19 @@ class Writer:
         self.compaction = compaction
         self.schedule = schedule
 
-    async def record_exchange(
-        self,
-        participant_id: str,
-        user: str,
-        assistant: str,
-        timestamp_us: int | None,
-        exchange_id: object | None,
-    ) -> bool:
+    async def record_exchange(self, participant_id: str, exchange: Exchange) -> bool:
         check_participant(participant_id)
-        if not isinstance(user, str) or not isinstance(assistant, str):
+        if not isinstance(exchange.user, str) or not isinstance(exchange.assistant, str):
             raise TypeError("an exchange needs str user and assistant text")
         if self.views.closed:
             log.debug("context manager closed; exchange for %r dropped", participant_id)
             return False
-        ts = self.views.clock() if timestamp_us is None else int(timestamp_us)
-        ids = content_identities(user, assistant, timestamp_us)
-        if exchange_id is not None:
-            ids = [identity(("id", exchange_id)), *ids]
-        if ids[0] in self.views.participant(participant_id).identities:
+        ts = self.views.clock() if exchange.timestamp_us is None else int(exchange.timestamp_us)
+        ids = [] if exchange.exchange_id is None else [exchange_key(exchange.exchange_id)]
+        part = self.views.participant(participant_id)  # cached before the write: the view gets it
+        if ids and ids[0] in part.identities:
             return False
-        record = Record("exchange", DIALOGUE, ts, user=user, assistant=assistant)
+        record = Record("exchange", DIALOGUE, ts, user=exchange.user, assistant=exchange.assistant)
         return await self._record(participant_id, record, ids)
 
     async def update(
@@ -84,31 +76,3 @@ class Writer:
         if section.needs_compaction() or part.warm_pending:
             self.schedule.wake()
         return True
-
-    async def reconcile(
-        self,
-        participant_id: str,
-        history: Sequence[Any],
-        exchange_ids: Sequence[object | None],
-        timestamps: Sequence[int | None],
-    ) -> int:
-        check_participant(participant_id)
-        items = list(history)
-        ids = list(exchange_ids) + [None] * (len(items) - len(exchange_ids))
-        times = list(timestamps) + [None] * (len(items) - len(timestamps))
-        part = self.views.participants.get(participant_id)
-        start = len(items)
-        for i in range(len(items) - 1, -1, -1):
-            keys = content_identities(items[i].user, items[i].assistant, times[i])
-            if ids[i] is not None:
-                keys.insert(0, identity(("id", ids[i])))
-            if part is not None and part.knows(keys):
-                break
-            start = i
-        recorded = 0
-        for i in range(start, len(items)):
-            item = items[i]
-            recorded += await self.record_exchange(
-                participant_id, item.user, item.assistant, times[i], ids[i]
-            )
-        return recorded

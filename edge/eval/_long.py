@@ -5,16 +5,17 @@ robin in one context manager on a device profile's budgets. Each states a fact, 
 an arrangement, then corrects the arrangement; then ``turns`` ordinary turns (160 by
 default, the participants in turn, each answered by the model), with a pause every 20 (the
 device idle, so compaction runs); then each asks its questions, in the design phrasing and
-in a held-out one written with the set and never tuned on. Every statement and ordinary
-turn goes through :meth:`~edge.conversation.Conversation.answer`, as a routed turn would;
-the questions through :meth:`~edge.conversation.Conversation.reply`, not recorded, so one
-phrasing does not answer the other. The **control**: each participant's statements said by
-a fresh participant, asked right after.
+in a held-out one written with the set, and in an unseen one written later and never
+tuned on. Every statement and ordinary turn goes through
+:meth:`~edge.conversation.Conversation.answer`, as a routed turn would; the questions
+through :meth:`~edge.conversation.Conversation.reply`, not recorded, so one phrasing does
+not answer another. The **control**: each participant's statements said by a fresh
+participant, asked right after.
 
-Reported: recall after the turns over the control (design phrasing; the held-out one on
-its own), correction accuracy (the new value and not the old), **leaks** (a reply to one
-participant naming another's value), and the share of every reply (statements, ordinary
-turns, questions, controls) that shows the prompt's scaffolding
+Reported: recall after the turns over the control (per phrasing), correction accuracy
+(the new value and not the old), **leaks** (a reply to one participant naming another's
+value), and the share of every reply (statements, ordinary turns, questions, controls)
+that shows the prompt's scaffolding
 (:func:`~edge.conversation.has_scaffolding`).
 """
 
@@ -40,6 +41,9 @@ from ._recall import FILLERS, MINUTE, T0
 
 DEFAULT_TURNS = 160
 PAUSE_EVERY = 20
+PHRASINGS = ("design", "held_out", "unseen")
+"""Each question's phrasings: the design one, the held-out one written with the set, and
+the unseen one written later and never tuned on (``evals/long_cases.toml``)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,15 @@ class LongCase:
     held_out: str
     expect: tuple[str, ...]
     stale: tuple[str, ...] = ()
+    unseen: str = ""
+
+    def asked(self, phrasing: str) -> str:
+        """The question in ``phrasing`` (one of :data:`PHRASINGS`)."""
+        return {"design": self.question, "held_out": self.held_out, "unseen": self.unseen}[phrasing]
+
+    @property
+    def phrasings(self) -> tuple[str, ...]:
+        return PHRASINGS if self.unseen else PHRASINGS[:2]
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ def load_participants() -> tuple[Participant, ...]:
                     c["held_out"],
                     tuple(c["expect"]),
                     tuple(c.get("stale", ())),
+                    c.get("unseen", ""),
                 )
                 for c in p["case"]
             ),
@@ -90,7 +104,7 @@ class LongProbe:
     case: str
     kind: str
     participant: str
-    phrasing: str  # "design" or "held_out"
+    phrasing: str  # one of PHRASINGS
     control: float
     recall: float
     control_answer: str
@@ -164,9 +178,8 @@ async def _controls(session: _Session, participants: tuple[Participant, ...]) ->
         for text in p.said:
             await session.turn(pid, text)
         for case in p.cases:
-            for phrasing in ("design", "held_out"):
-                question = case.question if phrasing == "design" else case.held_out
-                out[(case.name, phrasing)] = await session.ask(pid, question)
+            for phrasing in case.phrasings:
+                out[(case.name, phrasing)] = await session.ask(pid, case.asked(phrasing))
     return out
 
 
@@ -188,8 +201,8 @@ async def _long_session(
         out: dict[tuple[str, str], str] = {}
         for p in participants:
             for case in p.cases:
-                out[(case.name, "design")] = await session.ask(p.name, case.question)
-                out[(case.name, "held_out")] = await session.ask(p.name, case.held_out)
+                for phrasing in case.phrasings:
+                    out[(case.name, phrasing)] = await session.ask(p.name, case.asked(phrasing))
     return out
 
 
@@ -220,7 +233,7 @@ async def run_long_eval(
         return result
     for p in participants:
         for case in p.cases:
-            for phrasing in ("design", "held_out"):
+            for phrasing in case.phrasings:
                 control, recall = controls[(case.name, phrasing)], answers[(case.name, phrasing)]
                 result.probes.append(
                     LongProbe(
@@ -272,7 +285,7 @@ def summarize_long(result: LongResult) -> dict[str, Any]:
     """The figures: per phrasing, the control's and recall's mean, their ratio and the
     cases right of 12; correction accuracy after the turns; leaks; scaffolded replies."""
     out: dict[str, Any] = {"turns": result.turns, "seconds": result.seconds}
-    for phrasing in ("design", "held_out"):
+    for phrasing in PHRASINGS:
         rows = [p for p in result.probes if p.phrasing == phrasing]
         if not rows:
             continue

@@ -2,7 +2,7 @@
 
 from ._messages import (
     ConversationContextUpdate,
-    HistoryExchange,
+    Exchange,
     Interrupted,
     ParticipantJoined,
     ParticipantLeft,
@@ -26,7 +26,7 @@ __all__ = [
     "USER_QUERY_TOPIC",
     "VOICE_OUTPUT_TOPIC",
     "ConversationContextUpdate",
-    "HistoryExchange",
+    "Exchange",
     "Interrupted",
     "ParticipantJoined",
     "ParticipantLeft",

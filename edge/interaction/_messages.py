@@ -7,6 +7,8 @@ render or play a message on its own, so they stay meaningful once serialized.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -14,11 +16,31 @@ class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class HistoryExchange(_Payload):
-    """One completed exchange a caller can hand the router to seed history."""
+@dataclass(frozen=True)
+class Exchange:
+    """One completed exchange: the participant's request (``user``) and the response
+    context kept for it (``assistant``), with its identity (``exchange_id``: a routed
+    turn's, or its recorder's own; None when it has none yet) and the time of its request
+    (``timestamp_us``, Unix microseconds; None: unknown). Two exchanges are equal when
+    their words are (``AgentExchange("Hi", "Hello")`` equals a turn's history entry saying
+    that); the identity and the time are not compared.
+
+    The one exchange type of the service: a query's seed history (:class:`UserQuery`),
+    routing's ``AgentExchange`` (a turn's history), the dialogue history the router reads
+    and adds to, and the context's store adapter all pass it on as it is.
+    """
 
     user: str
     assistant: str
+    exchange_id: object | None = field(default=None, compare=False)
+    timestamp_us: int | None = field(default=None, compare=False)
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # in a payload: no unknown keys
+
+    @property
+    def size(self) -> int:
+        """UTF-8 bytes of its text, the unit of the history budgets."""
+        return len(self.user.encode("utf-8")) + len(self.assistant.encode("utf-8"))
 
 
 class UserQuery(_Payload):
@@ -31,7 +53,8 @@ class UserQuery(_Payload):
 
     text: str
     timestamp_us: int | None = None
-    history: tuple[HistoryExchange, ...] = ()
+    history: tuple[Exchange, ...] = ()
+    """Completed exchanges that seed the router's history of a participant without any."""
 
     @field_validator("text")
     @classmethod

@@ -9,7 +9,7 @@ The conversation (``edge.conversation``) chooses what to recall from them and re
 it into the prompt; its summary check and extractive summaries use the heuristics.
 """
 
-from ._answer import NOT_STATED, Asked, asked_of_record, coverage, spoken
+from ._answer import NOT_STATED, Asked, asked_of_record, coverage, rating, spoken
 from ._index import (
     MAX_STATEMENTS,
     MemoryRecallIndex,
@@ -20,6 +20,7 @@ from ._index import (
     replaces,
     superseded,
 )
+from ._match import lemma
 from ._memory import (
     importance,
     invented_details,
@@ -55,7 +56,9 @@ __all__ = [
     "is_correction",
     "is_request",
     "key_details",
+    "lemma",
     "missing_details",
+    "rating",
     "refers_back",
     "repairs",
     "replaces",

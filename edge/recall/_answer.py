@@ -16,34 +16,46 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ._memory import is_request, key_details, terms
+from ._match import FRAME, canonical, expansions, has_kind, kind_asked, lemmas, named
+from ._memory import is_request, is_value_only, key_details, without_take_back
 
+_LEAD = r"^\W*(?:(?:so|and|ok(?:ay)?|hey|quick question|sorry|please)\W+)*"
+_POLITE = (
+    r"(?:(?:(?:can|could|would|will) you (?:please )?|please )?(?:tell|remind) me(?: again)?"
+    r"(?: of)?,?\s+|(?:do|did) you (?:still )?(?:remember|know|recall),?\s+)"
+)
+"""A polite wrapper around a question: "Could you tell me ...", "Do you remember ...",
+"Remind me ..."."""
 _WH = re.compile(
-    r"^\W*(?:(?:so|and|ok(?:ay)?|hey|remind me|quick question|sorry)\W+)*"
-    r"(?:(?:can|could|would) you (?:tell|remind) me,?\s+|do you (?:remember|know),?\s+|"
-    r"tell me,?\s+)?"
+    rf"{_LEAD}{_POLITE}?"
     r"(what(?:'s|’s| is| are| was)?|who(?:'s|’s)?|whom|whose|where(?:'s|’s)?|when(?:'s|’s)?|"
-    r"which|how (?:many|much|long|old|far)|at what|in which|on which|to whom|from which)\b",
+    r"which|how (?:many|much|long|old|far)|at what|in which|on which|to whom|from which)\b"
+    rf"|{_LEAD}{_POLITE}(?=(?:my|our|the)\b)",
     re.IGNORECASE,
 )
-"""A question asking for a fact (not "how do I ...", "why ...")."""
+"""A question asking for a fact (not "how do I ...", "why ..."), or a polite request for
+one of the participant's things or a named thing ("Do you remember my locker code?")."""
 _OWN = re.compile(
-    r"\b(?:my|our|mine|ours)\b|\b(?:am|did|do|was|have|should|will|must) i\b|"
+    r"\b(?:my|our|mine|ours|me)\b|\b(?:am|did|do|was|have|should|will|must) i\b|"
     r"\bi (?:told|said|mentioned|gave|put|left|parked|booked|set)\b|\bnow\b|\bagain\b",
     re.IGNORECASE,
 )
 """Marks of a question about the participant's own record: their things ("my"), what
-they did or said ("did I", "I told you"), or a value that changed ("now", "again")."""
+they did or said ("did I", "I told you"), what concerns them ("who mentors me"), or a
+value that changed ("now", "again"); looked for after a polite wrapper ("Remind me")."""
 _CONTRACTED = re.compile(r"\b(what|who|where|when|how|that|it)['’]s\b", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"(\w)['’]s\b")
-_MINE = re.compile(r"\b(?:my|our|mine|ours)\b", re.IGNORECASE)
-GENERIC = frozenset("name time day date number exact exactly current currently".split())
-"""Question words that name the kind of answer, not its subject ("the *name* of my
-supervisor"): left out of the subject a statement must match, unless nothing else is
-("What is my name?")."""
+_MINE = re.compile(
+    r"\b(?:my|our|mine|ours|did i)\b|\bi (?:told|said|mentioned|gave|put|left|parked|booked)\b",
+    re.IGNORECASE,
+)
 OWN_COVERAGE = 2 / 3
 """Share of the subject's words a statement must have to answer a question about the
 participant's own record; any other question needs all of them."""
+KIND_COVERAGE = 1 / 2
+"""Share enough for a statement that holds the kind of value asked for and every thing the
+question names (:func:`~edge.recall._match.named`): "Who do I share my bench with?" for
+"My bench partner is Tomasz."."""
 
 NOT_STATED = "You haven't told me that yet."
 """The reply when a question about the participant's record finds nothing they stated."""
@@ -51,18 +63,28 @@ NOT_STATED = "You haven't told me that yet."
 
 @dataclass(frozen=True)
 class Asked:
-    """A request asking for a stated fact: ``subject``, the search terms a statement must
-    share (:data:`GENERIC` words left out), and ``own``: whether it asks about the
-    participant's own record ("my", "did I", "now": a statement needs fewer of the
+    """A request asking for a stated fact: ``subject``, the lemmas a statement must share
+    (:func:`~edge.recall._match.lemma`, a synonym set's first word for its others, frame
+    words left out: :data:`~edge.recall._match.FRAME`), and ``own``: whether it asks about
+    the participant's own record ("my", "did I", "now": a statement needs fewer of the
     subject's words)."""
 
     subject: frozenset[str]
     own: bool
     mine: bool = False
-    """Whether it asks for one of the participant's things ("my", "our"): when they
-    stated nothing about it, the reply says so (:data:`NOT_STATED`)."""
+    """Whether it asks for one of the participant's things ("my", "our") or what they
+    did or said ("did I", "I told you"): when they stated nothing about it, the reply
+    says so (:data:`NOT_STATED`)."""
     query: str = ""
-    """The request to search with, a possessive's "'s" left out."""
+    """The request to search with, a possessive's "'s" left out, synonyms added."""
+    kind: str | None = None
+    """The kind of value asked for (:func:`~edge.recall._match.kind_asked`)."""
+    named: frozenset[str] = frozenset()
+    """The things it names ("my bench"): a statement matched on fewer words must have
+    them."""
+    said: frozenset[str] = frozenset()
+    """Its subject's lemmas as said, before synonyms: a statement that uses the same
+    words ranks above one that uses a synonym."""
 
     @property
     def needed(self) -> float:
@@ -71,34 +93,60 @@ class Asked:
 
 def asked_of_record(request: str) -> Asked | None:
     """Whether ``request`` asks for a fact the participant may have stated (a wh-question
-    for a value: what, who, where, when, which, how many, ...), and about what; None for
-    anything else (a statement, "how do I ...", "why ...", "tell me a joke")."""
+    for a value: what, who, where, when, which, how many, ...; or a polite request for one:
+    "Do you remember my locker code?"), and about what; None for anything else (a
+    statement, "how do I ...", "why ...", "tell me a joke")."""
     text = request.strip()
-    if not text or not is_request(text) or _WH.search(text) is None:
+    if not text or not is_request(text) or (wh := _WH.search(text)) is None:
         return None
-    plain = _CONTRACTED.sub(lambda m: m.group(1) + " is", text)
-    said = _terms(plain)
-    subject = frozenset(t for t in said if t not in GENERIC) or frozenset(said)
+    rest = text[wh.end() :] if wh.group(1) is None else text[wh.start(1) :]
+    plain = _plain(_CONTRACTED.sub(lambda m: m.group(1) + " is", rest))
+    said = [w for w in lemmas(plain) if w not in FRAME] or lemmas(plain)
+    subject = frozenset(canonical(w) for w in said)
     if not subject:
         return None
     return Asked(
-        subject, _OWN.search(text) is not None, _MINE.search(text) is not None, _plain(plain)
+        subject,
+        _OWN.search(rest) is not None,
+        _MINE.search(text) is not None,
+        " ".join([plain, *expansions(subject)]),
+        kind_asked(rest),
+        named(plain) & subject,
+        frozenset(said),
     )
 
 
 def coverage(asked: Asked, statement: str) -> float:
     """The share of the question's subject words the statement has."""
-    said = set(_terms(statement))
-    return len(asked.subject & said) / len(asked.subject)
+    return len(asked.subject & _said(statement)) / len(asked.subject)
+
+
+def rating(asked: Asked, statement: str) -> tuple[float, int] | None:
+    """How well ``statement`` answers ``asked`` (its :func:`coverage`, then how many of the
+    subject's words it has as they are, not by a synonym), or None when it does not:
+    it has too few of the subject's words (:attr:`Asked.needed`), or a question asking for
+    a kind of value (a time, a person, a place, a number) finds none in it. Holding that
+    kind and every thing the question names, :data:`KIND_COVERAGE` of its words is
+    enough."""
+    said = _said(statement)
+    share = len(asked.subject & said) / len(asked.subject)
+    if asked.kind is not None and not has_kind(statement, asked.kind):
+        return None
+    enough = share >= asked.needed or (
+        asked.kind is not None and share >= KIND_COVERAGE and asked.named <= said
+    )
+    if not enough:
+        return None
+    return share, len(asked.said & set(lemmas(_plain(statement))))
+
+
+def _said(statement: str) -> set[str]:
+    return {canonical(w) for w in lemmas(_plain(statement))}
 
 
 def _plain(text: str) -> str:
     """``text`` with a possessive's "'s" left out ("my daughter's name": daughter)."""
     return _POSSESSIVE.sub(r"\1", text)
-
-
-def _terms(text: str) -> list[str]:
-    return terms(_plain(text))
 
 
 # -- the reply ---------------------------------------------------------------------------
@@ -164,9 +212,11 @@ def spoken(statement: str, asked: Asked | None = None, replaced: tuple[str, ...]
     statement's subject ("The autoclave run moved to 11.")."""
     sentences = [s for s in _SENTENCE.split(statement.strip()) if s.strip()]
     if asked is not None and len(sentences) > 1:
-        about = [s for s in sentences if asked.subject & set(terms(s))]
+        about = [s for s in sentences if asked.subject & _said(s)]
         sentences = about or sentences
     text = " ".join(_OPENER.sub("", s) for s in sentences).strip()
+    if replaced and is_value_only(statement):
+        text = _with_value(_OPENER.sub("", replaced[0].strip()), without_take_back(statement))
     if replaced:
         text = _without_taken_back(text, replaced)
         text = _named_subject(text, replaced[0])
@@ -176,6 +226,28 @@ def spoken(statement: str, asked: Asked | None = None, replaced: tuple[str, ...]
         return statement.strip()
     text = text[0].upper() + text[1:]
     return text if text[-1] in ".!?" else text + "."
+
+
+_DETAIL = re.compile(r"\b[^\W_]*\d[^\W_]*(?:[-'’.:][^\W_]+)*|(?<=\s)[A-Z][^\W_]+")
+
+
+def _with_value(older: str, value: str) -> str:
+    """``older`` with its last detail of ``value``'s shape (a time, a number, a name)
+    replaced by ``value``, a repair that names only the new value ("The centrifuge is
+    booked for 10:30." and "11:30": "The centrifuge is booked for 11:30.")."""
+    value = value.strip(" .!,;:")
+    found = list(_DETAIL.finditer(older))
+    if not found or not value:
+        return value
+    alike = [m for m in found if _shape(m.group()) == _shape(value)]
+    last = (alike or found)[-1]
+    return older[: last.start()] + value + older[last.end() :]
+
+
+def _shape(detail: str) -> str:
+    if ":" in detail:
+        return "time"
+    return "number" if any(c.isdigit() for c in detail) else "name"
 
 
 def _without_taken_back(text: str, replaced: tuple[str, ...]) -> str:

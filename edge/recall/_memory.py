@@ -158,7 +158,8 @@ def is_correction(text: str) -> bool:
 
 
 _TAKE_BACK = re.compile(
-    rf"^\W*(?:(?:{_REPAIRS}|oops|i misspoke|i got it wrong|i was wrong|my mistake)\b|no,)",
+    rf"^\W*(?:(?:{_REPAIRS}|oops|i misspoke|i got it wrong|i was wrong|my mistake|make that)\b"
+    r"|no,)",
     re.IGNORECASE,
 )
 
@@ -178,14 +179,39 @@ def repairs(newer: str, older: str) -> bool:
     through the north gate"), where a correction said later needs two (:func:`supersedes`).
     A change told on its own ("Sample rack 3 was moved to freezer A" after "Freezer B is
     set to minus 80 degrees") does not take back what came before; one told of "it"
-    ("It moved to 11." after "The autoclave run is at 9.": :func:`refers_back`) does."""
+    ("It moved to 11." after "The autoclave run is at 9.": :func:`refers_back`) does, and
+    so does one naming only the new value ("Sorry, I meant 11:30.": :func:`is_value_only`)."""
     if is_request(newer) or is_request(older):
         return False
     if refers_back(newer):
         return True
     if not takes_back_what_went_before(newer):
         return False
-    return bool(_parts(newer) & _parts(older))
+    return bool(_parts(newer) & _parts(older)) or (
+        is_value_only(newer) and bool(key_details(older))
+    )
+
+
+_TAKE_BACK_OPENING = re.compile(
+    rf"^\W*(?:(?:{_REPAIRS}|oops|i misspoke|i got it wrong|i was wrong|my mistake|make that|"
+    r"no)\b[\s,:;.!-]*)+",
+    re.IGNORECASE,
+)
+
+
+def without_take_back(text: str) -> str:
+    """``text`` without the words that open a repair ("Sorry, I meant", "Make that")."""
+    return _TAKE_BACK_OPENING.sub("", text.strip())
+
+
+def is_value_only(text: str) -> bool:
+    """Whether a repair names only the new value ("Sorry, I meant 11:30.", "Make that
+    Mira.", "No, 16:00."): past its opening words, numbers and names alone. Said right
+    after a statement with a detail of its own, it replaces that detail
+    (:func:`repairs`)."""
+    said = [w.lower().strip(".:'’-") for w in words(without_take_back(text))]
+    details = key_details(text)
+    return 0 < len(said) <= 2 and all(w in details for w in said)
 
 
 def _parts(text: str) -> set[str]:

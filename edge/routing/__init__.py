@@ -7,7 +7,7 @@ from ._config import (
     RouterConfig,
     RouterTopics,
 )
-from ._history import DialogueExchange, DialogueHistory, RecentExchanges
+from ._history import DialogueHistory, RecentExchanges
 from ._router import AgentRouter
 from ._state import TurnCancelled
 from ._turn_context import RoutingTurnContext, current_turn_context
@@ -30,7 +30,6 @@ __all__ = [
     "AgentRouter",
     "AgentTurn",
     "DestinationResult",
-    "DialogueExchange",
     "DialogueHistory",
     "LeaveAware",
     "ParticipantHooks",

@@ -7,8 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 
 from edge.decisions import ChoiceAnswer, ChoiceQuestion, Criterion, validate_answer
+from edge.interaction import Exchange
 
-from ._history import DialogueExchange, as_lines
+from ._history import as_lines
 from ._types import RoutableAgent, RoutingAid
 
 UNAVAILABLE_TEXT = "Sorry, I can't help with that right now."
@@ -19,7 +20,7 @@ def routing_question(
     text: str,
     candidates: list[str],
     aids: Mapping[str, RoutingAid],
-    history: Sequence[DialogueExchange],
+    history: Sequence[Exchange],
     asker: str = "",
 ) -> ChoiceQuestion:
     """The decision question for ``candidates``, options sorted by route name so the same

@@ -1,48 +1,23 @@
 """Completed exchanges as the router sees them: the :class:`DialogueHistory` protocol the
-dialogue's owner implements, and the newest ones within a byte budget."""
+dialogue's owner implements, the newest ones within a byte budget, and who records a
+destination's exchange."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ._types import AgentExchange
+from edge.interaction import Exchange
 
 
-@dataclass(frozen=True)
-class DialogueExchange:
-    """A completed exchange with its identity (a turn's ``exchange_id``, or the owner's own)
-    and the time of its request (None: unknown)."""
-
-    exchange_id: object
-    user: str
-    assistant: str
-    timestamp_us: int | None = None
-
-    @property
-    def size(self) -> int:
-        return exchange_bytes(self.user, self.assistant)
-
-    def public(self) -> AgentExchange:
-        return AgentExchange(self.user, self.assistant)
-
-
-def exchange_bytes(user: str, assistant: str) -> int:
-    """UTF-8 size of an exchange, the unit of the context budget."""
-    return len(user.encode("utf-8")) + len(assistant.encode("utf-8"))
-
-
-def newest_within(
-    exchanges: Sequence[DialogueExchange], budget_bytes: int
-) -> list[DialogueExchange]:
+def newest_within(exchanges: Sequence[Exchange], budget_bytes: int) -> list[Exchange]:
     """The newest whole exchanges whose total size fits ``budget_bytes``, oldest first.
 
     Selection stops at the first exchange that does not fit, so the result is always a
     contiguous, most recent run of the history (never an older exchange without the
     newer ones).
     """
-    kept: list[DialogueExchange] = []
+    kept: list[Exchange] = []
     used = 0
     for exchange in reversed(exchanges):
         size = exchange.size
@@ -54,7 +29,7 @@ def newest_within(
     return kept
 
 
-def as_lines(exchanges: Iterable[DialogueExchange]) -> tuple[str, ...]:
+def as_lines(exchanges: Iterable[Exchange]) -> tuple[str, ...]:
     """History as short transcript lines for a routing decision."""
     lines: list[str] = []
     for exchange in exchanges:
@@ -70,14 +45,14 @@ class DialogueHistory(Protocol):
     them. The application's context side implements it (``Conversation.dialogue``, over
     its ``ContextManager``); without one the router keeps a :class:`RecentExchanges`."""
 
-    def recent(self, participant_id: str, budget_bytes: int) -> Sequence[DialogueExchange]:
+    def recent(self, participant_id: str, budget_bytes: int) -> Sequence[Exchange]:
         """The participant's newest whole exchanges within ``budget_bytes``, oldest first
         (:func:`newest_within`)."""
         ...
 
-    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
-        """Add a completed exchange; one whose ``exchange_id`` is already there (the
-        destination recorded it itself) is not added again."""
+    async def record(self, participant_id: str, exchange: Exchange) -> None:
+        """Add a completed exchange (with its ``exchange_id``); one whose ``exchange_id``
+        is already there is not added again."""
         ...
 
     async def forget(self, participant_id: str) -> None:
@@ -91,12 +66,12 @@ class RecentExchanges:
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
-        self._exchanges: dict[str, list[DialogueExchange]] = {}
+        self._exchanges: dict[str, list[Exchange]] = {}
 
-    def recent(self, participant_id: str, budget_bytes: int) -> list[DialogueExchange]:
+    def recent(self, participant_id: str, budget_bytes: int) -> list[Exchange]:
         return newest_within(self._exchanges.get(participant_id, []), budget_bytes)
 
-    async def record(self, participant_id: str, exchange: DialogueExchange) -> None:
+    async def record(self, participant_id: str, exchange: Exchange) -> None:
         kept = self._exchanges.setdefault(participant_id, [])
         if all(e.exchange_id != exchange.exchange_id for e in kept):
             kept.append(exchange)
@@ -104,3 +79,10 @@ class RecentExchanges:
 
     async def forget(self, participant_id: str) -> None:
         self._exchanges.pop(participant_id, None)
+
+
+def records_itself(destination: object, dialogue: DialogueHistory) -> bool:
+    """Whether ``destination`` records its completed exchanges in ``dialogue`` itself: it
+    owns the router's dialogue (``AgentRouter(..., dialogue=conversation.dialogue)``), so
+    the router leaves its exchanges to it and records only the other destinations'."""
+    return getattr(destination, "dialogue", None) is dialogue

@@ -14,10 +14,11 @@ from edge.decisions import (
     PrefetchDecisions,
     PreparingDecisions,
 )
+from edge.interaction import Exchange
 
 from ._choice import aids_of, open_candidates, picked, routing_question
 from ._config import RouterConfig
-from ._history import DialogueExchange, DialogueHistory
+from ._history import DialogueHistory
 from ._selection import MAX_SELECTED_ATTEMPTS
 from ._state import Participant
 from ._types import AgentTurn, RoutableAgent, RoutingAid
@@ -49,7 +50,7 @@ class DecisionPreparer:
     def enabled(self) -> bool:
         return isinstance(self._decisions, PreparingDecisions)
 
-    def _history(self, participant_id: str) -> list[DialogueExchange]:
+    def _history(self, participant_id: str) -> list[Exchange]:
         """The history the participant's next turn would see."""
         return list(self._dialogue.recent(participant_id, self._config.context_budget_bytes))
 

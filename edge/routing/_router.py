@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Unpack
 from uuid import uuid4
 
 import anyio
 
 from edge.decisions import DecisionService
+from edge.interaction import Exchange
 from edge.runtime import BackgroundTasks, turn_started
 
 from ._acknowledge import Acknowledger, validate_acknowledgment_config
 from ._answering import Answerer
 from ._config import ParticipantHooks, RouterConfig, SpecKeywords, fold_spec_keywords
-from ._history import DialogueExchange, DialogueHistory, RecentExchanges
+from ._history import DialogueHistory, RecentExchanges, records_itself
 from ._output import ROUTER_SOURCE, CallbackOutput, ControlOutput, OutputCallback
 from ._participants import Participants
 from ._preparation import DecisionPreparer
@@ -159,7 +161,7 @@ class AgentRouter:
         state = self._participants.get(participant_id)
         return state.focus if state else None
 
-    def history(self, participant_id: str) -> tuple[DialogueExchange, ...]:
+    def history(self, participant_id: str) -> tuple[Exchange, ...]:
         """The participant's completed exchanges the router sees (the newest within
         ``context_budget_bytes``), oldest first (the router's own memory forgets them on
         departure; a context that keeps them shows them to a returning participant)."""
@@ -253,28 +255,20 @@ class AgentRouter:
                 await self._hooks.initialize(pid)
             state.initialized = True
         budget = self.config.context_budget_bytes
-        history = list(self._dialogue.recent(pid, budget))
+        history = tuple(self._dialogue.recent(pid, budget))
         if not history and not state.completed and turn.history:
             for e in turn.history:  # a caller's history seeds a participant without any
-                await self._dialogue.record(pid, DialogueExchange(uuid4().hex, e.user, e.assistant))
-            history = list(self._dialogue.recent(pid, budget))
-        routed = AgentTurn(
-            participant_id=pid,
-            turn_id=turn.turn_id,
-            query=turn.query,
-            history=tuple(e.public() for e in history),
-            timestamp_us=turn.timestamp_us,
-            exchange_id=uuid4().hex,
-        )
-        with routed_turn(routed, history):
+                await self._dialogue.record(pid, replace(e, exchange_id=uuid4().hex))
+            history = tuple(self._dialogue.recent(pid, budget))
+        routed = replace(turn, history=history, exchange_id=uuid4().hex)
+        with routed_turn(routed):
             route, result = await self._selector.select_and_answer(state, run, routed, history, out)
         if route is not None and result.disposition != "clarify":
             state.completed += 1
-            exchange = DialogueExchange(
-                routed.exchange_id, turn.query, result.text, turn.timestamp_us
-            )
-            with anyio.CancelScope(shield=True):  # a completed exchange is never lost
-                await self._dialogue.record(pid, exchange)
+            if not records_itself(self._destinations[route], self._dialogue):
+                exchange = Exchange(turn.query, result.text, routed.exchange_id, turn.timestamp_us)
+                with anyio.CancelScope(shield=True):  # a completed exchange is never lost
+                    await self._dialogue.record(pid, exchange)
             if self._tasks.running and self._preparer.enabled:
                 self._tasks.start_soon(self._preparer.prepare_next, pid, state.completed)
         return result

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from edge.decisions import DecisionError, DecisionService
+from edge.interaction import Exchange
 from edge.runtime import TRACES
 
 from ._answering import Answerer
@@ -17,7 +18,6 @@ from ._choice import (
     picked,
     routing_question,
 )
-from ._history import DialogueExchange
 from ._output import ROUTER_SOURCE, ControlOutput
 from ._state import Participant, Run
 from ._types import Admission, AgentTurn, DestinationResult, Resumable, RoutableAgent, RoutingAid
@@ -56,7 +56,7 @@ class Selector:
         state: Participant,
         run: Run,
         turn: AgentTurn,
-        history: Sequence[DialogueExchange],
+        history: Sequence[Exchange],
         out: ControlOutput,
     ) -> Outcome:
         declined: set[str] = set()
@@ -138,7 +138,7 @@ class Selector:
         turn: AgentTurn,
         candidates: list[str],
         aids: Mapping[str, RoutingAid],
-        history: Sequence[DialogueExchange],
+        history: Sequence[Exchange],
     ) -> str | None:
         """The decision service's pick among ``candidates`` (no call for a single one);
         an uncertain pick with usable scores takes the highest-scoring candidate; None

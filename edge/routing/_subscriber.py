@@ -16,7 +16,7 @@ from edge.runtime import Agent, AgentRuntime, HandlerContext
 from ._config import ParticipantHooks, RouterTopics
 from ._output import ControlOutput, TopicOutput
 from ._state import Run, TurnCancelled
-from ._types import AgentExchange, AgentTurn
+from ._types import AgentTurn
 
 if TYPE_CHECKING:
     from ._router import AgentRouter
@@ -55,7 +55,7 @@ class RouterSubscriber(Agent):
             participant_id=meta.participant_id,
             turn_id=meta.message_id,
             query=message.text,
-            history=tuple(AgentExchange(h.user, h.assistant) for h in message.history),
+            history=message.history,
             timestamp_us=message.timestamp_us
             if message.timestamp_us is not None
             else meta.timestamp_us,

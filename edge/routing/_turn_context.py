@@ -5,12 +5,11 @@ this accessor serves code that only has the asynchronous context (the spec's con
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ._history import DialogueExchange
 from ._types import AgentTurn
 
 
@@ -38,13 +37,13 @@ def current_turn_context() -> RoutingTurnContext:
 
 
 @contextmanager
-def routed_turn(turn: AgentTurn, history: Sequence[DialogueExchange]) -> Iterator[None]:
-    """Make ``turn`` (with ``history``, its exchanges) the active routed turn."""
+def routed_turn(turn: AgentTurn) -> Iterator[None]:
+    """Make ``turn`` (with its history's identities and times) the active routed turn."""
     token = _TURN_CONTEXT.set(
         RoutingTurnContext(
             exchange_id=turn.exchange_id,
-            history_exchange_ids=tuple(e.exchange_id for e in history),
-            history_timestamps=tuple(e.timestamp_us for e in history),
+            history_exchange_ids=tuple(e.exchange_id for e in turn.history),
+            history_timestamps=tuple(e.timestamp_us for e in turn.history),
         )
     )
     try:

@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from edge.interaction import Exchange
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -22,26 +24,25 @@ class Admission:
     text: str = ""
 
 
-@dataclass(frozen=True)
-class AgentExchange:
-    """One completed request and the destination's response context."""
-
-    user: str
-    assistant: str
+AgentExchange = Exchange
+"""One completed request and the destination's response context (the routing spec's name
+for the service's one exchange type, :class:`edge.interaction.Exchange`)."""
 
 
 @dataclass(frozen=True)
 class AgentTurn:
     """The current turn and the completed exchanges selected for a destination.
 
-    ``exchange_id`` identifies the exchange this turn completes (the router sets it): a
-    destination that records the exchange itself records it under this id, and the
-    router's own record of it then adds nothing."""
+    ``history`` carries the exchanges as the router's dialogue holds them (with their
+    identities and times). ``exchange_id`` identifies the exchange this turn completes (the
+    router sets it): a destination that owns the router's dialogue (``Conversation``,
+    whose ``dialogue`` the router was given) records its exchange itself under this id,
+    and the router then records nothing; the router records every other destination's."""
 
     participant_id: str
     turn_id: str
     query: str
-    history: tuple[AgentExchange, ...] = ()
+    history: tuple[Exchange, ...] = ()
     timestamp_us: int | None = None
     exchange_id: str | None = None
 

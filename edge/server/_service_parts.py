@@ -377,16 +377,17 @@ class _Build:
             ),
             speculation=self._wyoming_speculation(),
             provisional=self._wyoming_provisional if self.settings.speculative_answers else None,
+            recognizer=self.voice.recognizer if self.voice is not None else None,
         )
         self.speculator.speech.append(backend.prepared)  # a likely answer's first sentence
         return WyomingServer(
             backend, wyoming_host(self.settings), s.wyoming_port, allow=s.wyoming_allow
         )
 
-    def _wyoming_provisional(self, participant_id: str, text: str) -> None:
+    def _wyoming_provisional(self, participant_id: str, utterance: str, text: str) -> None:
         """An ``asr`` recording's words for an active Home Assistant conversation: its
         answer starts now and the ``handle`` bringing the same words adopts it."""
-        guess = Guess(participant_id, text)
+        guess = Guess(utterance, text)
         self.speculator.provisional(participant_id, guess, by_query=True)
 
     def _wyoming_speculation(self) -> AsrSpeculation | None:

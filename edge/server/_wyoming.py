@@ -58,6 +58,10 @@ from edge.runtime import BackgroundTasks, owned_by
 from edge.voice import (
     STT_RATE,
     AudioFormatError,
+    Recognizer,
+    Recording,
+    RecordingFullError,
+    RecordingPauses,
     SpeechToText,
     StreamResampler,
     TextToSpeech,
@@ -71,7 +75,7 @@ from ._gateway import ClientError, Gateway
 from ._hub import ParticipantTaken
 from ._limits import AudioPacer, ConnectionSlots, LogLimiter, printable, return_freed_memory
 from ._protocol import MAX_TEXT_CHARS, Reply, ServerMessage, Status, new_participant_id
-from ._wyoming_asr import AsrSpeculation, Recording, RecordingFullError, SpeculativeAsr
+from ._wyoming_asr import AsrSpeculation, next_recording
 from ._wyoming_read import EventError, FramingError, ReadLimits, read_event
 from ._wyoming_stream import (
     PreparedSpeech,
@@ -123,9 +127,13 @@ class WyomingBackend:
     handle_timeout_s: float = 60.0
     limits: WyomingLimits = field(default_factory=WyomingLimits)
     speculation: AsrSpeculation | None = None  # transcribe during the client's silence
-    # (participant, words): an asr turn's likely words, for its answer to start before
-    # ``handle`` brings them (the conversation's participant, named by ``transcribe``)
-    provisional: Callable[[str, str], None] | None = None
+    # (participant, utterance, words): an asr recording's likely words, for its answer to
+    # start before ``handle`` brings them (the conversation's participant, named by
+    # ``transcribe``; the recording's utterance key, ``wyoming:<n>``)
+    provisional: Callable[[str, str, str], None] | None = None
+    # the passes' recognizer (the voice pipeline's, shared with its listeners; one of
+    # ``stt``'s own without it)
+    recognizer: Recognizer | None = None
     conversations: HaConversationParticipants = field(init=False)
     prepared: PreparedSpeech = field(init=False)  # likely answers' first sentences
     # the conversation participant each client address last asked for (its next asr
@@ -135,6 +143,16 @@ class WyomingBackend:
     def __post_init__(self) -> None:
         self.conversations = HaConversationParticipants(self.gateway)
         self.prepared = PreparedSpeech(self.tts, f"{SOURCE}:")
+        if self.recognizer is None and self.stt is not None:
+            self.recognizer = Recognizer.of(self.stt)
+
+    def speculate(
+        self, spawn: Callable[..., None] | None, utterance: int, on_text: Callable[[str], None]
+    ) -> RecordingPauses | None:
+        """Recording ``utterance``'s pause recognizer (None: no speculation here)."""
+        if self.speculation is None or self.recognizer is None or spawn is None:
+            return None
+        return self.speculation.start(self.recognizer, spawn, utterance, on_text)
 
     def info(self) -> Info:
         """What ``describe`` answers: the domains this server offers, with their models."""
@@ -207,8 +225,9 @@ class WyomingHandler(AsyncEventHandler):
         self.refused = refused  # why this connection is not served (it is told, then closed)
         self._audio: Recording | None = None  # the recording, resampled to 16 kHz
         self._recorded = False  # whether this connection ever recorded
-        self._speculation: SpeculativeAsr | None = None
+        self._speculation: RecordingPauses | None = None
         self._asr_for: str | None = None  # the conversation participant the recording is for
+        self._utterance = 0  # the recording's number (its guess's key)
         self._resampler: StreamResampler | None = None
         limits = backend.limits
         self._pacer = AudioPacer(limits.audio_burst_s, limits.audio_rate)
@@ -326,19 +345,14 @@ class WyomingHandler(AsyncEventHandler):
         self._audio, self._format, self._recorded = Recording(limit), fmt, True
         self._pacer.restart()
         self._resampler = StreamResampler(fmt[0], STT_RATE) if fmt is not None else None
-        self._speculation = self._speculate()
-
-    def _speculate(self) -> SpeculativeAsr | None:
-        config, stt, spawn = self.backend.speculation, self.backend.stt, self.spawn
-        if config is None or stt is None or spawn is None:
-            return None
-        return config.start(stt, spawn, self._heard)
+        self._utterance = next_recording()
+        self._speculation = self.backend.speculate(self.spawn, self._utterance, self._heard)
 
     def _heard(self, text: str) -> None:
         """The recording's likely words (a pass in the client's silence, or the final one;
         "" retracts them: speech resumed)."""
         if self._asr_for is not None and self.backend.provisional is not None:
-            self.backend.provisional(self._asr_for, text)
+            self.backend.provisional(self._asr_for, f"{SOURCE}:{self._utterance}", text)
 
     @staticmethod
     def _need(model: object, domain: str) -> None:
@@ -385,8 +399,9 @@ class WyomingHandler(AsyncEventHandler):
         await self._pacer.take(len(samples) / STT_RATE)
 
     async def _transcribe(self) -> None:
-        stt = self.backend.stt
-        self._need(stt, "asr")
+        recognizer = self.backend.recognizer
+        if recognizer is None:
+            raise ClientError("this server runs without asr")
         if self._audio is None:
             raise ClientError("audio-stop before audio-start")
         recording, resampler, speculation = self._audio, self._resampler, self._speculation
@@ -402,7 +417,7 @@ class WyomingHandler(AsyncEventHandler):
                 recording.append(resampler.process(np.zeros(0, np.float32), last=True))
         audio = recording.audio()
         del recording
-        result = await anyio.to_thread.run_sync(stt.transcribe, audio)  # type: ignore[union-attr]
+        result = await recognizer.transcribe(audio, self.participant_id, SOURCE)
         self._heard(result.text.strip())
         self._asr_for = None
         await write_transcript(self.write_event, result.text.strip())

@@ -137,6 +137,18 @@ class StoreRecords:
                 is not None
             )
 
+    def knows(self, participant_id: str, key: bytes) -> bool:
+        """Whether an exchange with the identity ``key`` was recorded for the participant
+        (identities outlive compaction and retention's erasing of history)."""
+        with self.database.read() as db:
+            return (
+                db.execute(
+                    "SELECT 1 FROM identities WHERE participant = ? AND key = ?",
+                    (participant_id, key),
+                ).fetchone()
+                is not None
+            )
+
     def load(self, participant_id: str) -> StoredParticipant | None:
         """The participant's model view, or None when the store has never seen them."""
         with self.database.read() as db:

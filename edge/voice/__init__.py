@@ -51,7 +51,9 @@ from ._messages import (
     SpeechFailed,
     Transcript,
 )
+from ._pause import Pass, PassCost, PassTimeoutError, PauseRecognizer, Recognizer
 from ._pipeline import VoicePipeline, VoiceTopics
+from ._recording import Recording, RecordingFullError, RecordingPauses
 from ._remote import (
     DEGRADED_FOR_S,
     REMOTE_ERRORS,
@@ -108,8 +110,16 @@ __all__ = [
     "HoldFloor",
     "Listener",
     "NothingToSpeakError",
+    "Pass",
+    "PassCost",
+    "PassTimeoutError",
+    "PauseRecognizer",
     "PiperTTS",
     "Recognition",
+    "Recognizer",
+    "Recording",
+    "RecordingFullError",
+    "RecordingPauses",
     "RemoteBackend",
     "RemoteSpeechError",
     "RemoteSpeechMismatch",

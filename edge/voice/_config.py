@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._sentences import SentenceSplitter
 
+PASS_TIMEOUT_S = 30.0
+"""The default bound on one transcription pass's hold of the recognizer."""
+
 log = logging.getLogger(__name__)
 
 
@@ -111,6 +114,10 @@ class VoiceConfig(BaseModel):
       0.5-0.6 s on the 2-core benchmark host, so the answer's speculation started in time
       for 11 of 14 hands-free turns instead of 3-5 (benchmarks/README.md); the whole
       window adds Whisper's end mark to more cut-off questions.
+    * ``pass_timeout_s``: the longest one transcription pass may hold the recognizer (its
+      wait at the compute gate and its model time); a stuck pass is abandoned then, so it
+      never keeps every other participant's passes out: its utterance falls back to a
+      fresh pass, or its final transcript names the failure.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -129,6 +136,7 @@ class VoiceConfig(BaseModel):
     speculative_after_ms: int = Field(default=96, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
     full_window_pause_pass: bool = False
+    pass_timeout_s: float = Field(default=PASS_TIMEOUT_S, gt=0.0)
 
     @model_validator(mode="after")
     def _first_piece(self) -> VoiceConfig:

@@ -17,35 +17,25 @@ usually ready when the utterance ends:
   if still running); only when none does (speech resumed, or the cap cut the utterance)
   is a fresh pass run.
 
-Transcripts and queries leave through one ordered queue, so a participant's partials,
-final transcript and query arrive in order even though passes overlap.
+The passes themselves are the voice's :class:`~edge.voice._pause.PauseRecognizer`'s
+(kept by utterance, run on the recognizer every voice shares); this module decides when
+they start and what their words become. Transcripts and queries leave through one
+ordered queue (:mod:`._listener_out`), so a participant's partials, final transcript and
+query arrive in order even though passes overlap.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import numpy as np
 from anyio.abc import TaskGroup
 
-from edge.runtime import (
-    NORMAL,
-    TRACES,
-    URGENT,
-    YieldedToUrgentError,
-    owned_by,
-    urgency,
-    yielding,
-)
+from edge.runtime import TRACES
 
 from ._config import VoiceConfig
 from ._endpoint import (
@@ -56,151 +46,25 @@ from ._endpoint import (
     SpeechStarted,
     UtteranceEnded,
 )
+from ._listener_out import (
+    ListenerHooks,
+    Outbox,
+    UtteranceStats,
+    final_transcript,
+    publish_guess,
+)
 from ._listener_stream import UtteranceStream
 from ._messages import Transcript
-from ._remote import REMOTE_ERRORS
+from ._pause import Pass, PauseRecognizer, Recognizer
 from ._sentences import clearly_continues, end_verdict
-from ._stt import FullWindowSpeechToText, Recognition, SpeechToText
 
-log = logging.getLogger(__name__)
+__all__ = ["Listener", "ListenerHooks", "UtteranceStats", "VoiceActivity"]
 
 
 class VoiceActivity(Protocol):
     window: int
 
     def process(self, audio: np.ndarray) -> np.ndarray: ...
-
-
-async def _publish_guess(
-    hooks: ListenerHooks, participant_id: str, text: str, utterance: int
-) -> None:
-    try:
-        await hooks.speculate(participant_id, text, utterance)
-    except Exception:
-        log.exception("publishing a guess for %s failed", participant_id)
-
-
-class ListenerHooks(Protocol):
-    """What the listener tells its owner."""
-
-    def speech_started(self, participant_id: str) -> None:
-        """Confirmed speech began (barge-in point); must not block."""
-
-    async def transcript(self, participant_id: str, transcript: Transcript) -> None: ...
-
-    async def query(self, participant_id: str, text: str, timestamp_us: int) -> None: ...
-
-    async def speculate(self, participant_id: str, text: str, utterance: int) -> None:
-        """The words so far, during a pause that may end the utterance ("" retracts)."""
-
-
-class PassCost:
-    """Running average of how long one transcription pass takes on this device (shared by
-    the participants of a pipeline; 0 until measured)."""
-
-    def __init__(self, seconds: float = 0.0) -> None:
-        self.seconds = seconds
-
-    def record(self, elapsed_s: float) -> None:
-        self.seconds = elapsed_s if self.seconds == 0 else 0.7 * self.seconds + 0.3 * elapsed_s
-
-
-@dataclass
-class _Pass:
-    utterance: int
-    covers: int  # stream sample up to which the pass's audio goes
-    kind: str  # partial | speculative | final
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Recognition | None = None
-    stale: bool = False  # a partial overtaken before it reached the model: skipped
-    started: bool = False  # reached the model
-    started_at: float = 0.0
-    queued_at: float = field(default_factory=time.perf_counter)
-    speculative: bool = False  # its words are the pause's guess (reported when done)
-    cut_for: int = -1  # the speech end its audio was cut for, as at the endpoint (if it was)
-    guess: bool = False  # a partial whose words are offered as a guess when done
-    error: str | None = None  # a remote recognizer's failure (named in the final transcript)
-
-
-@dataclass
-class UtteranceStats:
-    """Timing of one finished utterance, for benchmarks."""
-
-    utterance: int
-    text: str
-    audio_s: float
-    speech_end_at: float  # perf_counter when the endpoint was detected
-    final_ready_at: float  # perf_counter when the final text was known
-    reused_pass: bool
-    passes: int
-    final_pass_started_at: float = 0.0  # perf_counter when the final text's pass began
-    final_pass_s: float = 0.0  # model time of that pass
-
-    @classmethod
-    def of(
-        cls, job: _Pass, audio_s: float, ended_at: float, reused: _Pass | None, passes: int
-    ) -> UtteranceStats:
-        """The stats of an utterance whose final text came from ``job`` (``reused``: the
-        pass already under way at the endpoint, if any; ``passes`` run before it)."""
-        return cls(
-            job.utterance,
-            job.result.text if job.result else "",
-            audio_s,
-            ended_at,
-            time.perf_counter(),
-            job is reused,
-            passes + (job is not reused),
-            job.started_at,
-            job.result.elapsed_s if job.result else 0.0,
-        )
-
-    @property
-    def head_start_s(self) -> float:
-        """How long before the endpoint the final text's pass began (negative: after)."""
-        return self.speech_end_at - self.final_pass_started_at
-
-
-def _log_pass(participant_id: str, job: _Pass, audio_s: float) -> None:
-    """One debug line per pass: its kind, audio, time queued for the model and run (and
-    the pass's end in the turn's trace)."""
-    TRACES.mark(participant_id, "pass_done", kind=job.kind, ran=job.started)
-    if not log.isEnabledFor(logging.DEBUG):
-        return
-    if not job.started:
-        log.debug("%s: %s pass skipped (overtaken)", participant_id, job.kind)
-        return
-    log.debug(
-        "%s: %s pass of utterance %d over %.2f s of audio: queued %.3f s, ran %.3f s: %r",
-        participant_id,
-        job.kind,
-        job.utterance,
-        audio_s,
-        job.started_at - job.queued_at,
-        job.result.elapsed_s if job.result is not None else -1.0,
-        job.result.text if job.result is not None else None,
-    )
-
-
-def _recognize(
-    stt: SpeechToText,
-    audio: np.ndarray,
-    *,
-    full_window: bool,
-    urgent: bool,
-    participant_id: str = "",
-) -> Recognition:
-    """One pass over ``audio`` (Whisper's whole window where asked and offered), ahead of
-    others' steps when ``urgent`` (someone may be waiting for it). Otherwise (a partial)
-    it gives way to urgent work at the compute gate (:class:`YieldedToUrgentError`): while
-    it waited there it would hold the recognizer, and a pass that may end someone's
-    turn would queue behind it."""
-    gives_way = contextlib.nullcontext() if urgent else yielding()  # a partial: never a wait
-    owner = owned_by(f"voice:{participant_id}")  # whose pass, in the gate's trace
-    TRACES.mark(participant_id, "pass_started", urgent=urgent)
-    with urgency(URGENT if urgent else NORMAL), gives_way, owner:
-        if full_window and isinstance(stt, FullWindowSpeechToText):
-            return stt.transcribe_full(audio)
-        return stt.transcribe(audio)
 
 
 def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> tuple[np.ndarray, int]:
@@ -216,142 +80,38 @@ def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> tupl
     return audio[:want], ep.last_voiced_end
 
 
-def _hears(p: _Pass, speech_end: int, pad: int) -> bool:
-    """Whether ``p`` hears what a pass at the endpoint would: the speech up to
-    ``speech_end`` and the ``pad`` after it (its audio cut for that end, or heard)."""
-    return p.covers >= speech_end and (p.cut_for == speech_end or p.covers >= speech_end + pad)
-
-
-def _covering(passes: list[_Pass], utterance: int, speech_end: int, pad: int) -> _Pass | None:
-    """A pass of ``utterance`` still to run or running that hears ``speech_end``."""
-    return next(
-        (
-            p
-            for p in passes
-            if p.utterance == utterance
-            and not p.stale
-            and not p.done.is_set()
-            and _hears(p, speech_end, pad)
-        ),
-        None,
-    )
-
-
-def _reusable(passes: list[_Pass], utterance: int, speech_end: int, pad: int) -> _Pass | None:
-    """The newest pass of ``utterance`` that hears its speech up to ``speech_end`` as a
-    pass at the endpoint would, and ran (or will)."""
-    return next(
-        (
-            p
-            for p in reversed(passes)
-            if p.utterance == utterance
-            and _hears(p, speech_end, pad)
-            and (p.started or not p.stale)
-        ),
-        None,
-    )
-
-
-def _drop_waiting(passes: list[_Pass], keep: _Pass | None = None) -> None:
-    """Passes still queued for the model are skipped when they get there."""
-    for p in passes:
-        if p is not keep and not p.done.is_set():
-            p.stale = True
-
-
-def _final_transcript(
-    participant_id: str, job: _Pass, event: UtteranceEnded, start_us: int
-) -> Transcript:
-    """The final transcript of ``job``'s utterance (its error when no text came)."""
-    TRACES.mark(participant_id, "final_transcript", kind=job.kind)
-    return Transcript(
-        text=job.result.text if job.result else "",
-        utterance=job.utterance,
-        final=True,
-        truncated=event.truncated,
-        speech_start_us=start_us,
-        error=job.error if job.result is None else None,
-    )
-
-
-async def _final_from_stream(stream: Any, job: _Pass) -> bool:
-    """``job``'s result from the utterance's stream; False when there is none or it
-    failed (the caller then sends the utterance whole)."""
-    if stream is None:
-        return False
-    job.started, job.started_at = True, time.perf_counter()
-    try:
-        job.result = await stream.finish()
-    except REMOTE_ERRORS as exc:
-        log.warning("%s; the utterance is sent whole", exc)
-        job.started = False
-        return False
-    job.done.set()
-    return True
-
-
-class _Outbox:
-    """Transcripts, guesses and queries leave through one ordered queue."""
-
-    def __init__(self, participant_id: str) -> None:
-        self.participant_id = participant_id
-        self._send, self._receive = anyio.create_memory_object_stream[
-            Callable[[], Awaitable[None]]
-        ](math.inf)
-
-    def put(self, job: Callable[[], Awaitable[None]]) -> None:
-        """Queue ``job`` (unbounded: keeps the order of enqueueing). Once the listener has
-        closed (its participant left while a pass ran) there is nobody to tell: dropped."""
-        try:
-            self._send.send_nowait(job)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("%s left: their late voice input is dropped", self.participant_id)
-
-    async def run(self) -> None:
-        async with self._receive:
-            async for job in self._receive:
-                try:
-                    await job()
-                except Exception:
-                    log.exception("publishing voice input for %s failed", self.participant_id)
-
-
 class Listener:
-    """Turns one participant's audio into transcripts and queries; see the module doc."""
+    """Turns one participant's audio into transcripts and queries; see the module doc.
+    Its passes are a :class:`PauseRecognizer`'s over the shared ``recognizer``."""
 
     def __init__(
         self,
         participant_id: str,
         config: VoiceConfig,
         vad: VoiceActivity,
-        stt: SpeechToText,
-        limiter: anyio.CapacityLimiter,
+        recognizer: Recognizer,
         hooks: ListenerHooks,
-        cost: PassCost | None = None,
     ) -> None:
         self.participant_id = participant_id
         self.config = config
         self._vad = vad
-        self._stt = stt
-        self._limiter = limiter
         self._hooks = hooks
-        self._rate = stt.sample_rate
+        self._rate = recognizer.stt.sample_rate
         self._endpointer = Endpointer(config.vad, self._rate, vad.window)
         self._fed = 0
         self._anchor = (0, 0)  # (stream sample, wall time us) of the latest chunk start
         self._utterance = 0
         self._released_at = 0  # self._utterance at the latest push-to-talk release
         self._speech_start_us = 0
-        self._passes: list[_Pass] = []
+        self._pauses = PauseRecognizer(recognizer, participant_id)
         self._last_partial_covers = 0
-        self._cost = cost if cost is not None else PassCost()
         self._speculated = True  # a speculative pass was started for the current pause
         self._spoken_guess = ""  # speculative text handed out for the current pause
         self._final_pending: set[int] = set()  # ended utterances whose final is not out
         self._tg: TaskGroup | None = None
-        self._outbox = _Outbox(participant_id)
+        self._outbox = Outbox(participant_id)
         self.stats: deque[UtteranceStats] = deque(maxlen=100)  # the latest utterances
-        self._stream = UtteranceStream(stt, self._endpointer)
+        self._stream = UtteranceStream(recognizer.stt, self._endpointer)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -413,7 +173,7 @@ class Listener:
             elif isinstance(event, SpeechPaused):
                 self._speculated = False
             elif isinstance(event, SpeechResumed):
-                _drop_waiting(self._passes)  # they cannot cover the utterance's end now
+                self._pauses.drop_waiting()  # they cannot cover the utterance's end now
                 self._offer("")
             elif isinstance(event, UtteranceEnded):
                 TRACES.mark(self.participant_id, "vad_end", utterance=self._utterance)
@@ -429,83 +189,49 @@ class Listener:
             return
         self._speculated = True
         self._guess_from_partial(ep.last_voiced_end)
-        covering = _covering(self._passes, self._utterance, ep.last_voiced_end, ep.pad_samples)
+        covering = self._pauses.covering(self._utterance, ep.last_voiced_end, ep.pad_samples)
         if covering is not None:
             covering.speculative = True  # already under way over the whole pause
         else:
             self._start_pass("speculative")
 
     def _maybe_partial(self) -> None:
-        interval = self.config.partial_interval_s
+        interval, pauses = self.config.partial_interval_s, self._pauses
         if interval <= 0 or self._tg is None or self._stream.gives_partials:
             return
-        if any(not p.done.is_set() for p in self._passes):
-            return
-        if self._limiter.borrowed_tokens:
-            return  # the model is busy (another participant): never queue a partial
-        if self._cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
+        if pauses.running or pauses.recognizer.busy:
+            return  # the model is busy (another participant's pass?): never queue a partial
+        if pauses.recognizer.cost.seconds > min(interval, self.config.vad.end_silence_ms / 1000):
             return  # a pass in flight at a pause delays the final one: only while it is short
         ep = self._endpointer
-        paused = ep.silence_samples > 0
-        if paused and (
+        if ep.silence_samples > 0 and (
             self.config.speculative_final  # its pass is due soon: none may hold it up
-            or _reusable(self._passes, self._utterance, ep.last_voiced_end, 0)  # heard all
+            or pauses.reusable(self._utterance, ep.last_voiced_end, 0)  # heard all
         ):
             return
         if ep.position - self._last_partial_covers >= interval * self._rate:
             self._start_pass("partial")
 
-    def _start_pass(self, kind: str) -> _Pass | None:
+    def _start_pass(self, kind: str) -> None:
         audio, audio_start = self._endpointer.utterance_audio()
         if self._tg is None or not len(audio):
-            return None
-        job = _Pass(
-            self._utterance, audio_start + len(audio), kind, speculative=kind == "speculative"
-        )
-        if job.speculative:  # it may serve as the final pass: hear what that one would
+            return
+        job = Pass(self._utterance, audio_start + len(audio), kind)
+        if kind == "speculative":  # it may serve as the final pass: hear what that one would
+            job.speculative = True
             audio, job.cut_for = _as_at_endpoint(audio, audio_start, self._endpointer)
-        if kind != "partial":
-            _drop_waiting(self._passes)
-        self._passes.append(job)
-        if kind == "partial":
+        elif kind == "partial":
             self._last_partial_covers = job.covers
-        self._tg.start_soon(self._run_pass, job, audio)
-        return job
+        self._pauses.start(self._tg.start_soon, job, audio, self._pass_done)
 
-    def _transcribe(self, job: _Pass, audio: np.ndarray) -> Recognition | None:
-        """In a worker thread: transcribe, unless the pass went stale while queued."""
-        if job.stale:
-            return None
-        job.started, job.started_at, pid = True, time.perf_counter(), self.participant_id
-        full = self.config.full_window_pause_pass and job.kind == "speculative"
-        urgent = job.kind != "partial" or job.speculative  # its speaker may be waiting
-        result = _recognize(self._stt, audio, full_window=full, urgent=urgent, participant_id=pid)
-        self._cost.record(result.elapsed_s)
-        return result
-
-    async def _run_pass(self, job: _Pass, audio: np.ndarray) -> None:
-        TRACES.mark(self.participant_id, "pass_queued", kind=job.kind)
-        try:
-            job.result = await anyio.to_thread.run_sync(
-                self._transcribe, job, audio, limiter=self._limiter
-            )
-        except YieldedToUrgentError:  # not run, as if overtaken: the endpoint reuses another
-            job.started, job.stale = False, True
-            log.debug("%s: %s pass gave way to urgent work", self.participant_id, job.kind)
-        except REMOTE_ERRORS as exc:
-            job.error = str(exc)
-            log.warning("transcription failed for %s: %s", self.participant_id, exc)
-        except Exception:
-            log.exception("transcription failed for %s", self.participant_id)
-        finally:
-            job.done.set()
-        _log_pass(self.participant_id, job, len(audio) / self._rate)
-        if job.speculative and job.result is not None:
-            self._speculative_result(job, job.result.text)
-        elif job.guess and job.result is not None:
-            self._partial_guess(job, job.result.text)
-        if job.kind == "partial" and job.result and job.result.text:
-            self._publish_partial(job.result.text, job.utterance)
+    def _pass_done(self, job: Pass) -> None:
+        text = job.result.text if job.result is not None else None
+        if job.speculative and text is not None:
+            self._speculative_result(job, text)
+        elif job.guess and text is not None:
+            self._partial_guess(job, text)
+        if job.kind == "partial" and text:
+            self._publish_partial(text, job.utterance)
 
     def _publish_partial(self, text: str, utterance: int) -> None:
         """A partial transcript of ``utterance``, unless it is finalized meanwhile."""
@@ -520,7 +246,7 @@ class Listener:
 
         self._outbox.put(send_partial)
 
-    def _speculative_result(self, job: _Pass, text: str) -> None:
+    def _speculative_result(self, job: Pass, text: str) -> None:
         """A pause's transcript arrived before the endpoint: adapt the end silence to it
         (a complete question: shorter; mid-phrase: longer; a statement: unchanged) and hand
         it out as a guess."""
@@ -539,7 +265,7 @@ class Listener:
         speech, offers its words as the guess now (or when it finishes), one Whisper pass
         before a covering pass could."""
         gap = self.config.partial_guess_gap_ms * self._rate // 1000
-        job = next((p for p in reversed(self._passes) if p.kind == "partial"), None)
+        job = self._pauses.latest("partial")
         if job is None or job.utterance != self._utterance or job.stale:
             return
         if speech_end - job.covers > gap or not self.config.speculative_final:
@@ -549,7 +275,7 @@ class Listener:
         elif job.result is not None:
             self._partial_guess(job, job.result.text)
 
-    def _partial_guess(self, job: _Pass, text: str) -> None:
+    def _partial_guess(self, job: Pass, text: str) -> None:
         if not text or clearly_continues(text):
             return
         ep = self._endpointer
@@ -560,7 +286,7 @@ class Listener:
             # Ended while this partial ran: its final pass still runs, and the ordered
             # queue holds behind it, so the guess goes out now (still well before the query).
             self._tg.start_soon(
-                _publish_guess, self._hooks, self.participant_id, text, job.utterance
+                publish_guess, self._hooks, self.participant_id, text, job.utterance
             )
 
     def _offer(self, text: str) -> None:
@@ -572,35 +298,24 @@ class Listener:
             )
 
     def _finish(self, event: UtteranceEnded) -> None:
-        utterance = self._utterance
-        ended_at = time.perf_counter()
-        start_us = self._speech_start_us
-        pad = self._endpointer.pad_samples
-        reuse = _reusable(self._passes, utterance, event.speech_end_sample, pad)
-        _drop_waiting(self._passes, keep=reuse)
-        passes = sum(1 for p in self._passes if p.utterance == utterance and not p.stale)
-        self._passes = [p for p in self._passes if not p.done.is_set() and p is not reuse]
+        utterance, ended_at, start_us = self._utterance, time.perf_counter(), self._speech_start_us
+        end = event.speech_end_sample
+        reuse, passes = self._pauses.end(utterance, end, self._endpointer.pad_samples)
         self._utterance += 1
         self._final_pending.add(utterance)
         audio = event.audio
         stream = self._stream.take(audio)
 
         async def finalize() -> None:
-            job = reuse
             try:
-                if job is not None:
-                    await job.done.wait()
-                if job is None or job.result is None:
-                    job = _Pass(utterance, event.speech_end_sample, "final")
-                    if not await _final_from_stream(stream, job):
-                        await self._run_pass(job, audio)  # one whole request: nothing lost
+                job = await self._pauses.final(reuse, Pass(utterance, end, "final"), audio, stream)
             finally:  # cancelled (the participant left) or failed: no final pending either way
                 self._final_pending.discard(utterance)
                 if stream is not None:
                     stream.cancel()
             stats = UtteranceStats.of(job, len(audio) / self._rate, ended_at, reuse, passes)
             self.stats.append(stats)
-            final = _final_transcript(self.participant_id, job, event, start_us)
+            final = final_transcript(self.participant_id, job, event, start_us)
             await self._hooks.transcript(self.participant_id, final)
             if text := final.text:
                 await self._hooks.query(self.participant_id, text, start_us)

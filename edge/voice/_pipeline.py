@@ -42,7 +42,7 @@ from edge.runtime import TRACES, Agent, AgentRuntime, BackgroundTasks, HandlerCo
 
 from ._audio import STT_RATE, StreamResampler, check_format, pcm16_to_float
 from ._config import VoiceConfig
-from ._listener import Listener, PassCost, VoiceActivity
+from ._listener import Listener, VoiceActivity
 from ._messages import (
     AUDIO_INPUT_TOPIC,
     AUDIO_OUTPUT_TOPIC,
@@ -59,7 +59,7 @@ from ._messages import (
     SpeechFailed,
     Transcript,
 )
-from ._remote import RemoteSpeechError
+from ._pause import Recognizer
 from ._sentences import first_piece
 from ._speaker import Speaker
 from ._stt import LoadsModel, SpeechToText, WhisperSTT
@@ -96,6 +96,47 @@ class _Session:
     resampler: StreamResampler | None = None
     input_format: tuple[int, int] | None = None  # (rate, channels)
 
+    def hear(self, chunk: AudioInput, samples: np.ndarray, published_us: int) -> None:
+        """``samples`` of ``chunk`` (published at ``published_us``) to the listener, at
+        16 kHz."""
+        fmt = (chunk.sample_rate, chunk.channels)
+        if self.input_format != fmt or self.resampler is None:
+            self.input_format = fmt
+            self.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
+        start_us = chunk.timestamp_us
+        if start_us is None:  # it ended when it was published (the runtime's clock)
+            start_us = published_us - len(samples) * 1_000_000 // chunk.sample_rate
+        audio = self.resampler.process(samples)
+        if len(audio):
+            self.listener.feed(audio, start_us)
+
+
+class _SpeakerOutput:
+    """Where one participant's speaker sends its audio, and its failures (one error per
+    request, as a ``SpeechFailed``)."""
+
+    def __init__(self, pipeline: VoicePipeline, participant_id: str) -> None:
+        self.pipeline = pipeline
+        self.participant_id = participant_id
+        self.reported: deque[str | None] = deque(maxlen=32)
+
+    async def audio(self, chunk: AudioOutput, correlation_id: str | None) -> None:
+        pipeline, pid = self.pipeline, self.participant_id
+        if chunk.pcm or chunk.final:
+            pipeline._first_audio.heard(pid)
+        if chunk.pcm:
+            TRACES.mark(pid, "first_audio_out", once=True)
+        await pipeline._publish(pipeline.topics.audio_output, chunk, pid, correlation_id)
+
+    def failed(self, request_id: str | None, message: str) -> None:
+        tasks = self.pipeline._tasks
+        if tasks.running and request_id not in self.reported:
+            self.reported.append(request_id)
+            failure = SpeechFailed(backend="tts", message=message, request_id=request_id)
+            tasks.start_soon(
+                self.pipeline._publish_quietly, SPEECH_FAILED_TOPIC, failure, self.participant_id
+            )
+
 
 class VoicePipeline(Agent):
     """Listens and speaks for every participant; see the module docstring.
@@ -127,11 +168,12 @@ class VoicePipeline(Agent):
         self.topics = topics
         self._vad_factory: Callable[[], VoiceActivity] = vad_factory or SileroVAD
         self._wants_audio: Callable[[str], bool] = wants_audio or (lambda _pid: True)
-        # a recognizer that orders its own callers takes every pass at once: a pass that
-        # ends a turn then waits at the gate, where a partial gives way to it, never
-        # behind a partial waiting there
-        self._stt_limiter = anyio.CapacityLimiter(getattr(self.stt, "concurrent_callers", 1))
-        self.stt_cost = PassCost()  # how long a transcription pass takes here
+        self.recognizer = Recognizer.of(  # every voice's transcription passes
+            self.stt,
+            timeout_s=self.config.pass_timeout_s,
+            full_window=self.config.full_window_pause_pass,
+        )
+        self.stt_cost = self.recognizer.cost  # how long a transcription pass takes here
         # a voice that orders its own callers (the sentence a listener waits for first)
         self._tts_limiter = anyio.CapacityLimiter(getattr(self.tts, "concurrent_callers", 1))
         self._first_audio = FirstAudio()  # whose turn waits for its first sentence
@@ -155,16 +197,7 @@ class VoicePipeline(Agent):
             if isinstance(model, LoadsModel):
                 await anyio.to_thread.run_sync(model.load)
         await anyio.to_thread.run_sync(self._vad_factory)
-        try:
-            warm = await anyio.to_thread.run_sync(
-                self.stt.transcribe,
-                np.zeros(self.stt.sample_rate, np.float32),
-                limiter=self._stt_limiter,
-            )
-        except RemoteSpeechError as exc:  # a remote recognizer down at start: timed later
-            log.warning("no warm-up transcription: %s", exc)
-        else:
-            self.stt_cost.record(warm.elapsed_s)
+        await self.recognizer.warm_up()
 
     async def __aenter__(self) -> VoicePipeline:
         await self._tasks.open()
@@ -190,35 +223,9 @@ class VoicePipeline(Agent):
         if not self._tasks.running:
             raise RuntimeError("the voice pipeline is not running: use `async with pipeline:`")
         self._runtime = ctx.runtime
-        listener = Listener(
-            participant_id,
-            self.config,
-            self._vad_factory(),
-            self.stt,
-            self._stt_limiter,
-            self,
-            self.stt_cost,
-        )
-
-        async def publish_audio(chunk: AudioOutput, correlation_id: str | None) -> None:
-            if chunk.pcm or chunk.final:
-                self._first_audio.heard(participant_id)
-            if chunk.pcm:
-                TRACES.mark(participant_id, "first_audio_out", once=True)
-            await self._publish(self.topics.audio_output, chunk, participant_id, correlation_id)
-
-        reported: deque[str | None] = deque(maxlen=32)  # one error per request
-
-        def failed(request_id: str | None, message: str) -> None:
-            if self._tasks.running and request_id not in reported:
-                reported.append(request_id)
-                failure = SpeechFailed(backend="tts", message=message, request_id=request_id)
-                self._tasks.start_soon(
-                    self._publish_quietly, SPEECH_FAILED_TOPIC, failure, participant_id
-                )
-
-        tts, first = self._tts_limiter, self._first_audio
-        speaker = Speaker(participant_id, self.config, self.tts, tts, publish_audio, failed, first)
+        listener = Listener(participant_id, self.config, self._vad_factory(), self.recognizer, self)
+        out, tts, first = _SpeakerOutput(self, participant_id), self._tts_limiter, self._first_audio
+        speaker = Speaker(participant_id, self.config, self.tts, tts, out.audio, out.failed, first)
         scope = anyio.CancelScope()
         session = _Session(listener, speaker, scope)
         self._sessions[participant_id] = session
@@ -251,19 +258,8 @@ class VoicePipeline(Agent):
         check_format(chunk.sample_rate, chunk.sample_width, chunk.channels)
         samples = pcm16_to_float(chunk.pcm, chunk.channels)  # AudioFormatError when ragged
         session = await self._session(participant, ctx)
-        if not len(samples):
-            return  # empty chunks (keep-alives) are ignored
-        fmt = (chunk.sample_rate, chunk.channels)
-        if session.input_format != fmt:
-            session.input_format = fmt
-            session.resampler = StreamResampler(chunk.sample_rate, STT_RATE)
-        assert session.resampler is not None
-        start_us = chunk.timestamp_us
-        if start_us is None:  # it ended when it was published (the runtime's clock)
-            start_us = ctx.metadata.timestamp_us - len(samples) * 1_000_000 // chunk.sample_rate
-        audio = session.resampler.process(samples)
-        if len(audio):
-            session.listener.feed(audio, start_us)
+        if len(samples):  # empty chunks (keep-alives) are ignored
+            session.hear(chunk, samples, ctx.metadata.timestamp_us)
 
     async def _on_hold(self, message: HoldFloor, ctx: HandlerContext) -> None:
         participant = ctx.metadata.participant_id
