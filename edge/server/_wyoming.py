@@ -90,6 +90,7 @@ log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
 _Program = TypeVar("_Program", bound=Artifact)
 _Parsed = TypeVar("_Parsed", bound=Eventable)
+_Model = TypeVar("_Model")
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
@@ -355,9 +356,10 @@ class WyomingHandler(AsyncEventHandler):
             self.backend.provisional(self._asr_for, f"{SOURCE}:{self._utterance}", text)
 
     @staticmethod
-    def _need(model: object, domain: str) -> None:
+    def _need(model: _Model | None, domain: str) -> _Model:
         if model is None:
             raise ClientError(f"this server runs without {domain}")
+        return model
 
     @staticmethod
     def _check(rate: int, width: int, channels: int) -> None:
@@ -423,10 +425,10 @@ class WyomingHandler(AsyncEventHandler):
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        self._need(self.backend.tts, "tts")
+        tts = self._need(self.backend.tts, "tts")
         await synthesize_whole(
             self.write_event,
-            self.backend.tts,  # type: ignore[arg-type]
+            tts,
             text,
             self.backend.limits.max_synthesize_chars,
             lambda: self.writer.is_closing() or self.reader.at_eof(),
