@@ -33,7 +33,7 @@ from functools import partial
 import anyio
 from figures import write_results
 
-from edge.conversation import ContextManager, Conversation, ConversationConfig
+from edge.conversation import ContextConfig, ContextManager, Conversation, ConversationConfig
 from edge.llm import LlamaCppLLM
 from edge.routing import AgentTurn
 
@@ -66,7 +66,7 @@ async def settled(ctx: ContextManager, pid: str) -> None:
     """Until nothing is queued and ``pid``'s prefix is re-warmed after their last exchange
     (as a few seconds between turns would leave it)."""
     await idle(ctx)
-    while ctx._participants[pid].warm_pending or ctx._jobs.running(pid):  # noqa: ASYNC110
+    while ctx._state.wants_warm(ctx._state.view(pid)) or ctx._jobs.running(pid):  # noqa: ASYNC110
         await anyio.sleep(0.05)
 
 
@@ -93,7 +93,7 @@ async def ask(conv: Conversation, pid: str, question: str) -> dict:
 
 async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
     out = {}
-    ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, **BUDGETS)
+    ctx = ContextManager(llm, ContextConfig(compaction_quiet_s=0, timezone=UTC, **BUDGETS))
     conv = Conversation(llm, context=ctx, config=ANSWER)
     await fill(ctx, "p", 12)  # under half the budget: p itself does not compact
     async with ctx:
@@ -112,7 +112,8 @@ async def scenario_warm_and_backlog(llm: LlamaCppLLM) -> dict[str, dict]:
 
 
 async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
-    ctx = ContextManager(llm, compaction_quiet_s=0, rewarm=rewarm, timezone=UTC, **BUDGETS)
+    config = ContextConfig(compaction_quiet_s=0, rewarm=rewarm, timezone=UTC, **BUDGETS)
+    ctx = ContextManager(llm, config)
     # The summary's content does not matter for latency, and the 135M model often fails to
     # write one (echo, cut off): a hook supplies it so both runs compact the same way.
     ctx.add_hook(
@@ -141,11 +142,11 @@ async def scenario_after_compaction(llm: LlamaCppLLM, rewarm: bool) -> dict:
 async def entries_under_threshold(llm: LlamaCppLLM) -> int:
     """How many ``fill`` entries a dialogue holds without compacting yet (a manager that is
     never started: it only measures)."""
-    probe = ContextManager(llm, timezone=UTC, **BUDGETS)
+    probe = ContextManager(llm, ContextConfig(timezone=UTC, **BUDGETS))
     n = 0
     while True:
         await fill(probe, "p", 1, start=n)
-        if probe._participants["p"].sections["dialogue"].needs_compaction():
+        if probe._state.peek("p").sections["dialogue"].needs_compaction():
             return n
         n += 1
 
@@ -154,14 +155,15 @@ async def scenario_own_compaction(llm: LlamaCppLLM, when: str) -> dict:
     """The participant asks again while their own dialogue compacts (``during``) or right
     when the compaction commits (``after``); the compaction is the model's own. Recall is
     off: this measures how warm the prompt prefix is (the recall scenarios measure recall)."""
-    ctx = ContextManager(llm, compaction_quiet_s=0, timezone=UTC, recall_budget_bytes=0, **BUDGETS)
+    config = ContextConfig(compaction_quiet_s=0, timezone=UTC, recall_budget_bytes=0, **BUDGETS)
+    ctx = ContextManager(llm, config)
     conv = Conversation(llm, context=ctx, config=ANSWER)
     fire = anyio.Event()
     ctx.add_hook("pre_compact" if when == "during" else "post_compact", lambda _: fire.set())
     await fill(ctx, "p", await entries_under_threshold(llm))
     async with ctx:
         await ask(conv, "p", "Where is sample 3?")  # its exchange starts the compaction
-        if not ctx._participants["p"].sections["dialogue"].needs_compaction():
+        if not ctx._state.peek("p").sections["dialogue"].needs_compaction():
             await ctx.record_exchange("p", "Where is sample 4?", "Sample 4 is in rack 4.")
         with anyio.fail_after(120):
             await fire.wait()
@@ -200,14 +202,14 @@ FACT_QUESTIONS = QUESTIONS[::2]
 async def scenario_recall(llm: LlamaCppLLM, recall_budget: int) -> dict:
     from edge.eval import FILLERS
 
-    ctx = ContextManager(
-        llm,
+    config = ContextConfig(
         compaction_quiet_s=0,
         timezone=UTC,
         dialogue_budget_bytes=2048,
         compaction_input_budget_bytes=1792,
         recall_budget_bytes=recall_budget,
     )
+    ctx = ContextManager(llm, config)
     # the same summary in both runs, without the facts (the worst case for recall)
     ctx.add_hook("pre_compact", lambda request: "The user chatted about lab routines.")
     conv = Conversation(llm, context=ctx, config=ANSWER)

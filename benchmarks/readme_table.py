@@ -205,6 +205,36 @@ def versus_chain(m: str) -> str:
     return " / ".join([*ours, chain])
 
 
+def api_latency(m: str) -> str:
+    d = load_results("api_latency", m)
+    cells = [
+        f"stateless {s(d['stateless']['ours_p50_s'])} / {s(d['stateless']['theirs_p50_s'])} "
+        f"({d['stateless']['ratio']:.2f}×)",
+        f"follow-up, two clients taking turns {s(d['follow_up']['ours_p50_s'])} / "
+        f"{s(d['follow_up']['theirs_p50_s'])} ({d['follow_up']['ratio']:.2f}×)",
+        f"one client alone {s(d['follow_up_alone']['ours_p50_s'])} / "
+        f"{s(d['follow_up_alone']['theirs_p50_s'])} ({d['follow_up_alone']['ratio']:.2f}×)",
+        f"Realtime first audio {s(d['spoken']['realtime_p50_s'])} against WebSocket "
+        f"{s(d['spoken']['websocket_p50_s'])} ({d['spoken']['ratio']:.2f}×)",
+    ]
+    return "; ".join(cells)
+
+
+def mixed_protocols(m: str) -> str:
+    d = load_results("mixed_protocols", m)
+    cells = []
+    for n, level in d["levels"].items():
+        audio, after, other = (
+            level[k] for k in ("audio_s", "after_synthesis_close", "other_turns")
+        )
+        cells.append(
+            f"{n} at once: {level['answered']}/{level['turns']} answered, p50 {s(audio['p50'])}, "
+            f"max {s(audio['max'])} ({level['max_vs_p50']:.2f}× p50); after a Wyoming client "
+            f"closed mid-synthesis {s(after['p50'])} against {s(other['p50'])}"
+        )
+    return "; ".join(cells)
+
+
 def budgets(m: str) -> str:
     b = load_results("device_budgets", m)["profiles"][m]["budgets"]
     fields = ("dialogue_budget_bytes", "topic_budget_bytes", "compaction_input_budget_bytes")
@@ -352,6 +382,21 @@ ROWS: list[Row] = [
         versus_chain,
         "`benchmarks/versus_chain.py --repeat 3`",
         ("versus_chain",),
+    ),
+    (
+        "OpenAI-compatible API against llama-cpp-python's own server (same GGUF, threads), "
+        "time to first token p50, ours / theirs (ratio), and a Realtime spoken turn's first "
+        "audio against our WebSocket hands-free turn",
+        api_latency,
+        "`benchmarks/api_latency.py --repeat 8 --spoken 3`",
+        ("api_latency",),
+    ),
+    (
+        "spoken WebSocket turns (fresh participant each) while Home Assistant-style Wyoming "
+        "clients come and go and close early; first reply audio from the end of speech",
+        mixed_protocols,
+        "`benchmarks/mixed_protocols.py`",
+        ("mixed_protocols",),
     ),
     (
         "one core kept busy by another process: first token (new participant, 500 B of "

@@ -66,12 +66,12 @@ async def session(llm: LlamaCppLLM, cases: list[RecallCase], turns: int) -> list
             await ctx.record_exchange(pid, user, assistant, timestamp_us=now[0])
             now[0] += MINUTE
             await settle(ctx, 120)
-        limit = ctx._recall.ahead_limit
+        limit = ctx._parts.recall.ahead_limit
         for case in cases:
             with_ahead = await ask(conv, ctx, pid, case)
-            ctx._recall.ahead_limit = 0
+            ctx._parts.recall.ahead_limit = 0
             alone = await ask(conv, ctx, pid, case)
-            ctx._recall.ahead_limit = limit
+            ctx._parts.recall.ahead_limit = limit
             rows.append({"case": case.name, "facts": len(cases), "ahead": with_ahead, "own": alone})
     return rows
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from edge.conversation import ContextManager
+from edge.conversation import ContextConfig, ContextManager
 from edge.llm import ScriptedLLM
 from edge.store import SessionStore
 
@@ -55,8 +55,7 @@ def summary_ms(values: list[float]) -> dict[str, float]:
 async def measure(store: SessionStore, exchanges: int, compactions: int) -> dict[str, Any]:
     ctx = ContextManager(
         ScriptedLLM(),
-        dialogue_budget_bytes=10_000_000,
-        compaction_input_budget_bytes=6_000_000,
+        ContextConfig(dialogue_budget_bytes=10_000_000, compaction_input_budget_bytes=6_000_000),
         store=store,
     )
     records: list[float] = []

@@ -7,7 +7,7 @@ from datetime import UTC
 
 import anyio
 
-from edge.conversation import ContextManager
+from edge.conversation import ContextConfig, ContextManager
 from edge.llm import ChatMessage, Priority, RequestMetrics, ScriptedLLM, ScriptedReply
 
 T0 = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC
@@ -103,9 +103,14 @@ class MovingLLM(WarmingLLM):
         return super().generate(messages, options)
 
 
-def manager(llm, clock: Clock | None = None, **kwargs) -> ContextManager:
+def manager(llm, clock: Clock | None = None, *, store=None, recall_index=None, **kwargs):
+    """A manager showing UTC times by ``clock`` that compacts without a quiet period;
+    ``kwargs`` are :class:`ContextConfig` fields."""
     kwargs.setdefault("compaction_quiet_s", 0)
-    return ContextManager(llm, timezone=UTC, clock=clock or Clock(), **kwargs)
+    config = ContextConfig(timezone=UTC, **kwargs)
+    return ContextManager(
+        llm, config, store=store, recall_index=recall_index, clock=clock or Clock()
+    )
 
 
 async def eventually(condition: Callable[[], bool], limit_s: float = 3.0) -> None:

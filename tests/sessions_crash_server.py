@@ -8,14 +8,13 @@ scripted model and small budgets, so compactions happen every few turns. It prin
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
 import anyio
 
 import edge.server._service_parts as service_module
-from edge.conversation import ContextManager
+from edge.conversation import ContextConfig, ContextManager
 from edge.decisions import ScriptedDecisions
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.server import EdgeService, ServiceSettings
@@ -34,8 +33,13 @@ def reply(messages: list[ChatMessage]) -> ScriptedReply:
     return ScriptedReply(f"Noted: {messages[-1].content[:40]}", delay_s=0.002)
 
 
+def budgeted(llm, config: ContextConfig | None = None, **kwargs) -> ContextManager:  # type: ignore[no-untyped-def]
+    """The service's context manager, with this test's small budgets."""
+    return ContextManager(llm, (config or ContextConfig()).with_options(**BUDGETS), **kwargs)
+
+
 async def main(data_dir: str) -> None:
-    service_module.ContextManager = functools.partial(ContextManager, **BUDGETS)  # type: ignore[misc]
+    service_module.ContextManager = budgeted  # type: ignore[misc]
     settings = ServiceSettings(
         host="127.0.0.1", port=0, wyoming_port=None, mdns=False, voice=False, notes=False,
         insecure=True, data_dir=Path(data_dir),

@@ -261,7 +261,7 @@ async def test_compaction_waits_for_a_quiet_device() -> None:
     seen: list[tuple[bool, float]] = []  # the device's state when each compaction is asked for
 
     def summary(messages) -> str:
-        own, model = ctx._quiet.own, llm.activity
+        own, model = ctx._parts.quiet.own, llm.activity
         seen.append((own.busy or model.busy, min(own.idle_for(), model.idle_for())))
         return "S."
 
@@ -582,7 +582,7 @@ async def test_failing_compaction_never_deletes_stored_entries() -> None:
         await eventually(lambda: idle(ctx))
         stored = ctx.transcript("p")
         assert [t.user for t in stored] == [f"question {i:03d}" for i in range(100)]
-        section = ctx._participants["p"].sections["dialogue"]
+        section = ctx._state.peek("p").sections["dialogue"]
         assert section.pending_bytes <= 8 * 400 and section.evicted > 0
         assert sum(len(b.text.encode()) for b in ctx.blocks("p")) <= 400
         working = True

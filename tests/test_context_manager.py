@@ -14,7 +14,7 @@ import pytest
 from conversation_helpers import SECOND, T0, Clock, eventually, manager
 
 import edge.conversation._context as context_module
-from edge.conversation import ContextManager, ConversationContextUpdate
+from edge.conversation import ContextConfig, ContextManager, ConversationContextUpdate
 from edge.interaction import ConversationContextUpdate as InteractionUpdate
 from edge.llm import ScriptedLLM
 from edge.routing import AgentExchange
@@ -47,14 +47,13 @@ def test_defaults_follow_the_spec() -> None:
 )
 def test_bad_configuration_is_named(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        ContextManager(ScriptedLLM(), **kwargs)
+        ContextManager(ScriptedLLM(), ContextConfig(**kwargs))
 
 
 def test_input_budget_rule_uses_the_largest_compacted_section() -> None:
-    ContextManager(ScriptedLLM(), dialogue_budget_bytes=8000, compaction_input_budget_bytes=4256)
+    ContextConfig(dialogue_budget_bytes=8000, compaction_input_budget_bytes=4256)
     with pytest.raises(ValueError, match="5256"):
-        ContextManager(
-            ScriptedLLM(),
+        ContextConfig(
             incremental_context_topics=("n",),
             topic_budget_bytes={"n": 10_000},
             compaction_input_budget_bytes=5000,
@@ -77,7 +76,7 @@ async def test_layout_summaries_first_entries_in_time_order_time_last() -> None:
     await ctx.record_exchange("p", "Hi", "Hello", timestamp_us=T0 + 10 * SECOND)
     await ctx.update("p", "notes", "rotor ordered", timestamp_us=T0 + 5 * SECOND)
     await ctx.update("p", "window", "centrifuge open", timestamp_us=T0 + 20 * SECOND)
-    part = ctx._participants["p"]
+    part = ctx._state.peek("p")
     part.sections["dialogue"].summary = "They met."
     part.sections["dialogue"].span = (T0 - 100 * SECOND, T0 - 50 * SECOND)
     blocks = ctx.blocks("p")
@@ -289,7 +288,7 @@ async def test_activity_topics_restart_the_quiet_period_background_work_waits_fo
         for _ in range(10):  # someone talking: a message every 0.1 s
             before = time.monotonic()
             await runtime.publish(speech, {"text": "partial"}, participant_id="q")
-            assert ctx._quiet.own.idle_for() <= time.monotonic() - before  # restarted by it
+            assert ctx._parts.quiet.own.idle_for() <= time.monotonic() - before  # restarted by it
             await anyio.sleep(0.1)
         assert not llm.requests  # nothing started while they talked
         await eventually(lambda: bool(llm.requests), limit_s=5)  # then it runs
@@ -382,8 +381,6 @@ async def test_clear_drops_the_participants_model_state_and_suspend_keeps_it() -
 def test_the_configuration_is_one_frozen_checked_value() -> None:
     from dataclasses import FrozenInstanceError
 
-    from edge.conversation import ContextConfig
-
     config = ContextConfig(incremental_context_topics=["notes"], topic_budget_bytes={"notes": 3000})
     assert config.incremental_context_topics == ("notes",)
     assert config.budgets == {"dialogue": 8000, "notes": 3000}
@@ -395,10 +392,18 @@ def test_the_configuration_is_one_frozen_checked_value() -> None:
         config.with_options(compaction_input_budget_bytes=100)
     with pytest.raises(TypeError, match="unknown context manager option"):
         ContextManager(ScriptedLLM(), config, dialogue_bytes=1)  # type: ignore[call-arg]
-    # keywords apply over the configuration; the configuration itself is unchanged
-    ctx = ContextManager(ScriptedLLM(), config, dialogue_budget_bytes=6000)
-    assert ctx.budgets == {"dialogue": 6000, "notes": 3000} and ctx.config.rewarm
-    assert config.dialogue_budget_bytes == 8000
+    with pytest.raises(TypeError, match="unknown context manager option"):
+        config.with_options(dialogue_bytes=1)
+    with pytest.raises(TypeError, match="set the other fields in its ContextConfig"):
+        ContextManager(ScriptedLLM(), dialogue_budget_bytes=6000)  # type: ignore[call-arg]
+    # the spec's keywords (the topic lists) apply over the configuration, which is unchanged
+    ctx = ContextManager(
+        ScriptedLLM(),
+        config.with_options(topic_budget_bytes=3000),
+        summary_context_topics=("window",),
+    )
+    assert ctx.budgets == {"dialogue": 8000, "window": 3000, "notes": 3000} and ctx.config.rewarm
+    assert config.summary_context_topics == ()
 
 
 def test_the_compaction_input_rule_is_one_function_for_the_device_and_the_manager() -> None:

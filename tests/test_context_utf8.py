@@ -57,7 +57,7 @@ async def test_compaction_input_and_summary_are_measured_in_bytes(wide: str) -> 
             await ctx.record_exchange("p", f"q{i} " + wide * 30, f"a{i}")
         await eventually(lambda: ctx.last_compaction("p") and ctx.summary("p"))
         report = ctx.last_compaction("p")
-        limit = ctx._participants["p"].sections["dialogue"].summary_limit
+        limit = ctx._state.peek("p").sections["dialogue"].summary_limit
         assert size(ctx.summary("p")) <= limit  # the over-limit summary was clipped
         assert report.summary_bytes == size(ctx.summary("p"))
         assert sum(size(b.text) for b in ctx.blocks("p")) <= 1000

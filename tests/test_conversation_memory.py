@@ -438,7 +438,7 @@ async def test_the_stores_index_finds_the_correction_said_next(tmp_path) -> None
         await ctx.record_exchange("q", "I am somebody else.", "Okay.")  # not p's next
         await ctx.record_exchange("p", REROUTED, "Okay.")
         await ordinary_turns(ctx, clock, settle=False)
-        index = ctx._recall.index
+        index = ctx._parts.recall.index
         assert isinstance(index, StoreRecallIndex)
         truck = index.search("p", "concrete truck", 1)[0]
         following = index.following(truck)
@@ -495,18 +495,15 @@ async def test_recalled_block_follows_the_stable_prefix_in_the_answer_request() 
         # the code survives in the summary (extractive) or is recalled; never lost
         messages = ctx.messages("p", system="S", request="What is my locker code?")
         assert "4711" in messages[1].content
-        stable = ctx._renderer.context_message(ctx.blocks("p"), clock())
+        stable = ctx.render_blocks(ctx.blocks("p"), now_us=clock())
         assert messages[1].content.startswith(stable)  # what re-warming evaluates
-        ctx._participants["p"].sections["dialogue"].summary = "The user chatted."
+        ctx._state.peek("p").sections["dialogue"].summary = "The user chatted."
         recalled = ctx.recalled("p", "What is my locker code?")
         assert recalled is not None and "4711" in recalled.text
         messages = ctx.messages("p", system="S", request="What is my locker code?")
         context = messages[1].content
         # the warmed prefix (context, then the time), then the recalled block last
-        assert (
-            context
-            == f"{ctx._renderer.context_message(ctx.blocks('p'), clock())}\n\n{recalled.text}"
-        )
+        assert context == f"{ctx.render_blocks(ctx.blocks('p'), now_us=clock())}\n\n{recalled.text}"
         assert context.index("Current time:") < context.index(recalled.text)
     await ctx.clear("p")
     assert ctx.recalled("p", "locker code") is None
@@ -518,7 +515,7 @@ async def ordinary_turns(ctx, clock: Clock, mark: str = "x", settle: bool = True
         clock.advance(60)
         await ctx.record_exchange("p", f"Tell me something nice, take {mark * i}", "Sure.")
     if settle:
-        await eventually(lambda: idle(ctx) and not ctx._participants["p"].warm_pending)
+        await eventually(lambda: idle(ctx) and not ctx._state.wants_warm(ctx._state.peek("p")))
 
 
 async def test_the_prefix_is_warmed_with_the_block_a_recalling_request_then_reuses() -> None:
@@ -601,7 +598,7 @@ async def test_notes_are_recalled_like_statements() -> None:
             await ctx.update("p", "notes", f"Note: routine check {'abcdefgh'[i]} passed fine.")
         await eventually(lambda: idle(ctx) and ctx.summary("p", "notes"))
         assert "tulip42" in ctx.render("p")  # kept by the summary check
-        ctx._participants["p"].sections["notes"].summary = "Routine checks."
+        ctx._state.peek("p").sections["notes"].summary = "Routine checks."
         recalled = ctx.recalled("p", "What is the guest wifi password?")
     assert recalled is not None and "Note: the guest wifi password is tulip42." in recalled.text
 
@@ -714,7 +711,7 @@ async def test_the_stores_index_recalls_across_a_restart_and_forgets(tmp_path) -
     llm = ScriptedLLM(responder(lambda m: "Chat."))
     store = SessionStore(path)
     async with manager(llm, clock=clock, store=store, **SMALL) as ctx:
-        assert isinstance(ctx._recall.index, StoreRecallIndex)
+        assert isinstance(ctx._parts.recall.index, StoreRecallIndex)
         await ctx.record_exchange("p", "Mein Schließfach-Code ist 4711, sagt Zoë.", "Okay.")
         await ctx.record_exchange("p", "The review is in room 204.", "Okay.")
         await ctx.record_exchange("p", "Correction: the review moved to room 310.", "Okay.")

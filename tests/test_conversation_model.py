@@ -12,7 +12,13 @@ import anyio
 import pytest
 from conversation_helpers import eventually
 
-from edge.conversation import ContextManager, Conversation, ConversationConfig, MemoryRecallIndex
+from edge.conversation import (
+    ContextConfig,
+    ContextManager,
+    Conversation,
+    ConversationConfig,
+    MemoryRecallIndex,
+)
 from edge.llm import LlamaCppLLM
 from edge.routing import AgentTurn
 
@@ -59,13 +65,15 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
     reports = []
     ctx = ContextManager(
         llm,
-        summary_context_topics=("window",),
-        incremental_context_topics=("notes",),
-        compaction_quiet_s=0,
+        ContextConfig(
+            summary_context_topics=("window",),
+            incremental_context_topics=("notes",),
+            compaction_quiet_s=0,
+            **BUDGETS,
+        ),
         # the whole-conversation recall index is bounded by its statement cap, reached here
         # by exchange 100, where the flatness check starts
         recall_index=MemoryRecallIndex(max_statements=100),
-        **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=12))
@@ -100,7 +108,7 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
             )
             assert result.text
             # compacted entries are gone; a failing backlog is capped at 8 budgets a section
-            stored = ctx._participants["p"].sections
+            stored = ctx._state.peek("p").sections
             assert all(s.pending_bytes <= 8 * s.budget for s in stored.values())
     finally:
         tracemalloc.stop()
@@ -131,7 +139,10 @@ def manager_memory() -> int:
 async def test_answer_during_compaction_starts_without_waiting(llm: LlamaCppLLM) -> None:
     reports = []
     ctx = ContextManager(
-        llm, compaction_quiet_s=0, dialogue_budget_bytes=1_200, compaction_input_budget_bytes=900
+        llm,
+        ContextConfig(
+            compaction_quiet_s=0, dialogue_budget_bytes=1_200, compaction_input_budget_bytes=900
+        ),
     )
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=8))

@@ -8,6 +8,7 @@ from routing_helpers import Recorder, ScriptedAgent, turn
 
 from edge.conversation import Conversation
 from edge.decisions import ScriptedDecisions
+from edge.interaction import Exchange
 from edge.llm import ScriptedLLM
 from edge.routing import AgentExchange, AgentRouter, AgentTurn, DestinationResult
 
@@ -88,13 +89,13 @@ async def test_each_finished_exchange_is_recorded_once(monkeypatch) -> None:
     context = manager(llm)
     conversation = Conversation(llm, context=context)
     writes: list[tuple[str, object]] = []
-    record = context.record_exchange
+    record = context.writer.record
 
-    async def counted(pid: str, user: str, assistant: str, **kw: object) -> bool:
-        writes.append((user, kw.get("exchange_id")))
-        return await record(pid, user, assistant, **kw)  # type: ignore[arg-type]
+    async def counted(pid: str, exchange: Exchange) -> bool:
+        writes.append((exchange.user, exchange.exchange_id))
+        return await record(pid, exchange)
 
-    monkeypatch.setattr(context, "record_exchange", counted)
+    monkeypatch.setattr(context.writer, "record", counted)
     router = AgentRouter(
         {"conversation": conversation, "notes": notes},
         ScriptedDecisions(["conversation", "notes", "conversation"]),

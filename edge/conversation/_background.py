@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,12 +41,33 @@ class Quiet:
         self.quiet_s = quiet_s
         self._llm_activity = llm.activity if isinstance(llm, ReportsActivity) else None
         self._own: ActivityTracker | None = None
+        self._answered_at: float | None = None  # when the latest answer ended
 
     @property
     def own(self) -> ActivityTracker:
         if self._own is None:  # created lazily: anyio primitives need a running loop
             self._own = ActivityTracker()
         return self._own
+
+    def touch(self) -> None:
+        """Record participant activity now (restarts the quiet period)."""
+        self.own.touch()
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        """Mark an answer in flight: background compaction waits until it is over and
+        the device has been quiet for ``compaction_quiet_s``."""
+        try:
+            with self.own.interactive():
+                yield
+        finally:
+            self._answered_at = time.monotonic()
+
+    def answers_close(self) -> bool:
+        """Whether the latest answer ended less than ``quiet_s`` ago (answers too close
+        together for a quiet period to come between them)."""
+        answered = self._answered_at
+        return answered is not None and time.monotonic() - answered < self.quiet_s
 
     @staticmethod
     def _quiet(tracker: ActivityTracker | None, quiet_s: float) -> bool:
@@ -109,6 +131,23 @@ class Jobs:
             await self.cancel(participant_id)
 
 
+class Wakeup:
+    """Tells the worker waiting for work that there may be some (a write, a loaded
+    backlog, a commit): made first and handed to each part that finds work, so none of
+    them needs the worker."""
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        self._event = anyio.Event()
+        await self._event.wait()
+
+
 class Worker(Generic[J]):
     """One loop that takes the next job (``next_job()``; None when there is none), waits
     for a quiet device (``quiet_for(job)`` seconds; by default the quiet's own period),
@@ -119,6 +158,7 @@ class Worker(Generic[J]):
     def __init__(
         self,
         quiet: Quiet,
+        wakeup: Wakeup,
         next_job: Callable[[], J | None],
         run_job: Callable[[J], Awaitable[None]],
         failed: Callable[[J], None],
@@ -129,8 +169,8 @@ class Worker(Generic[J]):
         self._next_job = next_job
         self._run_job = run_job
         self._failed = failed
+        self._wakeup = wakeup
         self._tasks = BackgroundTasks("the context manager")
-        self._wake: anyio.Event | None = None
         self._stop: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
         self._detached: asyncio.Task[None] | None = None
@@ -143,10 +183,6 @@ class Worker(Generic[J]):
     def detached(self) -> bool:
         """Whether the loop was started on first use and still runs on its own."""
         return self._detached is not None and not self._detached.done()
-
-    def wake(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
 
     async def open(self) -> None:
         """Start the loop in the owner's lifecycle (``__aenter__``); a loop started on
@@ -207,8 +243,7 @@ class Worker(Generic[J]):
         while True:
             job = self._next_job()
             if job is None:
-                self._wake = anyio.Event()
-                await self._wake.wait()
+                await self._wakeup.wait()
                 continue
             quiet_s = self._quiet_for(job)
             await self._quiet.wait(quiet_s)

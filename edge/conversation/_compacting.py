@@ -1,18 +1,15 @@
 """Compaction of a participant's sections: when a section is compacted at once without the
 model, how one compaction step runs (plan, hooks, summary, the successor prefix), and its
-commit to the store and the cached view. What one model request does is
-``_compaction.py``'s; when background compaction runs is ``_schedule.py``'s."""
+commit (to the store and the cached view, by the state's owner). What one model request
+does is ``_compaction.py``'s; when background compaction runs is ``_schedule.py``'s."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
-from edge.store import StoredSection
-
-from . import _persist
 from ._background import Jobs, Quiet
 from ._compaction import (
     CompactionReport,
@@ -25,12 +22,11 @@ from ._compaction import (
     plan,
     previous_text,
 )
-from ._context import Entry, ParticipantContext, Section
+from ._context import Entry, ParticipantContext, Section, Successor
 from ._extractive import extractive_summary
-from ._prefixes import Prefixes, Successor
-from ._render import DIALOGUE
+from ._render import DIALOGUE, Renderer
+from ._state import ContextState
 from ._text import clip_middle, nbytes
-from ._views import Views
 
 log = logging.getLogger(__name__)
 
@@ -40,29 +36,57 @@ def keep_for(section: Section) -> int:
     return 1 if section.kind == DIALOGUE else 0
 
 
+class Successors(Protocol):
+    """What a compaction asks of the owner of the participants' prompt prefixes
+    (``Prefixes``): the prefix its summary will leave, warmed aside before it commits, and
+    made the participant's after (or dropped)."""
+
+    async def warm_successor(
+        self, part: ParticipantContext, section: Section, summary: str, taken: list[Entry]
+    ) -> Successor | None: ...
+
+    async def adopt(self, part: ParticipantContext, successor: Successor | None) -> bool: ...
+
+    async def drop(self, key: str) -> None: ...
+
+
 class Compaction:
-    """Compacts participants' sections (``input_budget_bytes`` bounds one request) and
-    commits the result; ``wake`` tells the background worker that there is new work."""
+    """Compacts the sections of ``state``'s participants with ``compactor`` (the model),
+    ``input_budget_bytes`` bounding one request, and commits the result; ``successors``
+    warms the prefix a summary leaves, ``jobs`` tracks each step (a clear cancels it),
+    ``quiet`` says whether answers come too close together for a quiet period, and
+    ``wake`` tells the background worker about the work a commit leaves."""
 
     def __init__(
-        self, views: Views, compactor: Compactor, prefixes: Prefixes, jobs: Jobs, quiet: Quiet
+        self,
+        state: ContextState,
+        compactor: Compactor,
+        successors: Successors,
+        jobs: Jobs,
+        quiet: Quiet,
+        renderer: Renderer,
+        input_budget_bytes: int,
+        wake: Callable[[], None],
     ) -> None:
-        self.views = views
+        self.state = state
         self.compactor = compactor
-        self.prefixes = prefixes
+        self.successors = successors
         self.jobs = jobs
         self.quiet = quiet
-        self.wake: Callable[[], None] = lambda: None
-        self.input_budget_bytes = views.config.compaction_input_budget_bytes
+        self.renderer = renderer
+        self.input_budget_bytes = input_budget_bytes
+        self.wake = wake
         self.pre_hooks: list[PreCompactHook] = []
         self.post_hooks: list[PostCompactHook] = []
-        self.answered_at: float | None = None  # when the latest answer ended
 
     def add_hook(
         self,
         event: Literal["pre_compact", "post_compact"],
         hook: PreCompactHook | PostCompactHook,
     ) -> None:
+        """``pre_compact(request)`` runs before each compaction: return None to proceed,
+        False to skip it (entries kept, retried after the next entry) or a string to use as
+        the summary. ``post_compact(report)`` sees every result. Either may be async."""
         if event == "pre_compact":
             self.pre_hooks.append(hook)  # type: ignore[arg-type]
         elif event == "post_compact":
@@ -72,15 +96,20 @@ class Compaction:
 
     # ----------------------------------------------------------------- without the model
 
+    async def relieve(self, part: ParticipantContext, section: Section) -> None:
+        """After a write to ``section``: compact it at once without the model when it is
+        pressed (:meth:`pressed`)."""
+        if section.needs_compaction() and self.pressed(section):
+            await self.without_model(part, section)
+
     def pressed(self, section: Section) -> bool:
         """Whether ``section`` overflows its budget while answers come too close together
         (less than ``compaction_quiet_s`` apart) to give its compaction a quiet period:
         the view would then leave its oldest entries out, shifting the prompt's start
         (and re-evaluating it) on turn after turn."""
-        answered = self.answered_at
-        if answered is None or time.monotonic() - answered >= self.quiet.quiet_s:
+        if not self.quiet.answers_close():
             return False
-        used = nbytes(previous_text(section, self.views.renderer)) + section.pending_bytes
+        used = nbytes(previous_text(section, self.renderer)) + section.pending_bytes
         return used > section.budget
 
     async def without_model(self, part: ParticipantContext, section: Section) -> None:
@@ -89,14 +118,14 @@ class Compaction:
         start changes once per budget instead of on every turn. Skipped while background
         work holds the participant: a model compaction or re-warm that found no quiet
         model is cancelled (it would start again when the device is idle)."""
-        lock = self.views.lock(part.participant_id)
+        lock = self.state.lock(part.participant_id)
         if lock.locked():
             await self.jobs.cancel(part.participant_id)
         async with lock:
-            if not self.views.current(part):
+            if not self.state.current(part):
                 return
             started = time.perf_counter()
-            taken = self.views.candidates(part, section, keep_for(section))
+            taken = self.state.candidates(part, section, keep_for(section))
             if not taken:
                 return
             text = extractive_summary(
@@ -105,7 +134,7 @@ class Compaction:
             made = Summarized(
                 text or None, "extractive", "no quiet period: compacted without the model"
             )
-            previous = previous_text(section, self.views.renderer)
+            previous = previous_text(section, self.renderer)
             texts = [e.rendered for e in taken]
             await self.commit(part, section, made, taken, previous, texts, started)
 
@@ -113,19 +142,24 @@ class Compaction:
 
     async def run(self, part: ParticipantContext, section: Section) -> None:
         """One background step of ``section`` (the participant's lock held)."""
-        part.compacting = True
+        self.state.begin_compaction(part)
         try:
-            await self.step(part, section, self.views.candidates(part, section, keep_for(section)))
+            await self.step(part, section, self.state.candidates(part, section, keep_for(section)))
         finally:
-            part.compacting = part.needs_compaction()
+            self.state.end_compaction(part)
 
     async def compact(
-        self, participant_id: str, section: str | None, summary: str | None, keep_last: int
+        self,
+        participant_id: str,
+        *,
+        section: str | None = None,
+        summary: str | None = None,
+        keep_last: int | None = None,
     ) -> list[CompactionReport]:
-        """Compact ``section`` (by default every compacted section) now, oldest entries
-        first, keeping the newest ``keep_last`` entries (at least the newest dialogue
-        exchange); ``summary`` replaces the model's."""
-        part = self.views.cached(participant_id)
+        """Compact now, without waiting for a quiet device: every compacted section, or
+        ``section``, keeping the newest ``keep_last`` entries (at least the newest dialogue
+        exchange). ``summary`` replaces the model's summary with your own."""
+        part = self.state.cached(participant_id)
         if part is None:
             return []
         compacted = [s.name for s in part.sections.values() if s.kind != "summary"]
@@ -134,12 +168,12 @@ class Compaction:
             if name not in compacted:
                 raise ValueError(f"{name!r} is not a compacted section of this manager")
         reports: list[CompactionReport] = []
-        async with self.views.lock(part.participant_id):
+        async with self.state.lock(part.participant_id):
             for name in names:
                 sec = part.sections[name]
-                keep = max(keep_last, keep_for(sec))
-                while self.views.current(part):
-                    candidates = self.views.candidates(part, sec, keep)
+                keep = max(keep_last or 0, keep_for(sec))
+                while self.state.current(part):
+                    candidates = self.state.candidates(part, sec, keep)
                     if not candidates:
                         break
                     report = await self.step(part, sec, candidates, custom=summary)
@@ -158,26 +192,29 @@ class Compaction:
     ) -> CompactionReport:
         """One compaction request of ``section``, cancellable by ``clear()``."""
         started = time.perf_counter()
-        previous = previous_text(section, self.views.renderer)
+        previous = previous_text(section, self.renderer)
         if custom is not None:
             taken, texts = candidates, [e.rendered for e in candidates]
         else:
-            taken, texts = plan(candidates, previous, self.input_budget_bytes, self.views.renderer)
+            taken, texts = plan(candidates, previous, self.input_budget_bytes, self.renderer)
         made = Summarized(None, "cancelled", "cancelled")
         successor: Successor | None = None
         try:
             with self.jobs.track(part.participant_id):
                 made = await self.summarize(part, section, previous, texts, custom, taken)
                 if made.text is not None:
-                    successor = await self.prefixes.warm_successor(part, section, made.text, taken)
+                    successor = await self.successors.warm_successor(
+                        part, section, made.text, taken
+                    )
             report = await self.commit(part, section, made, taken, previous, texts, started)
             if report.ok:  # applied: the prefix warmed aside becomes the participant's
-                adopted, successor = await self.prefixes.adopt(part, successor), None
-                part.warm_pending = part.warm_pending and not adopted
+                adopted, successor = await self.successors.adopt(part, successor), None
+                if adopted:  # it is exactly their prefix now: no re-warm
+                    self.state.take_warm(part)
             return report
         finally:
             if successor is not None:  # warmed, then not adopted (no summary, a clear)
-                await self.prefixes.drop(successor[0])
+                await self.successors.drop(successor[0])
 
     async def summarize(
         self,
@@ -217,34 +254,19 @@ class Compaction:
         started: float,
     ) -> CompactionReport:
         """Apply ``made`` to the store (one transaction) and the cached view; report it."""
-        if not self.views.current(part):
+        if not self.state.current(part):
             made = Summarized(None, "cancelled", "participant cleared", made.attempts)
         report = _report(part, section, made, taken, previous, texts, started)
         if made.reason in ("participant cleared", "cancelled"):
             return report  # cleared, or superseded (see without_model): no failure
-        result = made.text
-        if result is None:
+        if made.text is None:
             log.warning(
                 "compaction of %r for %r failed (%s); entries kept until the next one",
                 section.name,
                 part.participant_id,
                 report.reason,
             )
-            state, covered = StoredSection(section.summary, section.span, True), []
-        else:
-            state = StoredSection(result, section.span_with(taken), False)
-            covered = [e.seq for e in taken]
-        store = self.views.store
-        await store.run(  # one transaction: a crash leaves it before or after
-            store.apply_compaction,
-            part.participant_id,
-            section.name,
-            state,
-            covered,
-            _persist.report_data(report),
-        )
-        _apply(part, section, made, taken)
-        part.last_compaction = report
+        await self.state.apply_compaction(part, section, made, taken, report)
         for hook in self.post_hooks:
             try:
                 await call_hook(hook, report)
@@ -276,18 +298,3 @@ def _report(
         made.reason or ("" if result is not None else "no summary"),
         list(made.attempts),
     )
-
-
-def _apply(
-    part: ParticipantContext, section: Section, made: Summarized, taken: list[Entry]
-) -> None:
-    """The committed result in the cached view: the summary, or the failure counted."""
-    if made.request_failed:
-        section.failures.append(made.request_failed)
-    elif made.text is not None:
-        section.failures.clear()
-    if made.text is None:
-        section.fail()
-    else:
-        section.apply_summary(made.text, taken)
-        part.warm_pending = True

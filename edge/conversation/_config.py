@@ -24,21 +24,11 @@ def least_compaction_input(largest_section_bytes: int) -> int:
 
 
 class ContextOptions(TypedDict, total=False):
-    """:class:`ContextConfig`'s fields, as keywords (``ContextManager(llm, **options)``)."""
+    """The spec's keywords of ``ContextManager(llm, **options)``: the topic lists, applied
+    over its :class:`ContextConfig` (every other field is set in the configuration)."""
 
     summary_context_topics: Iterable[str]
     incremental_context_topics: Iterable[str]
-    dialogue_budget_bytes: int
-    topic_budget_bytes: int | Mapping[str, int]
-    compaction_input_budget_bytes: int
-    compaction_prompts: CompactionPrompts | None
-    compaction_quiet_s: float
-    compaction_failure_limit: int
-    rewarm: bool
-    rewarm_quiet_s: float
-    keep_transcript: bool
-    timezone: tzinfo | None
-    recall_budget_bytes: int
 
 
 @dataclass(frozen=True)
@@ -123,6 +113,17 @@ class ContextConfig:
         if unknown:
             raise TypeError(f"unknown context manager option(s): {', '.join(unknown)}")
         return replace(self, **options)  # type: ignore[arg-type]
+
+
+def configured(config: ContextConfig | None, options: ContextOptions) -> ContextConfig:
+    """``config`` (default: the defaults) with the spec's keywords ``options`` over it."""
+    unknown = sorted(set(options) - set(ContextOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"unknown context manager option(s): {', '.join(unknown)} (the spec's keywords "
+            "are the topic lists; set the other fields in its ContextConfig)"
+        )
+    return (config or ContextConfig()).with_options(**options)
 
 
 def check_participant(participant_id: object) -> None:

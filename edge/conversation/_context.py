@@ -219,6 +219,11 @@ budget, so the rendered prefix (and the model's KV cache of it) stays the same f
 turns instead of shifting by one entry on every turn."""
 
 
+Successor = tuple[str, str]
+"""A participant's prompt prefix warmed aside during a compaction: its cache key and the
+context message it holds."""
+
+
 def exchange_key(exchange_id: object) -> bytes:
     """The short identity (8 bytes) the store keeps for an exchange's id (the same bytes as
     in every earlier version of the store, so an existing store's exchanges stay known)."""
@@ -233,8 +238,6 @@ class ParticipantContext:
         self.sections = {s.name: s for s in sections}
         self.identities: set[bytes] = set()
         self.system: str | None = None
-        self.warm_pending = False
-        self.compacting = False  # between the steps of a compaction run (a backlog drains)
         self.last_compaction: CompactionReport | None = None
 
     def needs_compaction(self) -> bool:

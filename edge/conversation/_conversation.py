@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -99,19 +99,11 @@ class ConversationConfig:
 
 
 class ConversationOptions(TypedDict, total=False):
-    """:class:`ConversationConfig`'s fields as keywords: the conversation spec's
-    ``Conversation(llm, context=..., instructions=..., ...)`` form."""
+    """The spec's keywords of ``Conversation(llm, context=..., instructions=..., ...)``,
+    applied over its :class:`ConversationConfig` (every other field is set there)."""
 
     instructions: str
     system_prompt: str
-    name: str
-    description: str
-    examples: tuple[str, ...]
-    max_tokens: int | None
-    temperature: float | None
-    stop: tuple[str, ...]
-    seed_key: str | None
-    max_sentences: int | Literal["instructions"] | None
 
 
 def configured(
@@ -249,7 +241,7 @@ class Conversation:
             seed_key=self.config.seed_key,
         )
 
-    async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncIterator[str]:
+    async def reply_text(self, deltas: AsyncIterable[str]) -> AsyncGenerator[str]:
         """An answer's ``deltas`` as this conversation publishes them (filtered and
         bounded), for one that prepares a reply ahead of its turn."""
         reply = ReplyFilter(self.max_sentences)

@@ -89,13 +89,7 @@ class ContextDialogue:
         return recorded
 
     async def _record(self, participant_id: str, exchange: Exchange) -> bool:
-        return await self.context.record_exchange(
-            participant_id,
-            exchange.user,
-            exchange.assistant,
-            timestamp_us=exchange.timestamp_us,
-            exchange_id=exchange.exchange_id,
-        )
+        return await self.context.writer.record(participant_id, exchange)
 
     def _knows(self, participant_id: str, exchange_id: object) -> bool:
         return self.context.store.records.knows(participant_id, exchange_key(exchange_id))

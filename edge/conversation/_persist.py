@@ -82,7 +82,6 @@ def restore(part: ParticipantContext, stored: StoredParticipant, renderer: Rende
         section.summary = clip_middle(saved.summary, section.summary_limit)
         section.span = saved.span
         section.stalled = saved.stalled
-        part.warm_pending |= bool(section.summary)
     for record in stored.view:
         section = part.sections.get(record.section)
         if section is None:

@@ -43,8 +43,8 @@ from edge.llm import (
 from edge.runtime import Agent, BackgroundTasks, HandlerContext
 
 from ._background import Jobs
-from ._context import Entry, ParticipantContext, Section
-from ._views import Views
+from ._context import Entry, ParticipantContext, Section, Successor
+from ._state import ContextState
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +55,27 @@ SUCCESSOR_KEY = "__next:"
 """Prefix of the model cache key under which a compaction warms the participant's next
 prompt prefix before it commits (the key is then handed to the participant)."""
 
-Successor = tuple[str, str]
-"""A prefix warmed aside: its cache key and the context message it holds."""
-
 
 class Prefixes:
-    """Warms, moves and forgets participants' prompt prefixes in ``llm``'s cache.
+    """Warms, moves and forgets participants' prompt prefixes in ``llm``'s cache: each
+    the context message ``prefix(view)`` renders for a participant's view of ``state``,
+    tracked in ``jobs`` (so a clear cancels it).
 
     ``rewarm`` False turns the re-warm after an exchange and the successor of a
     compaction off (the join-time and shared warms stay)."""
 
-    def __init__(self, llm: LLMService, views: Views, jobs: Jobs, *, rewarm: bool) -> None:
+    def __init__(
+        self,
+        llm: LLMService,
+        state: ContextState,
+        prefix: Callable[[ParticipantContext], str],
+        jobs: Jobs,
+        *,
+        rewarm: bool,
+    ) -> None:
         self.llm = llm
-        self.views = views
+        self.state = state
+        self.prefix = prefix
         self.jobs = jobs
         self.rewarm_on = rewarm
 
@@ -98,22 +106,12 @@ class Prefixes:
 
     # ---------------------------------------------------------------- the participant's prefix
 
-    def prefix(self, view: ParticipantContext) -> str:
-        """The context message a warm evaluates: ``view``'s blocks (a participant's, or
-        what a compaction will leave them), the current time, and the recalled block
-        chosen ahead of the next request (a request whose own recall it holds evaluates
-        no recalled token anew; one without recall drops it for free: it comes last)."""
-        views = self.views
-        blocks = view.blocks(views.renderer)
-        ahead = views.recall.ahead_block(view.participant_id, views.in_view(view, blocks))
-        return views.renderer.context_message(blocks, views.clock(), ahead)
-
     async def rewarm(self, part: ParticipantContext) -> None:
         """Evaluate the participant's prompt prefix (system prompt and context with the
         current time) into their KV state, so the next answer evaluates only its recalled
         block and request: in the same minute the whole prefix is reused, later all but the
         time's last digits (its date and hour rarely change between turns)."""
-        part.warm_pending = False
+        self.state.take_warm(part)
         if not isinstance(self.llm, Warmable) or part.system is None:
             return
         with self.jobs.track(part.participant_id):
@@ -127,8 +125,7 @@ class Prefixes:
         if not await self.warm_system(participant_id, system, seed):
             return False
         if self.rewarm_on:
-            view = self.views.cached(participant_id) or self.views.new(participant_id)
-            await self._warm(system, self.prefix(view), participant_id)
+            await self._warm(system, self.prefix(self.state.view(participant_id)), participant_id)
         return True
 
     async def _warm(self, system: str, context: str, key: str) -> bool:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from ._background import Quiet, Worker
-from ._compacting import Compaction
+from ._background import Quiet, Wakeup, Worker
+from ._config import ContextConfig
 from ._context import ParticipantContext, Section
-from ._prefixes import Prefixes
-from ._views import Views
+from ._state import ContextState
 
 log = logging.getLogger(__name__)
 
@@ -19,30 +18,39 @@ Job = tuple[str, ParticipantContext, Section | None]
 
 
 class Scheduler:
-    """Chooses and runs background jobs one at a time, each after the device has been
-    quiet long enough: a re-warm after ``rewarm_quiet_s``, a compaction after
-    ``compaction_quiet_s``."""
+    """Chooses and runs background jobs for ``state``'s participants one at a time, each
+    after the device has been ``quiet`` long enough: a re-warm (``rewarm(part)``; None
+    when the model cannot warm or ``config`` turns it off) after ``rewarm_quiet_s``, a
+    compaction step (``compact(part, section)``) after ``compaction_quiet_s``. The worker
+    waits on ``wakeup`` while there is nothing to do."""
 
     def __init__(
-        self, views: Views, compaction: Compaction, prefixes: Prefixes, quiet: Quiet
+        self,
+        state: ContextState,
+        quiet: Quiet,
+        wakeup: Wakeup,
+        compact: Callable[[ParticipantContext, Section], Awaitable[None]],
+        rewarm: Callable[[ParticipantContext], Awaitable[None]] | None,
+        config: ContextConfig,
     ) -> None:
-        self.views = views
-        self.compaction = compaction
-        self.prefixes = prefixes
+        self.state = state
         self.quiet = quiet
-        self.rewarm_quiet_s = views.config.rewarm_after_s
-        self.worker = Worker(quiet, self.next_job, self.run_job, self.job_failed, self.quiet_for)
+        self.wakeup = wakeup
+        self.compact = compact
+        self.rewarm = rewarm
+        self.rewarm_on = config.rewarm
+        self.rewarm_quiet_s = config.rewarm_after_s
+        self.worker = Worker(
+            quiet, wakeup, self.next_job, self.run_job, self.job_failed, self.quiet_for
+        )
         self._warned_not_running = False
-
-    def wake(self) -> None:
-        self.worker.wake()
 
     async def open(self) -> None:
         """Run the worker in the owner's lifecycle (the manager's ``__aenter__``)."""
         worker = self.worker
         if worker.running and not worker.detached:
             raise RuntimeError("the context manager is already running")
-        if self.views.closed:
+        if self.state.closed:
             raise RuntimeError("the context manager is closed")
         await worker.open()
 
@@ -54,18 +62,22 @@ class Scheduler:
         finally:
             await self.worker.close()
 
+    async def stop(self) -> None:
+        """Stop the worker (cancelling the job it runs) and wait for it; idempotent."""
+        await self.worker.stop()
+
     def rewarm_soon(self, part: ParticipantContext) -> None:
         """Re-warm ``part``'s prefix in the background (a returning participant's: after a
         restart the model's cache is cold)."""
-        if part.system is not None and self.views.config.rewarm:
-            part.warm_pending = True
+        if part.system is not None and self.rewarm_on:
+            self.state.mark_warm(part)
             self.start()
-            self.wake()
+            self.wakeup.set()
 
     def start(self) -> None:
         """The spec's usage without ``async with``: start the worker on the first write."""
         worker = self.worker
-        if worker.running or self.views.closed or worker.start_detached():
+        if worker.running or self.state.closed or worker.start_detached():
             return
         if not self._warned_not_running:
             self._warned_not_running = True
@@ -75,13 +87,10 @@ class Scheduler:
             )
 
     def next_job(self) -> Job | None:
-        views = self.views
-        if views.closed:
+        if self.state.closed:
             return None
         best: tuple[tuple[int, int], ParticipantContext, Section] | None = None
-        for pid, part in views.participants.items():
-            if views.lock(pid).locked():
-                continue
+        for part in self.state.idle():
             for section in part.sections.values():
                 if section.needs_compaction():
                     key = section.oldest_key()
@@ -98,24 +107,24 @@ class Scheduler:
         return self._warm_job(during_compaction=True)
 
     def _warm_job(self, *, during_compaction: bool) -> Job | None:
-        if not self.prefixes.can_rewarm:
+        if self.rewarm is None:
             return None
-        for pid, part in self.views.participants.items():
-            if not part.warm_pending or self.views.lock(pid).locked():
+        for part in self.state.idle():
+            if not self.state.wants_warm(part):
                 continue
-            if during_compaction or not part.compacting:
+            if during_compaction or not self.state.compacting(part):
                 return ("warm", part, None)
         return None
 
     async def run_job(self, job: Job) -> None:
         kind, part, section = job
-        async with self.views.lock(part.participant_id):
-            if not self.views.current(part):
+        async with self.state.lock(part.participant_id):
+            if not self.state.current(part):
                 return
             if kind == "compact" and section is not None:
-                await self.compaction.run(part, section)
-            else:
-                await self.prefixes.rewarm(part)
+                await self.compact(part, section)
+            elif self.rewarm is not None:
+                await self.rewarm(part)
 
     def quiet_for(self, job: Job) -> float:
         """How long the device must be quiet before ``job`` runs: a re-warm (a fraction of
@@ -128,4 +137,4 @@ class Scheduler:
         _, part, section = job
         if section is not None:
             section.fail()
-        part.warm_pending = False
+        self.state.take_warm(part)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from edge.conversation import ContextManager, Conversation, ConversationConfig
+from edge.conversation import ContextConfig, ContextManager, Conversation, ConversationConfig
 from edge.llm import LLMService
 from edge.routing import AgentTurn
 
@@ -243,13 +243,10 @@ async def run_case(
     reports: list[Any] = []
     ctx = ContextManager(
         llm,
+        ContextConfig(compaction_quiet_s=0, rewarm=False, timezone=UTC, **BUDGETS),
         summary_context_topics=case.summary_topics,
         incremental_context_topics=case.incremental_topics,
-        compaction_quiet_s=0,
-        rewarm=False,
-        timezone=UTC,
         clock=lambda: now[0],
-        **BUDGETS,
     )
     ctx.add_hook("post_compact", reports.append)
     config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)

@@ -29,7 +29,13 @@ from datetime import UTC
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from edge.conversation import ContextManager, Conversation, ConversationConfig, has_scaffolding
+from edge.conversation import (
+    ContextConfig,
+    ContextManager,
+    Conversation,
+    ConversationConfig,
+    has_scaffolding,
+)
 from edge.llm import LLMService
 from edge.routing import AgentTurn
 
@@ -123,14 +129,8 @@ class LongResult:
 
 
 def _session(llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int):
-    ctx = ContextManager(
-        llm,
-        compaction_quiet_s=0.5,
-        rewarm=False,
-        timezone=UTC,
-        clock=lambda: now[0],
-        **budgets,
-    )
+    context = ContextConfig(compaction_quiet_s=0.5, rewarm=False, timezone=UTC, **budgets)
+    ctx = ContextManager(llm, context, clock=lambda: now[0])
     config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
     return ctx, Conversation(llm, context=ctx, config=config, clock=lambda: now[0])
 

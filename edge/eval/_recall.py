@@ -33,7 +33,7 @@ from datetime import UTC
 from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
 
-from edge.conversation import ContextManager, Conversation, ConversationConfig
+from edge.conversation import ContextConfig, ContextManager, Conversation, ConversationConfig
 from edge.llm import LLMService
 
 if TYPE_CHECKING:
@@ -223,13 +223,10 @@ def recall_session(
     compaction as soon as it is due and no re-warm (the eval measures answers)."""
     ctx = ContextManager(
         llm,
+        ContextConfig(compaction_quiet_s=0, rewarm=False, timezone=UTC, **budgets),
         summary_context_topics=(SCENE,),
         incremental_context_topics=(NOTES,),
-        compaction_quiet_s=0,
-        rewarm=False,
-        timezone=UTC,
         clock=lambda: now[0],
-        **budgets,
     )
     config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
     conv = Conversation(llm, context=ctx, config=config, clock=lambda: now[0])

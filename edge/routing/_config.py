@@ -23,7 +23,7 @@ so device profiles usually pass a smaller budget (see ``edge device``)."""
 
 PREPARE_DELAY_S = 0.5
 """Seconds after an exchange before the participant's next decision is prepared: their
-conversation's re-warm (after 0.25 s of quiet, ``ContextManager(rewarm_quiet_s=)``) takes
+conversation's re-warm (after 0.25 s of quiet, ``ContextConfig(rewarm_quiet_s=)``) takes
 the model first, since every next answer uses it and only some decisions ask the model."""
 
 StatusCallback = Callable[[Literal["processing", "idle"], str], Awaitable[None]]
