@@ -128,7 +128,9 @@ class LongResult:
     error: str = ""
 
 
-def _session(llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int):
+def _session(
+    llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int
+) -> tuple[ContextManager, Conversation]:
     context = ContextConfig(compaction_quiet_s=0.5, rewarm=False, timezone=UTC, **budgets)
     ctx = ContextManager(llm, context, clock=lambda: now[0])
     config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
