@@ -43,6 +43,7 @@ from edge.server import (
     EdgeClient,
     EdgeService,
     ServerTrust,
+    SpeechParts,
 )
 from edge.voice import PiperTTS, WhisperSTT, float_to_pcm16
 
@@ -54,7 +55,7 @@ def make_service(
     tls: bool, data_dir: Path, stt: WhisperSTT, tts: PiperTTS, profile: str | None
 ) -> EdgeService:
     settings = base_settings(tls=tls, data_dir=data_dir, profile=profile)
-    return EdgeService(settings, stt=stt, tts=tts)
+    return EdgeService(settings, speech=SpeechParts(stt=stt, tts=tts))
 
 
 async def spoken_turn(

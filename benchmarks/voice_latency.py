@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService, ServiceSettings
+from edge.server import EdgeService, ServiceSettings, SpeechParts
 from edge.voice import (
     PiperTTS,
     SileroVAD,
@@ -101,7 +101,7 @@ async def loop_once(
 ) -> dict:  # type: ignore[no-untyped-def]
     """One spoken turn through the whole service in process (router, conversation, voice)."""
     settings = ServiceSettings(host="127.0.0.1", wyoming_port=None, mdns=False, notes=False)
-    service = EdgeService(settings, llm=llm, stt=stt, tts=tts, voice_config=config)
+    service = EdgeService(settings, llm=llm, speech=SpeechParts(stt=stt, tts=tts, config=config))
     client = SimulatedSpeaker("bench")
     service.runtime.register("client", client)
     service.hub.attach(client.participant_id, client)

@@ -46,9 +46,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def models():  # type: ignore[no-untyped-def]
-    """The real default STT (Whisper tiny.en) and TTS (Piper joe), loaded once per module.
+    """The real default STT (Whisper tiny.en) and TTS (Piper joe), loaded once per test
+    run and shared by every module that asks (they keep no state between calls).
     Piper speaks without its random variation, so a test hears the same audio every run
     (a randomly long pause after "Stop." once split a test's utterance in two)."""
     from edge.voice import PiperTTS, WhisperSTT

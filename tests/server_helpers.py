@@ -17,7 +17,7 @@ from edge.decisions import ScriptedDecisions
 from edge.interaction import PARTICIPANT_LEFT_TOPIC, ParticipantLeft
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.runtime import Agent, HandlerContext
-from edge.server import EdgeService, ServiceSettings
+from edge.server import EdgeService, ServiceSettings, SpeechParts
 from edge.voice import VoiceConfig
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS
 
@@ -64,10 +64,7 @@ def tone_service(
         settings(voice=True, tls=tls),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=config,
+        speech=SpeechParts(stt=ToneSTT(), tts=ToneTTS(), config=config, vad_factory=EnergyVAD),
         **kw,  # type: ignore[arg-type]
     )
 

@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from edge.api import serve_api
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import VoiceConfig, float_to_pcm16
 from tests.api_helpers import TOKEN, openai_client, web_url
 from tests.server_helpers import answer_for, settings
@@ -34,10 +34,12 @@ async def voice_service(llm: ScriptedLLM | None = None) -> AsyncIterator[EdgeSer
         settings(voice=True, token=TOKEN),
         llm=llm or ScriptedLLM(replies=answer_for),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(partial_interval_s=0),
+        speech=SpeechParts(
+            stt=ToneSTT(),
+            tts=ToneTTS(),
+            config=VoiceConfig(partial_interval_s=0),
+            vad_factory=EnergyVAD,
+        ),
     )
     serve_api(service)
     async with service:

@@ -13,7 +13,7 @@ import pytest
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import VoiceConfig
 from tests.chaos_helpers import check_room, record_voices, room, rss_mb, run_room
 from tests.server_helpers import answer_for, settings
@@ -39,9 +39,7 @@ def room_service(models, data_dir) -> EdgeService:  # type: ignore[no-untyped-de
         settings(voice=True, notes=True, data_dir=data_dir),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(choose),
-        stt=models[0],
-        tts=ToneTTS(),
-        voice_config=VoiceConfig(),
+        speech=SpeechParts(stt=models[0], tts=ToneTTS(), config=VoiceConfig()),
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import PiperTTS, WhisperSTT, write_wav
 from tests.console_helpers import (
     LAN_NAME,
@@ -55,7 +55,8 @@ def real_service(models: tuple[WhisperSTT, PiperTTS], *, tls: bool = False) -> E
     """As ``edge serve`` runs it: the detected profile sizes SmolLM2 and the decision
     service; voice (the module's loaded Whisper and Piper) and notes on."""
     stt, tts = models
-    return EdgeService(settings(voice=True, notes=True, tls=tls), stt=stt, tts=tts)
+    speech = SpeechParts(stt=stt, tts=tts)
+    return EdgeService(settings(voice=True, notes=True, tls=tls), speech=speech)
 
 
 async def turn_done(page, index: int, source: str, limit_ms: int = 90_000) -> dict:  # type: ignore[no-untyped-def,type-arg]

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from edge.llm import ModelScheduler, Priority, RequestMetrics
-from edge.llm._llamacpp import split_on_stop
+from edge.llm._stream import split_on_stop
 
 pytestmark = pytest.mark.anyio
 

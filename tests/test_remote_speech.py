@@ -15,7 +15,7 @@ import pytest
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.server._mdns import WYOMING_SERVICE, MdnsAdvertiser
 from edge.voice import VoiceConfig
 from tests.remote_helpers import QUESTION, Servers, backends, speaker, wait_for_retry
@@ -38,7 +38,7 @@ def remote_service(servers: Servers, **kw: object) -> EdgeService:
         settings(**options),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions("conversation"),
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(config=VoiceConfig(playback_speed=0, partial_interval_s=0)),
     )
 
 
@@ -111,7 +111,7 @@ async def test_remote_tts_killed_mid_reply_names_it_and_the_next_reply_is_spoken
         ),
         llm=llm,
         decisions=ScriptedDecisions("conversation"),
-        voice_config=VoiceConfig(playback_speed=1.0, partial_interval_s=0),
+        speech=SpeechParts(config=VoiceConfig(playback_speed=1.0, partial_interval_s=0)),
     )
     try:
         async with service, speaker(service) as client:
@@ -189,7 +189,7 @@ async def test_fallback_local_answers_while_the_remote_is_down(
         ),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions("conversation"),
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(config=VoiceConfig(playback_speed=0, partial_interval_s=0)),
     )
     async with service, speaker(service) as client:
         await client.speak(question, realtime=False)
@@ -239,7 +239,7 @@ def all_remote(servers: Servers, llama: Servers) -> EdgeService:
             reply_sentences=1,  # short answers: the small model on a loaded CPU is slow
         ),
         decisions=ScriptedDecisions("conversation"),
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(config=VoiceConfig(playback_speed=0, partial_interval_s=0)),
     )
 
 

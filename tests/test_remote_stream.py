@@ -15,7 +15,7 @@ import pytest
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import VoiceConfig
 from tests.remote_helpers import QUESTION, Servers, speaker
 from tests.server_helpers import answer_for, settings
@@ -33,7 +33,7 @@ def remote(stt_url: str, servers: Servers, config: VoiceConfig = ONLY_THE_STREAM
         settings(voice=True, stt_url=stt_url, tts_url=servers.url("piper"), remote_timeout_s=5),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions("conversation"),
-        voice_config=config,
+        speech=SpeechParts(config=config),
     )
 
 
@@ -156,7 +156,7 @@ def remote_tts(tts_url: str, llm: ScriptedLLM, speed: float) -> EdgeService:
         settings(voice=True, tts_url=tts_url, remote_timeout_s=5, reply_sentences=0),
         llm=llm,
         decisions=ScriptedDecisions("conversation"),
-        voice_config=VoiceConfig(playback_speed=speed, partial_interval_s=0),
+        speech=SpeechParts(config=VoiceConfig(playback_speed=speed, partial_interval_s=0)),
     )
 
 

@@ -118,15 +118,15 @@ async def test_runtime_query_turn_publishes_router_control_frames() -> None:
 
 
 async def test_the_routing_specs_constructor_keywords_still_work() -> None:
-    """``shared/spec/routing.md`` names the constructor's keywords; they fold into the
-    config and hooks and a runtime turn runs as with ``config=CONFIG``."""
+    """``shared/spec/routing.md`` names the constructor's keywords; ``from_spec`` folds
+    them into the config and hooks and a runtime turn runs as with ``config=CONFIG``."""
     rec = Recorder()
     statuses: list[tuple[str, str]] = []
 
     async def status(s, pid):
         statuses.append((s, pid))
 
-    router = AgentRouter(
+    router = AgentRouter.from_spec(
         agents(rec),
         ScriptedDecisions(["conversation"]),
         default_destination="notes",
@@ -147,9 +147,9 @@ async def test_the_routing_specs_constructor_keywords_still_work() -> None:
         await _until(lambda: len(statuses) >= 2)
     assert statuses == [("processing", "p1"), ("idle", "p1")]
     with pytest.raises(ValueError, match="together"):
-        AgentRouter(agents(rec), ScriptedDecisions(), query_topic=USER_QUERY_TOPIC)
+        AgentRouter.from_spec(agents(rec), ScriptedDecisions(), query_topic=USER_QUERY_TOPIC)
     with pytest.raises(ValueError, match="joined"):
-        AgentRouter(
+        AgentRouter.from_spec(
             agents(rec),
             ScriptedDecisions(),
             query_topic=USER_QUERY_TOPIC,
@@ -157,7 +157,9 @@ async def test_the_routing_specs_constructor_keywords_still_work() -> None:
             participant_left_topic=PARTICIPANT_LEFT_TOPIC,
         )
     with pytest.raises(TypeError, match="unexpected"):
-        AgentRouter(agents(rec), ScriptedDecisions(), query_topics=USER_QUERY_TOPIC)  # type: ignore[call-arg]
+        AgentRouter.from_spec(agents(rec), ScriptedDecisions(), query_topics=USER_QUERY_TOPIC)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):  # the constructor itself takes the config and hooks
+        AgentRouter(agents(rec), ScriptedDecisions(), query_topic=USER_QUERY_TOPIC)  # type: ignore[call-arg]
 
 
 async def test_runtime_turn_uses_publication_time_without_query_timestamp() -> None:

@@ -13,6 +13,7 @@ from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import (
     EdgeClient,
     EdgeService,
+    SpeechParts,
     parse_client_message,
 )
 from edge.server._protocol import (
@@ -218,10 +219,12 @@ async def test_only_clients_that_want_audio_get_speech() -> None:
         settings(voice=True),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=tts,
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(
+            stt=ToneSTT(),
+            tts=tts,
+            config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+            vad_factory=EnergyVAD,
+        ),
     )
     async with service:
         url = service.websocket_url

@@ -23,7 +23,7 @@ from wyoming.tts import Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
-from edge.server import EdgeClient, EdgeService
+from edge.server import EdgeClient, EdgeService, SpeechParts
 from edge.voice import Recognition, Synthesis, VoiceConfig
 from tests.server_helpers import Departures, answer_for, read_answer, settings, wait_for
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, tone
@@ -76,10 +76,12 @@ def voice_service(stt: object, tts: object) -> EdgeService:
         settings(voice=True, wyoming_port=0),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions("conversation"),
-        stt=stt,
-        tts=tts,
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(
+            stt=stt,
+            tts=tts,
+            config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+            vad_factory=EnergyVAD,
+        ),
     )
 
 

@@ -23,7 +23,7 @@ from wyoming.event import Event, async_write_event
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.server._limits import AudioPacer, ConnectionSlots, LogLimiter, printable
 from edge.server._wyoming import WyomingLimits
 from edge.voice import Recognition, float_to_pcm16, resample
@@ -143,9 +143,7 @@ async def measure_192khz_recordings() -> dict[str, float]:
         settings(voice=True, wyoming_port=0),
         llm=ScriptedLLM(lambda messages: "ok"),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=stt,
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
+        speech=SpeechParts(stt=stt, tts=ToneTTS(), vad_factory=EnergyVAD),
     )
     async with service as svc:
         assert svc.wyoming is not None and svc.wyoming.backend.speculation is not None

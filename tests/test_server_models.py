@@ -17,7 +17,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from edge.conversation import SYSTEM_PROMPT_KEY
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
-from edge.server import EdgeClient, EdgeService
+from edge.server import EdgeClient, EdgeService, SpeechParts
 from edge.server._protocol import AudioFormat
 from edge.voice import (
     PiperTTS,
@@ -50,9 +50,7 @@ def real_service(models: tuple[WhisperSTT, PiperTTS], **kw: object) -> EdgeServi
         settings(voice=True, **kw),
         llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40),
         decisions=ScriptedDecisions(default="conversation"),  # routing has its own tests
-        stt=stt,
-        tts=tts,
-        voice_config=VoiceConfig(playback_speed=0),
+        speech=SpeechParts(stt=stt, tts=tts, config=VoiceConfig(playback_speed=0)),
     )
 
 

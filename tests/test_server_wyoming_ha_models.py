@@ -17,7 +17,7 @@ import pytest
 
 from edge.conversation import ReplyFilter
 from edge.llm import LlamaCppLLM
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import float_to_pcm16, resample
 from tests.server_helpers import settings, wait_for
 from tests.voice_helpers import heard_as
@@ -67,8 +67,7 @@ async def test_home_assistants_sequence_gets_the_whole_answer_in_handled(models)
     svc = EdgeService(
         settings(voice=True, wyoming_port=0),
         llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=80),
-        stt=stt,
-        tts=tts,
+        speech=SpeechParts(stt=stt, tts=tts),
     )
     async with svc:
         path = home_assistant(svc)

@@ -13,7 +13,7 @@ import pytest
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.server._reply_length import sentence_bound
 from edge.server._wyoming_stream import PreparedSpeech, speak_sentence
 from tests.server_helpers import ask_handled, settings, wait_for
@@ -38,9 +38,7 @@ def service(llm: ScriptedLLM, **kw: object) -> EdgeService:
         settings(voice=True, wyoming_port=0, **kw),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
+        speech=SpeechParts(stt=ToneSTT(), tts=ToneTTS(), vad_factory=EnergyVAD),
     )
 
 

@@ -15,7 +15,7 @@ from wyoming.tts import Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import float_to_pcm16
 from tests.server_helpers import (
     ask_handled,
@@ -41,9 +41,7 @@ def service(llm: ScriptedLLM) -> EdgeService:
         settings(voice=True, wyoming_port=0),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
+        speech=SpeechParts(stt=ToneSTT(), tts=ToneTTS(), vad_factory=EnergyVAD),
     )
 
 

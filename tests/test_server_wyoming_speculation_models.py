@@ -14,7 +14,7 @@ from wyoming.tts import Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import float_to_pcm16, resample
 from tests.server_helpers import (
     ask_handled,
@@ -39,8 +39,7 @@ def service(models) -> EdgeService:  # type: ignore[no-untyped-def]
         settings(voice=True, wyoming_port=0),
         llm=LlamaCppLLM(n_ctx=2048, default_max_tokens=40),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=stt,
-        tts=tts,
+        speech=SpeechParts(stt=stt, tts=tts),
     )
 
 

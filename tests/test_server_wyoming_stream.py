@@ -19,7 +19,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
-from edge.server import EdgeService
+from edge.server import EdgeService, SpeechParts
 from edge.voice import float_to_pcm16
 from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS, silence, tone
@@ -34,9 +34,7 @@ def service(tts: ToneTTS | None = None, delay_s: float = 0.02) -> EdgeService:
         settings(voice=True, wyoming_port=0, wyoming_reply_sentences=0),  # both parts
         llm=ScriptedLLM(lambda messages: ScriptedReply(ANSWER, delay_s=delay_s)),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=ToneSTT(),
-        tts=tts or ToneTTS(),
-        vad_factory=EnergyVAD,
+        speech=SpeechParts(stt=ToneSTT(), tts=tts or ToneTTS(), vad_factory=EnergyVAD),
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from edge.decisions import ChoiceAnswer, PreparingDecisions, ScriptedDecisions
 from edge.interaction import USER_QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 from edge.llm import GenerationOptions, ScriptedLLM, ScriptedReply
-from edge.server import EdgeClient, EdgeService
+from edge.server import EdgeClient, EdgeService, SpeechParts
 from edge.server._protocol import AudioFormat
 from edge.speculation import Guess, PrefetchingDecisions, SpeculativeAnswers
 from edge.voice import (
@@ -310,15 +310,17 @@ async def test_speech_stopping_offers_the_latest_partial_before_a_covering_pass(
         settings(voice=True),
         llm=ScriptedLLM(default="An answer."),
         decisions=ScriptedDecisions(default="conversation"),
-        stt=stt,
-        tts=ToneTTS(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(
-            vad=TURN_VAD,
-            playback_speed=0,
-            partial_interval_s=0.3,
-            speculative_after_ms=96,
-            partial_guess_gap_ms=5000,  # fed faster than real time: any partial qualifies
+        speech=SpeechParts(
+            stt=stt,
+            tts=ToneTTS(),
+            config=VoiceConfig(
+                vad=TURN_VAD,
+                playback_speed=0,
+                partial_interval_s=0.3,
+                speculative_after_ms=96,
+                partial_guess_gap_ms=5000,  # fed faster than real time: any partial qualifies
+            ),
+            vad_factory=EnergyVAD,
         ),
     )
     rec = Recorder(SPECULATION_TOPIC, TRANSCRIPT_TOPIC)

@@ -9,7 +9,7 @@ import pytest
 
 from edge.decisions import ScriptedDecisions
 from edge.llm import LlamaCppLLM, ScriptedLLM
-from edge.server import AudioFormat, EdgeClient, EdgeService
+from edge.server import AudioFormat, EdgeClient, EdgeService, SpeechParts
 from edge.voice import (
     SPECULATION_TOPIC,
     TRANSCRIPT_TOPIC,
@@ -46,10 +46,12 @@ def service(models, llm, vad: VadConfig) -> EdgeService:  # type: ignore[no-unty
         settings(voice=True),
         llm=llm,
         decisions=ScriptedDecisions(default="conversation"),
-        stt=stt,
-        tts=tts,
-        voice_config=VoiceConfig(
-            vad=vad, playback_speed=0, partial_interval_s=0, speculative_after_ms=100
+        speech=SpeechParts(
+            stt=stt,
+            tts=tts,
+            config=VoiceConfig(
+                vad=vad, playback_speed=0, partial_interval_s=0, speculative_after_ms=100
+            ),
         ),
     )
 

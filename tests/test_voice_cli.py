@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from edge.cli import main
+from edge.server import SpeechParts
 from edge.voice import write_wav
 from tests.voice_helpers import heard_as
 
@@ -67,9 +68,11 @@ async def test_a_spoken_turn_with_the_speech_server_down_names_it(tmp_path, caps
         settings(voice=True, tts_url=dead, remote_timeout_s=2.0),
         llm=ScriptedLLM(answer_for),
         decisions=ScriptedDecisions("conversation"),
-        stt=ToneSTT(),
-        vad_factory=EnergyVAD,
-        voice_config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+        speech=SpeechParts(
+            stt=ToneSTT(),
+            config=VoiceConfig(playback_speed=0, partial_interval_s=0),
+            vad_factory=EnergyVAD,
+        ),
     )
     question = tmp_path / "q.wav"
     write_wav(question, np.concatenate([silence(0.3), tone(0.8), silence(1.0)]), 16_000)

@@ -14,7 +14,7 @@ import anyio
 import numpy as np
 
 from edge.runtime import Agent, HandlerContext, Topic
-from edge.server import EdgeService, ServiceSettings
+from edge.server import EdgeService, ServiceSettings, SpeechParts
 from edge.voice import Recognition, SimulatedSpeaker, Synthesis, VoiceConfig
 
 RATE = 16_000
@@ -121,7 +121,9 @@ async def spoken_service(
     :class:`SimulatedSpeaker` for ``participant`` that wants spoken replies."""
     settings = ServiceSettings(host="127.0.0.1", port=0, wyoming_port=None, mdns=False, notes=False)
     service = EdgeService(
-        settings, llm=llm, stt=stt, tts=tts, voice_config=config, vad_factory=vad_factory
+        settings,
+        llm=llm,
+        speech=SpeechParts(stt=stt, tts=tts, config=config, vad_factory=vad_factory),
     )
     client = SimulatedSpeaker(participant)
     service.runtime.register("client", client)

@@ -1,14 +1,15 @@
 """Check the code's shape: the limits `docs/architecture.md` promises, run by `make test`.
 
-    python tools/structure.py            # prints each breach, exits 1 if there is one
-    python tools/structure.py --strict   # also counts bases and Unpack keys (below)
+    python tools/structure.py --strict   # prints each breach, exits 1 if there is one
+    python tools/structure.py            # the same without counting bases and Unpack keys
 
 In `edge/`: no function over 60 lines (from its ``def`` line to its last, docstring
 included; a nested function counts in its parent too), no class over 300 lines, no
 constructor over 8 parameters (``self``, ``*args`` and ``**kwargs`` not counted). With
-``--strict``, a class counts with its `edge`-defined bases (a class split into mixins is
-still one class), each key of a ``**options: Unpack[SomeTypedDict]`` is a parameter, and a
-class without ``__init__`` has its first `edge`-defined base's. In
+``--strict`` (what ``make test`` runs), a class counts with its `edge`-defined bases (a
+class split into mixins is still one class), each key of a
+``**options: Unpack[SomeTypedDict]`` is a parameter, and a class without ``__init__`` has
+its first `edge`-defined base's. In
 `edge/`, `benchmarks/` and `tools/`: no import of a private module (``edge.x._y``) from
 outside its package ``edge.x`` (tests may reach into internals). Between the packages of
 `edge/`: no loop (no package imports one that imports it back, directly or not).
@@ -194,8 +195,8 @@ def package_loops(graph: dict[str, set[str]]) -> Iterator[str]:
 
 def breaches(root: Path, *, strict: bool = False) -> list[str]:
     """Every breach under ``root``; ``strict`` counts a class with its `edge`-defined bases
-    and each ``Unpack`` key as a constructor parameter (``--strict``; not yet in
-    ``make test``: classes outside the store and the service still breach it)."""
+    and each ``Unpack`` key as a constructor parameter (``--strict``, as ``make test``
+    runs it)."""
     found: list[str] = []
     trees: dict[str, dict[Path, ast.AST]] = {}
     for top in sorted(set(SIZED) | set(NO_PRIVATE_IMPORTS)):

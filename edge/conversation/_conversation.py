@@ -27,6 +27,7 @@ from edge.routing import (
     DestinationResult,
     RoutingAid,
     StartedSignal,
+    reply_frame,
 )
 from edge.runtime import AgentRuntime, Topic, now_us
 
@@ -313,14 +314,7 @@ class Conversation:
             return
         await self.runtime.publish(
             self.output_topic,
-            ResponseOutput(
-                text=text,
-                request_id=turn.turn_id,
-                source=self.name,
-                sequence=sequence,
-                final=final,
-                timestamp_us=turn.timestamp_us,
-            ),
+            reply_frame(turn, self.name, text, sequence, final),
             participant_id=turn.participant_id,
             source=self.name,
             correlation_id=turn.turn_id,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
-import itertools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,12 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._batch import BatchRunner
 from ._engine import LlamaEngine
-from ._runner import Generation, Request, Runner
+from ._requests import Requests, check_key
+from ._runner import Runner
 from ._runner import gated as _gated  # noqa: F401 (the step wrapper, for tests)
 from ._scheduler import ModelScheduler
 from ._serial import SerialRunner
+from ._stream import Detokenizer, text_deltas
 from ._types import (
-    ContextOverflowError,
     GenerationOptions,
     LLMClosedError,
     LLMError,
@@ -46,26 +45,6 @@ class ScoreResult:
     logprobs: list[float]
     token_counts: list[int]
     metrics: RequestMetrics
-
-
-def split_on_stop(text: str, stop: Sequence[str]) -> tuple[str, bool, str]:
-    """Split streamed text at the first stop string.
-
-    Returns ``(emit, hit, keep)``: text safe to emit, whether a stop string was found, and
-    the tail held back because it could still become a stop string.
-    """
-    if not stop:
-        return text, False, ""
-    first = min((i for s in stop if (i := text.find(s)) >= 0), default=-1)
-    if first >= 0:
-        return text[:first], True, ""
-    hold = 0
-    for s in stop:
-        for n in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:n]):
-                hold = max(hold, n)
-                break
-    return text[: len(text) - hold], False, text[len(text) - hold :]
 
 
 def resolve_model_path(model_path: str | Path | None) -> Path:
@@ -92,34 +71,6 @@ def resolve_model_path(model_path: str | Path | None) -> Path:
         return entry.locate()
     except ModelMissingError as exc:
         raise ModelLoadError(str(exc)) from exc
-
-
-def _check_fits(n_ctx: int, tokens: Sequence[int], what: str) -> None:
-    if len(tokens) >= n_ctx:
-        raise ContextOverflowError(
-            f"{what} is {len(tokens)} tokens but the context window is {n_ctx} tokens; "
-            "shorten it (a shorter message, smaller context budgets) or load the model "
-            "with a larger n_ctx"
-        )
-
-
-class _Detokenizer:
-    """Generated tokens to text deltas, holding back a tail that may begin a stop string."""
-
-    def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str]) -> None:
-        self._bytes = token_bytes
-        self._stop = list(stop)
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._held = ""
-        self.hit = False
-
-    def feed(self, token: int) -> str:
-        text = self._held + self._decoder.decode(self._bytes(token))
-        emit, self.hit, self._held = split_on_stop(text, self._stop)
-        return emit
-
-    def tail(self) -> str:
-        return "" if self.hit else self._held + self._decoder.decode(b"", final=True)
 
 
 class LlamaConfig(BaseModel):
@@ -209,7 +160,6 @@ class LlamaCppLLM(StreamingLLM):
         self.temperature = cfg.temperature
         self.scheduler = ModelScheduler()
         self.activity = self.scheduler.activity
-        self.metrics_log: deque[RequestMetrics] = deque(maxlen=1000)
         self._engine = LlamaEngine(
             self.model_path,
             n_ctx=cfg.n_ctx,
@@ -224,10 +174,11 @@ class LlamaCppLLM(StreamingLLM):
         self._load_lock = anyio.Lock()
         self._loaded = False
         self._closed = False
-        self._jobs = itertools.count()
         self._runner = _make_runner(
             cfg, self._engine, self.scheduler, self._limiter, lambda: self._closed
         )
+        self._requests = Requests(self._engine, cfg.temperature, cfg.default_max_tokens)
+        self.metrics_log: deque[RequestMetrics] = self._requests.log
 
     # -- lifecycle -----------------------------------------------------------------------
     async def load(self) -> None:
@@ -312,27 +263,9 @@ class LlamaCppLLM(StreamingLLM):
         serves them; False when ``source`` has no state (then nothing changes)."""
         if self._engine.llama is None:
             return False
-        if any(key.startswith("__job:") for key in (source, target)):
-            raise ValueError("cache keys starting with '__job:' are reserved")
+        check_key(source)
+        check_key(target)
         return await self._runner.move(source, target)
-
-    # -- internals -----------------------------------------------------------------------
-    def _request(
-        self,
-        tokens: list[int],
-        metrics: RequestMetrics,
-        cache_key: str | None,
-        seed_key: str | None = None,
-    ) -> Request:
-        if cache_key is not None and cache_key.startswith("__job:"):
-            raise ValueError("cache keys starting with '__job:' are reserved")
-        ephemeral = cache_key is None
-        key = f"__job:{next(self._jobs)}" if cache_key is None else cache_key
-        return Request(key, tokens, metrics.priority, metrics, seed_key, ephemeral)
-
-    def _finish(self, metrics: RequestMetrics, started: float) -> None:
-        metrics.total_s = time.perf_counter() - started
-        self.metrics_log.append(metrics)
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, messages: Messages, options: GenerationOptions) -> TextStream:
@@ -345,20 +278,6 @@ class LlamaCppLLM(StreamingLLM):
         stream = TextStream(self._generate(msgs, options, metrics, lambda: stream), metrics)
         return stream
 
-    async def _generation(
-        self, messages: list[Any], options: GenerationOptions, metrics: RequestMetrics
-    ) -> Generation:
-        await self.load()
-        engine = self._engine
-        prompt = engine.tokenize_prompt(engine.format_chat(messages, True))
-        _check_fits(self._engine.n_ctx, prompt, "the prompt")
-        metrics.prompt_tokens = len(prompt)
-        req = self._request(prompt, metrics, options.cache_key, options.seed_key)
-        temperature = self.temperature if options.temperature is None else options.temperature
-        max_tokens = options.max_tokens or self.default_max_tokens
-        budget = min(max_tokens, engine.n_ctx - len(prompt))
-        return Generation(**vars(req), temperature=temperature, budget=budget)
-
     async def _generate(
         self,
         messages: list[Any],
@@ -367,27 +286,18 @@ class LlamaCppLLM(StreamingLLM):
         get_stream: Callable[[], TextStream],
     ) -> AsyncIterator[str]:
         started = time.perf_counter()
-        req = await self._generation(messages, options, metrics)
-        text, first_at = _Detokenizer(self._engine.token_bytes, options.stop), None
+        await self.load()
+        req = self._requests.generation(messages, options, metrics)
+        text = Detokenizer(self._engine.token_bytes, options.stop)
         try:
             async with aclosing(self._runner.tokens(req)) as tokens:
-                async for token in tokens:
-                    metrics.generated_tokens += 1
-                    if emit := text.feed(token):
-                        if first_at is None:
-                            first_at = time.perf_counter()
-                            metrics.ttft_s = first_at - started
-                        yield emit
-                    if text.hit:
-                        break
-            if tail := text.tail():
-                yield tail
-            if first_at is not None:
-                metrics.generation_s = time.perf_counter() - first_at
+                async with aclosing(text_deltas(tokens, text, metrics, started)) as deltas:
+                    async for delta in deltas:
+                        yield delta
             finish = "stop" if text.hit or req.eog else "length"
             get_stream().finish_reason = finish  # type: ignore[assignment]
         finally:
-            self._finish(metrics, started)
+            self._requests.finish(metrics, started)
 
     # -- extras --------------------------------------------------------------------------
     async def warm(
@@ -407,14 +317,10 @@ class LlamaCppLLM(StreamingLLM):
         msgs = as_messages(messages)
         metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
-        prompt = self._engine.tokenize_prompt(self._engine.format_warm(msgs, user_next))
-        _check_fits(self._engine.n_ctx, prompt, "the prompt to warm")
-        metrics.prompt_tokens = len(prompt)
-        metrics.reused_tokens = await self._runner.warm(
-            self._request(prompt, metrics, cache_key, seed_key)
-        )
+        req = self._requests.warming(msgs, user_next, metrics, seed_key)
+        metrics.reused_tokens = await self._runner.warm(req)
         metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
-        self._finish(metrics, started)
+        self._requests.finish(metrics, started)
         return metrics
 
     async def state_bytes(self, n_tokens: int) -> int:
@@ -425,12 +331,7 @@ class LlamaCppLLM(StreamingLLM):
         if n_tokens < 1:
             raise ValueError("n_tokens must be positive")
         await self.load()
-        tokens = self._engine.tokenize_plain("the " * (n_tokens + 8))[:n_tokens]
-        _check_fits(self._engine.n_ctx, tokens, "the state-size probe")
-        metrics = RequestMetrics()
-        req = self._request(tokens, metrics, None)
-        metrics.cache_key = req.key
-        return await self._runner.state_bytes(req)
+        return await self._runner.state_bytes(self._requests.probe(n_tokens))
 
     async def score(
         self,
@@ -455,17 +356,9 @@ class LlamaCppLLM(StreamingLLM):
         started = time.perf_counter()
         metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
-        engine = self._engine
-        tokens = engine.tokenize_prompt(prompt)
-        conts = [engine.tokenize_plain(c) for c in continuations]
-        for text, toks in zip(continuations, conts, strict=True):
-            if not toks:
-                raise ValueError(f"continuation {text!r} has no tokens")
-        _check_fits(self._engine.n_ctx, tokens + max(conts, key=len), "the scoring prompt")
-        metrics.prompt_tokens = len(tokens)
-        req = self._request(tokens, metrics, cache_key, seed_key)
+        req, conts = self._requests.scoring(prompt, continuations, metrics, seed_key)
         try:
             scores = await self._runner.score(req, conts)
         finally:
-            self._finish(metrics, started)
+            self._requests.finish(metrics, started)
         return ScoreResult(scores, [len(c) for c in conts], metrics)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from edge.interaction import VOICE_OUTPUT_TOPIC, ConversationContextUpdate, ResponseOutput
-from edge.routing import Admission, AgentTurn, DestinationResult, RoutingAid
+from edge.routing import Admission, AgentTurn, DestinationResult, RoutingAid, reply_frame
 from edge.runtime import Topic
 
 from ._drafts import DraftKeeper
@@ -179,14 +179,7 @@ class NotesAgent:
     async def _say(self, turn: AgentTurn, text: str) -> None:
         await self.runtime.publish(
             self.output_topic,
-            ResponseOutput(
-                text=text,
-                request_id=turn.turn_id,
-                source=self.route_name,
-                sequence=0,
-                final=True,
-                timestamp_us=turn.timestamp_us,
-            ),
+            reply_frame(turn, self.route_name, text),
             participant_id=turn.participant_id,
             source=self.route_name,
             correlation_id=turn.turn_id,

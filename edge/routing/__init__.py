@@ -8,6 +8,7 @@ from ._config import (
     RouterTopics,
 )
 from ._history import DialogueHistory, RecentExchanges
+from ._output import reply_frame
 from ._router import AgentRouter
 from ._state import TurnCancelled
 from ._turn_context import RoutingTurnContext, current_turn_context
@@ -43,4 +44,5 @@ __all__ = [
     "StartedSignal",
     "TurnCancelled",
     "current_turn_context",
+    "reply_frame",
 ]

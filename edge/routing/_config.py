@@ -128,8 +128,8 @@ class ParticipantHooks:
 
 class SpecKeywords(TypedDict, total=False):
     """The routing spec's constructor keywords (``shared/spec/routing.md``), accepted by
-    :class:`~edge.routing.AgentRouter` beside ``config`` and ``hooks`` and folded into them
-    by :func:`fold_spec_keywords`."""
+    :meth:`AgentRouter.from_spec <edge.routing.AgentRouter.from_spec>` and folded into a
+    config and hooks by :func:`fold_spec_keywords`."""
 
     default_destination: str
     context_budget_bytes: int

@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._types import AgentTurn
+
+if TYPE_CHECKING:
+    from edge.interaction import ResponseOutput
 
 ROUTER_SOURCE = "router"
 """The ``source`` of every control frame the router publishes on its output topic."""
 
 OutputCallback = Callable[[AgentTurn, str, str], Awaitable[None]]
+
+
+def reply_frame(
+    turn: AgentTurn, source: str, text: str, sequence: int = 0, final: bool = True
+) -> ResponseOutput:
+    """Frame ``sequence`` of ``source``'s reply to ``turn``: the one builder of the
+    :class:`~edge.interaction.ResponseOutput` frames the router, the conversation and the
+    notes agent publish (``request_id`` the turn id, ``timestamp_us`` the turn's time)."""
+    from edge.interaction import ResponseOutput  # the runtime extra (routing spec)
+
+    return ResponseOutput(
+        text=text,
+        request_id=turn.turn_id,
+        source=source,
+        sequence=sequence,
+        final=final,
+        timestamp_us=turn.timestamp_us,
+    )
 
 
 class ControlOutput:
@@ -38,23 +59,13 @@ class TopicOutput(ControlOutput):
     """
 
     def __init__(self, runtime: Any, topic: Any, turn: AgentTurn) -> None:
-        from edge.interaction import ResponseOutput
-
         self._runtime = runtime
         self._topic = topic
         self._turn = turn
-        self._message = ResponseOutput
         self._sequence = 0
 
     async def send(self, route: str, text: str) -> None:
-        frame = self._message(
-            text=text,
-            request_id=self._turn.turn_id,
-            source=ROUTER_SOURCE,
-            sequence=self._sequence,
-            final=True,
-            timestamp_us=self._turn.timestamp_us,
-        )
+        frame = reply_frame(self._turn, ROUTER_SOURCE, text, self._sequence)
         self._sequence += 1
         await self._runtime.publish(
             self._topic,

@@ -73,9 +73,8 @@ class AgentRouter:
     (default: the router keeps the newest within ``config.context_budget_bytes`` in
     memory); ``acknowledgment_llm`` (with ``config.acknowledgment_delay_s``) makes brief
     intention acknowledgments; ``hooks`` are the application's participant callbacks.
-    The routing spec's keywords (``query_topic=``, ``default_destination=``,
-    ``cleanup_participant=`` …, :class:`SpecKeywords`) are accepted too, applied over
-    ``config`` and ``hooks``.
+    :meth:`from_spec` takes the routing spec's keywords instead (``query_topic=``,
+    ``default_destination=``, ``cleanup_participant=`` …, :class:`SpecKeywords`).
     Use ``async with router:`` (or :meth:`stop`) for its lifecycle: runtime turns run in
     the router's own task group, drained by :meth:`stop`.
     """
@@ -90,13 +89,11 @@ class AgentRouter:
         dialogue: DialogueHistory | None = None,
         acknowledgment_llm: LLMService | None = None,
         hooks: ParticipantHooks | None = None,
-        **spec: Unpack[SpecKeywords],
     ) -> None:
         _check_destinations(destinations, decisions)
         config = config if config is not None else RouterConfig()
         if not isinstance(config, RouterConfig):
             raise TypeError("config must be a RouterConfig")
-        config, hooks = fold_spec_keywords(config, hooks or ParticipantHooks(), spec)
         if output is not None and not callable(output):
             raise TypeError("output must be an async callable (turn, route, text)")
         if dialogue is not None and not isinstance(dialogue, DialogueHistory):
@@ -126,6 +123,30 @@ class AgentRouter:
         )
         self._tasks = BackgroundTasks("the router")
         self._subscriber: Agent | None = None
+
+    @classmethod
+    def from_spec(
+        cls,
+        destinations: Mapping[str, RoutableAgent],
+        decisions: DecisionService,
+        *,
+        output: OutputCallback | None = None,
+        acknowledgment_llm: LLMService | None = None,
+        **spec: Unpack[SpecKeywords],
+    ) -> AgentRouter:
+        """A router made with the routing spec's constructor keywords
+        (``shared/spec/routing.md``), folded into a :class:`RouterConfig` and
+        :class:`ParticipantHooks` by :func:`fold_spec_keywords` (an unknown keyword raises
+        TypeError, a query topic without an output topic ValueError)."""
+        config, hooks = fold_spec_keywords(RouterConfig(), ParticipantHooks(), spec)
+        return cls(
+            destinations,
+            decisions,
+            config,
+            output=output,
+            acknowledgment_llm=acknowledgment_llm,
+            hooks=hooks,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

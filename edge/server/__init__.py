@@ -56,6 +56,7 @@ from ._protocol import (
     parse_client_message,
 )
 from ._service import EdgeService
+from ._service_models import SpeechParts
 from ._service_parts import ServiceParts
 from ._settings import ServiceSettings
 from ._tls import TLSError, local_fingerprint
@@ -99,6 +100,7 @@ __all__ = [
     "ServerTrust",
     "ServiceParts",
     "ServiceSettings",
+    "SpeechParts",
     "Status",
     "TLSError",
     "TranscriptMessage",

@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 class EdgeService:
     """The service ``edge serve`` runs; ``async with EdgeService(settings) as service:``.
 
-    Parts can be injected (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake
-    ``stt`` / ``tts`` / ``vad_factory``). Without an injected ``llm`` the device
+    Parts can be injected (:class:`Injected`: tests pass a ``ScriptedLLM``,
+    ``ScriptedDecisions`` and, as ``speech=SpeechParts(stt=, tts=, vad_factory=)``, fake
+    speech models). Without an injected ``llm`` the device
     configuration is loaded (profile from ``settings.profile``, ``EDGE_PROFILE`` or
     detection) and sizes the LLM, the context manager and the router; with one, it is
     loaded only when a profile is named or a ``device`` config is given. ``clock`` (wall

@@ -4,13 +4,31 @@ them, the LLM, the voice pipeline's speech models, and the names it reports for 
 from __future__ import annotations
 
 import socket
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from edge.llm import LLMService
 
 from ._hub import OutputHub
 from ._remote_speech import Backends, profile_remotes
 from ._settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from edge.voice import SpeechToText, TextToSpeech, VoiceConfig
+
+
+@dataclass(frozen=True)
+class SpeechParts:
+    """The voice pipeline's parts a caller may give :class:`~edge.server.EdgeService`
+    instead of the device profile's (tests pass fake speech models and VAD): the speech
+    models, the voice config and the VAD factory; each one left None is built as without
+    it."""
+
+    stt: SpeechToText | None = None
+    tts: TextToSpeech | None = None
+    config: VoiceConfig | None = None
+    vad_factory: Callable[[], Any] | None = None
 
 
 def instance_name(settings: ServiceSettings) -> str:
@@ -73,16 +91,15 @@ def make_voice(
     device: Any,
     backends: Backends,
     hub: OutputHub,
-    injected: tuple[Any, Any, Any, Any],
+    injected: SpeechParts,
 ) -> Any:
     """The voice pipeline (None with ``voice`` off): the ``injected`` speech models, voice
-    config and VAD factory (``(stt, tts, voice_config, vad_factory)``, each None when not
-    given) or the profile's, sized to the device."""
+    config and VAD factory, or the profile's, sized to the device."""
     if not settings.voice:
         return None
     from edge.voice import PiperTTS, VoiceConfig, VoicePipeline, WhisperSTT
 
-    stt, tts, voice_config, vad_factory = injected
+    stt, tts, voice_config = injected.stt, injected.tts, injected.config
     paths = device.model_paths if device is not None else {}
     audio = device.profile.audio if device is not None else None
     remote_stt, remote_tts = backends.speech_models(  # --stt-url / --tts-url
@@ -100,7 +117,7 @@ def make_voice(
         stt=stt,
         tts=tts,
         config=voice_config,
-        vad_factory=vad_factory,
+        vad_factory=injected.vad_factory,
         wants_audio=hub.wants_audio,
     )
 

@@ -53,7 +53,14 @@ from ._mdns import (
 )
 from ._remote_speech import Backends
 from ._reply_length import sentence_bound
-from ._service_models import instance_name, load_device, make_llm, make_voice, model_names
+from ._service_models import (
+    SpeechParts,
+    instance_name,
+    load_device,
+    make_llm,
+    make_voice,
+    model_names,
+)
 from ._sessions import Sessions
 from ._settings import ServiceSettings
 from ._tls import CertificateKeeper, local_names
@@ -63,7 +70,6 @@ from ._wyoming_asr import AsrSpeculation
 
 if TYPE_CHECKING:
     from edge.device import DeviceConfig
-    from edge.voice import SpeechToText, TextToSpeech, VoiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +87,13 @@ def _reply_bound(sentences: int | None) -> int | Literal["instructions"] | None:
 
 class Injected(TypedDict, total=False):
     """Parts a caller may give :class:`~edge.server.EdgeService` instead of those it builds
-    (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake speech models)."""
+    (tests pass a ``ScriptedLLM``, ``ScriptedDecisions`` and fake speech models in
+    :class:`SpeechParts`)."""
 
     llm: LLMService | None
     decisions: DecisionService | None
     device: DeviceConfig | None
-    stt: SpeechToText | None
-    tts: TextToSpeech | None
-    voice_config: VoiceConfig | None
-    vad_factory: Callable[[], Any] | None
+    speech: SpeechParts | None
 
 
 @dataclass(frozen=True)
@@ -182,8 +186,10 @@ class _Build:
             private_dir(settings.data_dir)  # 0700, every file 0600: checked at start
         self._clock = clock
         self._timezone = timezone
-        llm, stt, tts = injected.get("llm"), injected.get("stt"), injected.get("tts")
-        self.settings, self.device = load_device(settings, injected.get("device"), llm, stt, tts)
+        llm, speech = injected.get("llm"), injected.get("speech") or SpeechParts()
+        self.settings, self.device = load_device(
+            settings, injected.get("device"), llm, speech.stt, speech.tts
+        )
         self.backends = Backends(self.settings, instance_name(self.settings))
         self.llm: LLMService = llm if llm is not None else make_llm(self.settings, self.device)
         self.models = model_names(self.settings, self.device)
@@ -195,8 +201,7 @@ class _Build:
         bounded = sentence_bound(self.llm, {"wyoming:": self.settings.wyoming_reply_sentences})
         self.answers = speculative_answers(bounded, whole_ahead=bounded.bounded)
         self._make_agents(injected.get("decisions"))
-        self._vad_factory = injected.get("vad_factory")
-        speech = (stt, tts, injected.get("voice_config"), self._vad_factory)
+        self._vad_factory = speech.vad_factory
         self.voice = make_voice(self.settings, self.device, self.backends, self.hub, speech)
         self.backends.watch(self.voice, self.llm)
         self.warmer = self.context.prefix_warmer(lambda: self.conversation.system_message)
