@@ -204,12 +204,16 @@ async def test_a_realtime_spoken_turn_and_a_barge_in_that_cancels(
                 session={"type": "realtime", "output_modalities": ["audio"]}
             )
             seen: list[Any] = []
+            speech_ends = anyio.current_time() + len(pcm24(recording)) / 2 / 24_000
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stream_audio, connection, question)
                 async for received in connection:
                     seen.append(received)
+                    if received.type == "input_audio_buffer.speech_started":
+                        started_at = anyio.current_time()
                     if received.type == "response.done":
                         break
+            assert started_at < speech_ends  # while the question is still being spoken
             kinds = [e.type for e in seen]
             heard = next(
                 e for e in seen if e.type == "conversation.item.input_audio_transcription.completed"

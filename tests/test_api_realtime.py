@@ -127,6 +127,54 @@ async def test_text_items_answered_as_text_and_a_cancelled_response() -> None:
         assert "api:kim" in service.hub.connected()  # the named participant
 
 
+async def test_speech_started_comes_when_speech_begins_before_any_transcript() -> None:
+    """``speech_started`` comes while the participant is still speaking (the VAD's start,
+    not a transcript: partial transcripts are off here), and once per utterance."""
+    async with voice_service() as service, realtime(service) as connection:
+        await events_until(connection, "session.created")
+        speech = float_to_pcm16(tone(0.6, 440.0, 24_000))
+        for i in range(0, len(speech), 4800):
+            await connection.input_audio_buffer.append(audio=b64(speech[i : i + 4800]))
+        started = (await events_until(connection, "input_audio_buffer.speech_started"))[-1]
+        more = float_to_pcm16(np.concatenate([tone(0.3, 440.0, 24_000), silence(1.5, 24_000)]))
+        for i in range(0, len(more), 4800):
+            await connection.input_audio_buffer.append(audio=b64(more[i : i + 4800]))
+        seen = await events_until(connection, "response.done")
+    kinds = [e.type for e in seen]
+    assert "input_audio_buffer.speech_started" not in kinds  # once per utterance
+    stopped = seen[kinds.index("input_audio_buffer.speech_stopped")]
+    assert stopped.item_id == started.item_id
+    assert 0 < started.audio_start_ms <= 600
+    heard = [e for e in seen if e.type.endswith("input_audio_transcription.completed")]
+    assert [e.transcript for e in heard] == ["tone 440"]
+
+
+async def test_session_instructions_shape_this_sessions_answers_only() -> None:
+    llm = ScriptedLLM(replies=answer_for)
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
+
+    async def ask(connection: Any) -> str:
+        await connection.conversation.item.create(item=item)
+        await connection.response.create()
+        await events_until(connection, "response.done")
+        return llm.requests[-1].messages[0].content  # the system message
+
+    async with voice_service(llm) as service:
+        async with realtime(service) as connection, realtime(service) as other:
+            await connection.session.update(
+                session={"type": "realtime", "instructions": "Answer like a pirate."}
+            )
+            updated = (await events_until(connection, "session.updated"))[-1]
+            pirate = await ask(connection)
+            plain = await ask(other)
+            await connection.session.update(session={"type": "realtime", "instructions": ""})
+            again = await ask(connection)
+        assert service.gateway.instructions == {}  # gone with the sessions
+    assert updated.session.instructions == "Answer like a pirate."
+    assert pirate.endswith("\n\nAnswer like a pirate.")
+    assert pirate.startswith(plain) and "pirate" not in plain and "pirate" not in again
+
+
 async def test_bad_events_get_error_events_and_the_session_goes_on() -> None:
     async with voice_service() as service, realtime(service) as connection:
         await events_until(connection, "session.created")

@@ -22,6 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidStatus
 
 from edge.cli import build_parser
 from edge.server import CertificateChanged, EdgeClient, PinStore, ServerTrust, TLSError
@@ -293,7 +295,8 @@ async def test_stalled_handshakes_garbage_and_plain_http_are_bounded_and_closed(
             turn = await client.ask("still here")
     for name, (seconds, said) in results.items():
         assert seconds < hello_timeout_s + 2.0, (name, seconds)
-        assert b"token" not in said and b"200" not in said, (name, said)
+        assert b"token" not in said and b" 200 " not in said, (name, said)
+    assert results["plain-http"][1].startswith(b"HTTP/1.1 307 "), results["plain-http"]
     assert max(during) < hello_timeout_s, during
     assert turn.text.startswith("You said: still here")
 
@@ -381,3 +384,31 @@ async def test_a_client_given_a_ca_verifies_the_operators_certificate_and_pins_n
     assert health["source"] == str(cert) and turn.text.startswith("You said: verified")
     assert not pins.path.exists()  # nothing pinned under a CA
     assert refused.returncode == 2 and "certificate verify failed" in refused.stderr
+
+
+async def test_plain_http_and_ws_on_the_tls_port_are_told_to_use_https() -> None:
+    """A browser's ``http://`` page load is redirected to ``https://``; an API client's
+    ``http://`` base URL and a ``ws://`` client get a plain-text 400 naming the https://
+    and wss:// addresses; the port still speaks TLS to everyone else."""
+    async with make_service(tls=True) as service:
+        port = service.websocket.bound_port
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient() as http:
+            page = await http.get(base + "/?token=abc")
+            api = await http.post(base + "/v1/chat/completions", json={"messages": []})
+            head = await http.head(base + "/")
+        with pytest.raises(InvalidStatus) as refused:
+            async with ws_connect(f"ws://127.0.0.1:{port}/"):
+                pass
+        _, said = await closed_after(port, b"\x80" + os.urandom(64), limit_s=5.0)
+        async with EdgeClient(service.websocket_url, token=service.token) as client:
+            turn = await client.ask("still tls")
+    https = f"https://127.0.0.1:{port}"
+    assert page.status_code == 307 and page.headers["location"] == https + "/?token=abc"
+    assert api.status_code == 400 and api.headers["content-type"].startswith("text/plain")
+    assert f"{https}/v1 as an API base URL" in api.text and f"wss://127.0.0.1:{port}" in api.text
+    assert head.status_code == 307 and head.content == b""
+    assert refused.value.response.status_code == 400
+    assert b"wss://" in refused.value.response.body
+    assert said == b""  # neither TLS nor HTTP: dropped
+    assert turn.text.startswith("You said: still tls")

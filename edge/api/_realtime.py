@@ -2,7 +2,8 @@
 participant, whose spoken turns run through the same listener, endpointing, speculation
 and speaker as a WebSocket session's (the gateway and the hub; nothing of its own).
 
-Client events served: ``session.update`` (output modalities; ``turn_detection``
+Client events served: ``session.update`` (``instructions``: added to the conversation's
+system message for this session's turns; output modalities; ``turn_detection``
 ``server_vad`` or none: then the client's ``commit`` ends each utterance, however long its
 pauses), ``input_audio_buffer.append`` (PCM16 at 24 kHz, resampled by the voice pipeline
 with soxr) / ``commit`` / ``clear``, ``conversation.item.create`` (a user text message),
@@ -45,6 +46,7 @@ SOURCE = "realtime"
 POLICY_VIOLATION = 1008
 OUTBOX = 2048
 Outgoing = tuple[dict[str, Any] | None, ServerMessage | None, bytes | None]
+SPEECH_STARTED: dict[str, Any] = {}  # queued when the participant's speech begins
 
 
 class RealtimeSession:
@@ -73,6 +75,10 @@ class RealtimeSession:
 
     def deliver(self, message: ServerMessage, payload: bytes | None = None) -> None:
         self._queue((None, message, payload))
+
+    def speech_started(self) -> None:
+        """The voice activity detector heard speech begin (before any transcript)."""
+        self._queue((SPEECH_STARTED, None, None))
 
     def _emit(self, *events: dict[str, Any]) -> None:
         for item in events:
@@ -112,6 +118,7 @@ class RealtimeSession:
                     tg.cancel_scope.cancel()
         finally:
             self._send.close()
+            self.gateway.instructions.pop(self.pid, None)
             async with self.gateway.hub.departure(self.pid, self):
                 await self.gateway.leave(self.pid, "connection closed", SOURCE)
 
@@ -147,7 +154,9 @@ class RealtimeSession:
     async def _writer(self) -> None:
         async with self._receive:
             async for item, message, payload in self._receive:
-                if item is not None:
+                if item is SPEECH_STARTED:
+                    events = self.events.speech_started()
+                elif item is not None:
                     events = [item]
                 elif message is None:
                     events = self.events.expire(time.monotonic())
@@ -224,7 +233,11 @@ class RealtimeSession:
         if isinstance(modalities, list):
             self.events.audio = "audio" in modalities
         if isinstance(session.get("instructions"), str):
-            self.instructions = session["instructions"]  # kept, not applied (docs/api.md)
+            self.instructions = session["instructions"]
+            if self.instructions.strip():  # after the service's own (docs/api.md)
+                self.gateway.instructions[self.pid] = self.instructions
+            else:
+                self.gateway.instructions.pop(self.pid, None)
         audio_input = (session.get("audio") or {}).get("input") or {}
         if "turn_detection" in audio_input:
             detection = audio_input["turn_detection"]

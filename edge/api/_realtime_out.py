@@ -3,8 +3,9 @@
 ``response.output_audio_transcript.delta``, ``response.output_text.delta``,
 ``conversation.item.added``, ...).
 
-* A ``transcript`` of the participant's speech: ``input_audio_buffer.speech_started`` (at
-  the first sign of speech: a partial transcript, a barge-in, or the final transcript),
+* The participant's speech: ``input_audio_buffer.speech_started`` when the voice activity
+  detector confirms speech (the hub's ``speech_started``; failing that, at the first
+  partial transcript, a barge-in or the final transcript),
   then at the final one ``speech_stopped``, ``committed``, ``conversation.item.added`` and
   ``conversation.item.input_audio_transcription.completed``.
 * A turn (``query``) opens a response: ``response.created``, ``response.output_item.added``,

@@ -174,6 +174,13 @@ class Conversation:
         self._clock = clock
         self._closed = False
         self._metrics: dict[str, RequestMetrics] = {}
+        self.session_instructions: dict[str, str] = {}  # per participant, by their client
+
+    def system_for(self, participant_id: str) -> str:
+        """The system message, with the participant's session instructions (a Realtime
+        ``session.update``'s) after it."""
+        extra = self.session_instructions.get(participant_id, "").strip()
+        return f"{self.system_message}\n\n{extra}" if extra else self.system_message
 
     @property
     def system_message(self) -> str:
@@ -300,7 +307,7 @@ class Conversation:
         return fitted(
             self.llm,
             self.context,
-            self.system_message,
+            self.system_for(participant_id),
             participant_id,
             query,
             now_us=self._clock(),

@@ -73,6 +73,9 @@ class Gateway:
     sessions: Sessions | None = None  # durable sessions (resume, history, export, ...)
     backends: Callable[[], dict[str, Any]] | None = None  # each model's backend, for /health
     llm: LLMService | None = None  # stateless answers (edge.api), through its scheduler
+    instructions: dict[str, str] = field(default_factory=dict)
+    """A session's own instructions to the model, per participant (a Realtime
+    ``session.update``): the conversation adds them to its system message."""
 
     async def _publish(
         self, topic: Topic[Any], message: Any, participant_id: str, source: str

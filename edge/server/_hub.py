@@ -30,9 +30,11 @@ from edge.llm import ContextOverflowError, LLMError
 from edge.runtime import Agent, HandlerContext
 from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
+    SPEECH_BEGAN_TOPIC,
     SPEECH_FAILED_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioOutput,
+    SpeechBegan,
     SpeechFailed,
     Transcript,
 )
@@ -87,6 +89,15 @@ class Forgettable(Protocol):
         """Say goodbye ("forgotten") and end soon; it departs as usual (never blocks)."""
 
 
+@runtime_checkable
+class HearsSpeech(Protocol):
+    """A connection told when its participant's speech begins (the Realtime API's
+    ``speech_started``); the others see it in the transcripts that follow."""
+
+    def speech_started(self) -> None:
+        """Confirmed speech began (never blocks)."""
+
+
 class ParticipantTaken(ValueError):
     """The participant id is already connected."""
 
@@ -120,6 +131,7 @@ class OutputHub(Agent):
         self.add_handler(AUDIO_OUTPUT_TOPIC, self._on_audio)
         self.add_handler(INTERRUPTED_TOPIC, self._on_interrupted)
         self.add_handler(SPEECH_FAILED_TOPIC, self._on_speech_failed)
+        self.add_handler(SPEECH_BEGAN_TOPIC, self._on_speech_began)
 
     # -- connections --------------------------------------------------------------------
 
@@ -266,6 +278,11 @@ class OutputHub(Agent):
         self._send(
             ctx.metadata.participant_id, ErrorMessage(message=message.message, code=BACKEND_FAILED)
         )
+
+    async def _on_speech_began(self, message: SpeechBegan, ctx: HandlerContext) -> None:
+        sink = self._sinks.get(ctx.metadata.participant_id or "")
+        if isinstance(sink, HearsSpeech):
+            sink.speech_started()
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         self._send(

@@ -344,6 +344,7 @@ class _Build:
             sessions=self.sessions,
             backends=self.backends.health,
             llm=self.llm,
+            instructions=self.conversation.session_instructions,
         )
 
     def _make_websocket(self) -> WebSocketServer:

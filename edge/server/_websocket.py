@@ -54,6 +54,7 @@ from ._protocol import (
 from ._redact import guard_library_logs
 from ._sessions import Sessions
 from ._tls import CertificateKeeper
+from ._tls_port import tls_connection
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
@@ -439,17 +440,19 @@ class WebSocketServer:
             compression=None,  # PCM does not compress; deflate would cost CPU on the device
             open_timeout=self.access.hello_timeout_s,  # the HTTP upgrade is on the same clock
             process_request=self._http,
-            create_connection=self.front.connection_class() if self.front else None,
-            **self._tls_options(),
+            create_connection=self._connection_class(),
         )
         return self
 
-    def _tls_options(self) -> dict[str, Any]:
-        """TLS on the port: a handshake is bounded like the hello (a client that starts one
-        and stalls is dropped)."""
+    def _connection_class(self) -> type[ServerConnection] | None:
+        """The front's connections (or websockets' own), over TLS unless ``tls`` is None: a
+        handshake is bounded like the hello (a client that starts one and stalls is
+        dropped), and a plain ``http://`` request is told to use ``https://``."""
+        base = self.front.connection_class() if self.front else None
         if self.tls is None:
-            return {}
-        return {"ssl": self.tls.context, "ssl_handshake_timeout": self.access.hello_timeout_s}
+            return base
+        timeout_s = self.access.hello_timeout_s
+        return tls_connection(base or ServerConnection, self.tls.context, timeout_s)
 
     async def __aexit__(self, *exc_info: object) -> None:
         server, self._server = self._server, None

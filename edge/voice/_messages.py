@@ -91,6 +91,12 @@ class HoldFloor(_Payload):
     length cap."""
 
 
+class SpeechBegan(_Payload):
+    """Confirmed speech began in a participant's audio (the voice activity detector's
+    start of an utterance, before any transcript): for a client that shows it at once
+    (the Realtime API's ``input_audio_buffer.speech_started``)."""
+
+
 class SpeechFailed(_Payload):
     """A speech backend failed on a reply (a remote voice down, stalled or answering
     garbage): ``message`` names it; the reply's text was delivered, its speech is cut
@@ -118,6 +124,9 @@ END_OF_UTTERANCE_TOPIC: Topic[EndOfUtterance] = Topic("voice.audio.end", EndOfUt
 
 HOLD_FLOOR_TOPIC: Topic[HoldFloor] = Topic("voice.audio.hold", HoldFloor)
 """Push-to-talk presses from clients (the floor is held until the matching release)."""
+
+SPEECH_BEGAN_TOPIC: Topic[SpeechBegan] = Topic("voice.speech.began", SpeechBegan)
+"""Each utterance's start of speech, as the listener confirms it."""
 
 SPEECH_FAILED_TOPIC: Topic[SpeechFailed] = Topic("voice.failed", SpeechFailed)
 """A speech backend's failure on a reply, for the participant's client to show."""

@@ -51,6 +51,7 @@ from ._messages import (
     END_OF_UTTERANCE_TOPIC,
     HOLD_FLOOR_TOPIC,
     SPECULATION_TOPIC,
+    SPEECH_BEGAN_TOPIC,
     SPEECH_FAILED_TOPIC,
     TRANSCRIPT_TOPIC,
     AudioInput,
@@ -58,6 +59,7 @@ from ._messages import (
     EndOfUtterance,
     HoldFloor,
     Speculation,
+    SpeechBegan,
     SpeechFailed,
     Transcript,
 )
@@ -328,6 +330,10 @@ class VoicePipeline(Agent):
     # -- listener hooks -----------------------------------------------------------------
 
     def speech_started(self, participant_id: str) -> None:
+        if self._tasks.running:  # told at once (the Realtime API's speech_started)
+            self._tasks.start_soon(
+                self._publish_quietly, SPEECH_BEGAN_TOPIC, SpeechBegan(), participant_id
+            )
         session = self._sessions.get(participant_id)
         if session is None or not session.speaker.active:
             return
