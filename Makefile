@@ -70,12 +70,14 @@ browser:
 test: setup browser
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python tools/structure.py --strict
 	$(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks
 	$(BIN)/ruff format --check edge tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python tools/structure.py --strict
 
 # Every benchmark once; each prints a table and writes JSON + PNG under

@@ -161,13 +161,6 @@ async def test_empty_note_is_not_published() -> None:
     assert result.disposition == "release" and sink.notes == []
 
 
-async def test_bad_configuration() -> None:
-    from edge.interaction import USER_QUERY_TOPIC
-
-    with pytest.raises(TypeError):
-        NotesAgent(AgentRuntime(), output_topic=USER_QUERY_TOPIC)  # type: ignore[arg-type]
-
-
 async def test_notes_behind_router_with_lexical_decisions() -> None:
     """Routing is real: the local decision service with no model (lexical evidence)."""
     runtime = AgentRuntime()

@@ -382,7 +382,5 @@ async def test_rapid_turns_cancel_every_earlier_one_and_only_the_last_answers() 
 
 async def test_bad_turns_are_rejected_with_clear_errors() -> None:
     router, _, _, _ = make()
-    with pytest.raises(TypeError, match="AgentTurn"):
-        await router.handle("hello")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="participant_id"):
         await router.handle(turn("x", pid=""))

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Send
 
 from edge.server import ConnectionSlots, LogLimiter, bearer_token, origin_allowed, token_matches
 
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
 
 Scope = dict[str, Any]
-ASGI = Callable[..., Awaitable[None]]
 
 
 def routes(faces: Faces) -> list[Route]:
@@ -94,7 +94,7 @@ class ApiApp:
             },
         )
 
-    async def __call__(self, scope: Scope, receive: ASGI, send: ASGI) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         address = str((scope.get("client") or ("?",))[0])

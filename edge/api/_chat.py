@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from edge.llm import ChatMessage, GenerationOptions, TokenCounter
 from edge.server import MAX_TEXT_CHARS, Gateway
@@ -14,7 +14,12 @@ from ._errors import ApiError
 from ._turns import Answer, Participants, stateless
 
 PARTICIPANT_HEADER = "x-edge-participant"
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES: dict[str, Literal["system", "user", "assistant"]] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
 MAX_MESSAGES = 500
 
 
@@ -47,7 +52,7 @@ def chat_messages(messages: Sequence[Any], key: str = "messages") -> list[ChatMe
         where = f"{key}[{i}]"
         if role is None:
             raise ApiError(400, f"{where}: role {message.role!r} is not supported", param=where)
-        out.append(ChatMessage(role=role, content=text_of(message.content, where)))  # type: ignore[arg-type]
+        out.append(ChatMessage(role=role, content=text_of(message.content, where)))
     return out
 
 
@@ -105,4 +110,4 @@ async def cut_at_stop(
         if text:
             yield text
     finally:
-        await pieces.aclose()  # type: ignore[attr-defined]
+        await pieces.aclose()  # type: ignore[attr-defined]  # an answer's pieces are an async generator

@@ -4,11 +4,11 @@ at once (in total and per client address) and a request rate per address."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
+from starlette.types import Message, Receive
 
 from ._errors import ApiError
 
@@ -64,9 +64,6 @@ class RateLimiter:
         return 0.0
 
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
 class BoundedBody:
     """Wraps an ASGI ``receive``: the body may be at most ``limit`` bytes, sent within
     ``timeout_s``. An oversized body is read to its end (up to :data:`DRAIN_LIMIT`) and
@@ -79,7 +76,7 @@ class BoundedBody:
         self._seen = 0
         self._done = False
 
-    async def __call__(self) -> dict[str, Any]:
+    async def __call__(self) -> Message:
         if self._done:  # the body is in: what is left is the disconnect, however late
             return await self._receive()
         message = await self._next()
@@ -90,14 +87,14 @@ class BoundedBody:
                 await self.drain(message)
         return message
 
-    async def _next(self) -> dict[str, Any]:
+    async def _next(self) -> Message:
         try:
             with anyio.fail_after(max(0.0, self._deadline - anyio.current_time())):
                 return await self._receive()
         except TimeoutError:
             raise ApiError(408, "the request body did not arrive in time") from None
 
-    async def drain(self, message: dict[str, Any] | None = None) -> None:
+    async def drain(self, message: Message | None = None) -> None:
         """Read the rest of an oversized body, then refuse it (413)."""
         while message is None or message.get("more_body", False):
             if self._seen > DRAIN_LIMIT:

@@ -100,7 +100,7 @@ async def show(faces: Faces, request: Request) -> JSONResponse:
         raise ApiError(400, "model is required")
     info = {"general.architecture": _details(faces)["family"]}
     if faces.context_length():
-        info["general.context_length"] = faces.context_length()  # type: ignore[assignment]
+        info["general.context_length"] = faces.context_length()
     return JSONResponse(
         {
             "license": "",

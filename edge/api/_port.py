@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -106,7 +106,7 @@ class FrontConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # websockets' own setup (its handshake task) waits until the head says it is ours
-        self._front_transport = transport
+        self._front_transport = cast(asyncio.Transport, transport)  # a socket's: abort()s
         self._head = b""
         self._decided = False
         self._websocket = False  # websockets' own connection_made has run
@@ -136,12 +136,12 @@ class FrontConnection(ServerConnection):
         super().connection_made(transport)  # websockets takes it from here
         super().data_received(head)
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         if not self._websocket:
             self._decided = True
             self._timer.cancel()
-            return None  # the transport closes itself
-        return super().eof_received()
+            return  # the transport closes itself
+        super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._websocket:

@@ -278,7 +278,8 @@ class RealtimeSession:
         item = message.get("item")
         if not isinstance(item, dict) or item.get("type", "message") != "message":
             raise ClientError("conversation.item.create takes a message item")
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        content = item.get("content")
+        parts = content if isinstance(content, list) else []
         text = "".join(
             str(p.get("text", ""))
             for p in parts

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from edge.llm import GenerationOptions, Messages, TextStream
+from edge.llm import ChatMessage, GenerationOptions, Messages, TextStream
 from edge.server import (
     BACKEND_FAILED,
     PARTICIPANT_ID_RULE,
@@ -82,7 +82,7 @@ def prefix_key(messages: Messages) -> str | None:
     first = messages[0] if messages else None
     if first is None:
         return None
-    content = first["content"] if isinstance(first, dict) else first.content  # type: ignore[index,union-attr]
+    content = first.content if isinstance(first, ChatMessage) else first["content"]
     digest = hashlib.sha256(str(content).encode()).hexdigest()[:16]
     return f"{PREFIX}prefix:{digest}"
 

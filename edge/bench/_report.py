@@ -158,18 +158,14 @@ def plot_speech(figs: list[Figure]) -> Any:
 
 
 def _point(f: Figure) -> tuple[Any, ...]:
-    return (f.stage, f.test, f.model, f.threads, f.ngl, f.participants)
-
-
-def _point(f: Figure) -> tuple[Any, ...]:
     return (f.stage, f.test, f.model, f.backend, f.threads, f.ngl, f.participants)
 
 
 def plot_load(figs: list[Figure]) -> Any:
     """Each figure measured both idle and with cores busy: loaded / idle."""
     idle = {_point(f): f for f in figs if not f.load}
-    pairs = [(idle.get(_point(f)), f) for f in figs if f.load and f.test != "load"]
-    pairs = [(a, b) for a, b in pairs if a is not None and a.mean and not math.isnan(b.mean)]
+    matched = [(idle.get(_point(f)), f) for f in figs if f.load and f.test != "load"]
+    pairs = [(a, b) for a, b in matched if a is not None and a.mean and not math.isnan(b.mean)]
     if not pairs:
         return None
     plt = _plt()

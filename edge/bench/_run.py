@@ -95,9 +95,10 @@ class Bench:
     def llm_cases(self) -> list[LLMCase]:
         o, d = self.opts, self.device
         own = "adaptive" if d.profile.llm.adaptive_threads else "fixed"
+        models: list[str | None] = [*o.models] if o.models else [None]
         return [
             LLMCase(m, t, n, policy == "adaptive")
-            for m in (o.models or [None])
+            for m in models
             for t in (o.threads or [d.threads])
             for n in (o.ngl if o.ngl is not None else [d.gpu_layers])
             for policy in (o.thread_policy or [own])

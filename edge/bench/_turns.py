@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,6 +48,8 @@ class Target:
 async def local_service(profile: str | None) -> AsyncIterator[Target]:
     """``edge serve`` in this process on 127.0.0.1 (a free port, plain ws://, no mDNS,
     sessions in a temporary directory removed afterwards)."""
+    from pydantic import SecretStr
+
     from edge.server import EdgeService, ServiceSettings
 
     token = secrets.token_urlsafe(16)
@@ -58,8 +61,8 @@ async def local_service(profile: str | None) -> AsyncIterator[Target]:
             mdns=False,
             tls=False,
             profile=profile,
-            data_dir=data,
-            token=token,
+            data_dir=Path(data),
+            token=SecretStr(token),
         )
         async with EdgeService(settings) as service:
             d, where = service.device, service.placement()
@@ -108,8 +111,18 @@ def _client(target: Target, pid: str, **kw: Any) -> Any:
 
 def _figure(target: Target, test: str, load: int, n: int | None = None) -> Figure:
     t = target
-    common = dict(model=t.model, backend=t.backend, threads=t.threads, ngl=t.ngl)
-    return Figure("turn", test, "s", "lower", participants=n, load=load, **common)  # type: ignore[arg-type]
+    return Figure(
+        "turn",
+        test,
+        "s",
+        "lower",
+        participants=n,
+        load=load,
+        model=t.model,
+        backend=t.backend,
+        threads=t.threads,
+        ngl=t.ngl,
+    )
 
 
 async def typed_turns(target: Target, reps: int, tick: Tick, load: int = 0) -> list[Figure]:

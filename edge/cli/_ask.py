@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def make_llm(args: argparse.Namespace) -> LLMService:
     if args.base_url:
-        from edge.llm import OpenAICompatLLM  # type: ignore[attr-defined]
+        from edge.llm import OpenAICompatLLM
 
-        return OpenAICompatLLM(args.base_url)  # type: ignore[no-any-return]
+        return OpenAICompatLLM(args.base_url)
     from edge.llm import LlamaCppLLM
 
     return LlamaCppLLM(args.model, n_ctx=args.n_ctx)

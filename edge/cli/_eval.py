@@ -95,7 +95,7 @@ def _llm(args: argparse.Namespace) -> LLMService:
     if args.base_url:
         from edge.llm import OpenAICompatLLM
 
-        return OpenAICompatLLM(args.base_url, model=args.api_model)  # type: ignore[no-any-return]
+        return OpenAICompatLLM(args.base_url, model=args.api_model)
     from edge.llm import LlamaCppLLM
 
     return LlamaCppLLM(

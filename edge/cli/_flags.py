@@ -86,9 +86,7 @@ def _scalar(annotation: Any) -> Any:
 
 
 def _help(name: str, field: FieldInfo, prefix: str) -> str:
-    default: Any = field.default
-    if field.default_factory is not None:
-        default = field.default_factory()  # type: ignore[call-arg]
+    default: Any = field.get_default(call_default_factory=True)
     if isinstance(default, Path):
         default = str(default).replace(str(Path.home()), "~", 1)
     elif isinstance(default, (list, tuple)):

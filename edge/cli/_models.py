@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from edge.catalogue import Catalogue, CatalogueError, ModelMissingError, prepare_all
+from edge.catalogue import Catalogue, CatalogueError, ModelMissingError, Role, prepare_all
 from edge.llm import ModelLoadError, quantize_gguf
 
 
@@ -105,12 +105,12 @@ def prepare_models(console: Console, catalogue: Catalogue, *, force: bool) -> in
     return 0
 
 
-def _print_path(console: Console, catalogue: Catalogue, role: str | None) -> int:
+def _print_path(console: Console, catalogue: Catalogue, role: Role | None) -> int:
     if role is None:
         console.print("[red]error:[/] --path needs --role (llm, stt, tts or vad)")
         return 2
     try:
-        print(catalogue.default(role).locate())  # type: ignore[arg-type]
+        print(catalogue.default(role).locate())
     except (CatalogueError, ModelMissingError) as exc:
         console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         return 1

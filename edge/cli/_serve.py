@@ -294,7 +294,7 @@ async def _discover(args: argparse.Namespace, console: Console) -> bool:
         console.print("[red]error:[/] no edge service answered over mDNS")
         return False
     info = found[0]
-    tls = (info.properties or {}).get(b"tls", b"none").decode()
+    tls = ((info.properties or {}).get(b"tls") or b"none").decode()
     scheme = "ws" if tls == "none" else "wss"
     if tls != "none" and not args.fingerprint:
         args.fingerprint = tls

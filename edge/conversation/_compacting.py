@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from ._background import Jobs, Quiet
 from ._compaction import (
@@ -88,9 +88,9 @@ class Compaction:
         False to skip it (entries kept, retried after the next entry) or a string to use as
         the summary. ``post_compact(report)`` sees every result. Either may be async."""
         if event == "pre_compact":
-            self.pre_hooks.append(hook)  # type: ignore[arg-type]
+            self.pre_hooks.append(cast(PreCompactHook, hook))  # the event names the kind
         elif event == "post_compact":
-            self.post_hooks.append(hook)  # type: ignore[arg-type]
+            self.post_hooks.append(cast(PostCompactHook, hook))
         else:
             raise ValueError(f"unknown hook event {event!r}; use 'pre_compact' or 'post_compact'")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import tzinfo
 from types import MappingProxyType
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ._compaction import CompactionPrompts
 from ._render import DIALOGUE
@@ -104,7 +104,7 @@ class ContextConfig:
         """The quiet a re-warm waits for: ``rewarm_quiet_s``, at most the compaction's."""
         return min(self.rewarm_quiet_s, self.compaction_quiet_s)
 
-    def with_options(self, **options: object) -> ContextConfig:
+    def with_options(self, **options: Any) -> ContextConfig:
         """This configuration with ``options`` (:class:`ContextOptions`) changed."""
         if not options:
             return self
@@ -112,7 +112,7 @@ class ContextConfig:
         unknown = sorted(set(options) - names)
         if unknown:
             raise TypeError(f"unknown context manager option(s): {', '.join(unknown)}")
-        return replace(self, **options)  # type: ignore[arg-type]
+        return replace(self, **options)
 
 
 def configured(config: ContextConfig | None, options: ContextOptions) -> ContextConfig:

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ._render import DIALOGUE, ContextBlock, Renderer
+from ._render import DIALOGUE, BlockKind, ContextBlock, Renderer
 from ._text import clip_middle, nbytes
 
 if TYPE_CHECKING:
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SectionKind = Literal["dialogue", "incremental", "summary"]
+_ENTRY_BLOCK: dict[SectionKind, BlockKind] = {
+    "dialogue": "exchange",
+    "incremental": "update",
+    "summary": "state",
+}
 
 MIN_CLIP_BYTES = 64
 """The least a clipped block keeps, even when a section's budget is smaller."""
@@ -191,7 +196,7 @@ class Section:
             text = renderer.summary(self.name, self.span[0], self.span[1], self.summary)
             out.append(ContextBlock("summary", self.name, text, self.span[1], self.span[0]))
             used = nbytes(text)
-        kind = {"dialogue": "exchange", "incremental": "update", "summary": "state"}[self.kind]
+        kind = _ENTRY_BLOCK[self.kind]
         if used + self.pending_bytes <= self.budget:
             kept = [(e, e.rendered, False) for e in self.entries]
         else:
@@ -207,7 +212,7 @@ class Section:
                 "y" if left_out == 1 else "ies",
             )
         out.extend(
-            ContextBlock(kind, self.name, text, e.timestamp_us, clipped=clipped)  # type: ignore[arg-type]
+            ContextBlock(kind, self.name, text, e.timestamp_us, clipped=clipped)
             for e, text, clipped in kept
         )
         return out

@@ -159,12 +159,8 @@ class Conversation:
         clock: Callable[[], int] = now_us,
         **options: Unpack[ConversationOptions],
     ) -> None:
-        if not isinstance(context, ContextManager):
-            raise TypeError("context must be an edge.conversation.ContextManager")
         if (runtime is None) != (output_topic is None):
             raise ValueError("pass runtime and output_topic together (or neither)")
-        if output_topic is not None and output_topic.payload is not ResponseOutput:
-            raise TypeError(f"output_topic {output_topic.name!r} must carry ResponseOutput")
         self.config = config = configured(config, options)
         self.llm = llm
         self.context = context

@@ -211,6 +211,8 @@ class ReplyFilter:
         return allowed
 
     def _nth_end(self, text: str) -> int | None:
+        if self.max_sentences is None:
+            return None
         count = 0
         for match in _END.finditer(text):
             before = text[: match.start()].rsplit(None, 1)
@@ -218,6 +220,6 @@ class ReplyFilter:
             if match.group().startswith(".") and (word in _ABBREVIATIONS or len(word) == 1):
                 continue  # "Dr. Okafor", "J. Smith"
             count += 1
-            if count >= self.max_sentences:  # type: ignore[operator]
+            if count >= self.max_sentences:
                 return match.end()
         return None

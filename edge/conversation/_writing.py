@@ -59,8 +59,6 @@ class Writer:
     async def record(self, participant_id: str, exchange: Exchange) -> bool:
         """:meth:`record_exchange` of an :class:`~edge.interaction.Exchange`."""
         check_participant(participant_id)
-        if not isinstance(exchange.user, str) or not isinstance(exchange.assistant, str):
-            raise TypeError("an exchange needs str user and assistant text")
         if self.state.closed:
             log.debug("context manager closed; exchange for %r dropped", participant_id)
             return False
@@ -78,8 +76,6 @@ class Writer:
         """Apply a topic's update: a summary topic's replaces its state (clipped to the
         topic budget), an incremental topic's is appended and compacted later."""
         check_participant(participant_id)
-        if not isinstance(text, str):
-            raise TypeError("a context update needs str text")
         if topic not in self.config.topics:
             topics = list(self.config.topics) or "none"
             raise ValueError(f"unknown context topic {topic!r}; configured: {topics}")

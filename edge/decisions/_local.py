@@ -32,7 +32,7 @@ import math
 import string
 from collections import OrderedDict
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -107,9 +107,12 @@ class LocalDecisionService:
     def uses_model(self) -> bool:
         return isinstance(self.llm, Scorer)
 
+    @property
+    def _model(self) -> Scorer:
+        """The llm, asked only when :attr:`uses_model` (it is a :class:`Scorer` then)."""
+        return cast(Scorer, self.llm)
+
     async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer:
-        if not isinstance(question, ChoiceQuestion):
-            raise DecisionError(f"decide() takes a ChoiceQuestion, got {type(question).__name__}")
         labels = question.labels
         if len(labels) == 1:
             return ChoiceAnswer(labels[0], 1.0, {labels[0]: 1.0}, source="single")
@@ -178,7 +181,7 @@ class LocalDecisionService:
             context=context, text=(question.text if text is None else text).strip()
         ).strip()
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return self.llm.format_chat(messages, add_generation_prompt=True)
+        return self._model.format_chat(messages, add_generation_prompt=True)
 
     def _context(self, question: ChoiceQuestion) -> str:
         kept: list[str] = []
@@ -195,7 +198,7 @@ class LocalDecisionService:
 
     async def _model_logprobs(self, question: ChoiceQuestion) -> tuple[list[float], Any]:
         keys = list(_KEYS[: len(question.criteria)])
-        result = await self.llm.score(
+        result = await self._model.score(
             self.prompt(question), keys, priority=Priority.INTERACTIVE, **self._keys(question)
         )
         scores = _normalized(result.logprobs, len(keys))
@@ -231,7 +234,7 @@ class LocalDecisionService:
         if self.calibrate:
             await self._prior(question, keys, priority=Priority.BACKGROUND)
         if self._context(question):
-            await self.llm.score(
+            await self._model.score(
                 self.prompt(question), keys, priority=Priority.BACKGROUND, **self._keys(question)
             )
 
@@ -267,7 +270,7 @@ class LocalDecisionService:
         if cached is not None:
             self._priors.move_to_end(signature)
             return cached
-        result = await self.llm.score(
+        result = await self._model.score(
             self.prompt(question, text=_CONTENT_FREE),
             keys,
             cache_key=self.cache_key,

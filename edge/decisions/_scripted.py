@@ -36,8 +36,8 @@ class ScriptedDecisions:
 
     async def decide(self, question: ChoiceQuestion) -> ChoiceAnswer:
         self.questions.append(question)
-        if self._queue is None:
-            step = self.script(question)  # type: ignore[operator]
+        if callable(self.script):
+            step = self.script(question)
         elif self._queue:
             step = self._queue.pop(0)
         else:

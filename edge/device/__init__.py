@@ -27,6 +27,7 @@ from ._calibration import (
     measure_run,
 )
 from ._config import (
+    ContextBudgets,
     DeviceConfig,
     budget_inputs,
     calibrate_device,
@@ -57,6 +58,7 @@ __all__ = [
     "Calibration",
     "CalibrationError",
     "CalibrationStore",
+    "ContextBudgets",
     "DeviceConfig",
     "DeviceProfile",
     "HardwareInfo",

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,6 +34,15 @@ from ._select import ProfileChoice, choose_profile
 # A calibration whose model got less CPU time than this share of its threads competed
 # with other work (llama.cpp's threads spin, so an uncontended run gets close to 100 %).
 BUSY_CPU_SHARE = 0.8
+
+
+class ContextBudgets(TypedDict, total=False):
+    """The context manager's budgets (bytes, by its option's name): a device sets all four."""
+
+    dialogue_budget_bytes: int
+    topic_budget_bytes: int
+    compaction_input_budget_bytes: int
+    recall_budget_bytes: int
 
 
 class DeviceConfig(BaseModel):
@@ -79,14 +88,14 @@ class DeviceConfig(BaseModel):
             adaptive_threads=self.profile.llm.adaptive_threads,
         )
 
-    def context_budgets(self) -> dict[str, int]:
+    def context_budgets(self) -> ContextBudgets:
         """The context manager's budgets this device gets (bytes, by option name)."""
-        return {
-            "dialogue_budget_bytes": self.budgets.dialogue_budget_bytes,
-            "topic_budget_bytes": self.budgets.topic_budget_bytes,
-            "compaction_input_budget_bytes": self.budgets.compaction_input_budget_bytes,
-            "recall_budget_bytes": self.budgets.recall_budget_bytes,
-        }
+        return ContextBudgets(
+            dialogue_budget_bytes=self.budgets.dialogue_budget_bytes,
+            topic_budget_bytes=self.budgets.topic_budget_bytes,
+            compaction_input_budget_bytes=self.budgets.compaction_input_budget_bytes,
+            recall_budget_bytes=self.budgets.recall_budget_bytes,
+        )
 
     def context_config(self) -> ContextConfig:
         """For ``ContextManager(llm, config.context_config())``: the budgets sized to this

@@ -129,10 +129,8 @@ class Speed(BaseModel):
     @staticmethod
     def formats() -> dict[str, str]:
         """Each figure's display format, in declaration order."""
-        return {
-            name: str(f.json_schema_extra["format"])  # type: ignore[index]
-            for name, f in Speed.model_fields.items()
-        }
+        extras = {name: f.json_schema_extra for name, f in Speed.model_fields.items()}
+        return {name: str(e["format"]) for name, e in extras.items() if isinstance(e, dict)}
 
 
 class ExpectedSpeed(Speed):

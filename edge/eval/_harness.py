@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -26,10 +26,14 @@ from edge.conversation import ContextConfig, ContextManager, Conversation, Conve
 from edge.llm import LLMService
 from edge.routing import AgentTurn
 
+if TYPE_CHECKING:
+    from edge.device import ContextBudgets
+
+
 MINUTE = 60 * 1_000_000
 T0 = 1_790_000_000_000_000  # Unix microseconds, a fixed day so runs compare
 
-BUDGETS = {
+BUDGETS: ContextBudgets = {
     "dialogue_budget_bytes": 1_600,
     "topic_budget_bytes": 800,
     "compaction_input_budget_bytes": 1_100,

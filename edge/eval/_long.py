@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge.conversation import (
     ContextConfig,
@@ -38,6 +38,9 @@ from edge.conversation import (
 )
 from edge.llm import LLMService
 from edge.routing import AgentTurn
+
+if TYPE_CHECKING:
+    from edge.device import ContextBudgets
 
 from ._harness import _mentions, score, settle
 from ._recall import FILLERS, MINUTE, T0
@@ -125,7 +128,9 @@ class LongResult:
     error: str = ""
 
 
-def _session(llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int):
+def _session(
+    llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int
+) -> tuple[ContextManager, Conversation]:
     context = ContextConfig(compaction_quiet_s=0.5, rewarm=False, timezone=UTC, **budgets)
     ctx = ContextManager(llm, context, clock=lambda: now[0])
     config = ConversationConfig(max_tokens=max_tokens, temperature=0.0)
@@ -139,7 +144,7 @@ async def _started() -> None:
 class _Session:
     """One context manager and conversation, a clock a minute per turn, every reply kept."""
 
-    def __init__(self, llm: LLMService, budgets: dict[str, int], max_tokens: int) -> None:
+    def __init__(self, llm: LLMService, budgets: ContextBudgets, max_tokens: int) -> None:
         self.now = [T0]
         self.ctx, self.conv = _session(llm, budgets, self.now, max_tokens)
         self.replies: list[dict[str, str]] = []
@@ -205,7 +210,7 @@ async def _long_session(
 
 async def run_long_eval(
     llm: LLMService,
-    budgets: dict[str, int],
+    budgets: ContextBudgets,
     *,
     turns: int = DEFAULT_TURNS,
     participants: tuple[Participant, ...] = PARTICIPANTS,

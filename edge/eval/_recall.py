@@ -31,10 +31,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge.conversation import ContextConfig, ContextManager, Conversation, ConversationConfig
 from edge.llm import LLMService
+
+if TYPE_CHECKING:
+    from edge.device import ContextBudgets
+
 
 from ._harness import _mentions, score, settle
 
@@ -148,12 +152,12 @@ BUDGET_OPTIONS = (
 """The context manager options a device profile sizes."""
 
 
-def profile_budgets(profile: str = DEFAULT_PROFILE) -> dict[str, int]:
+def profile_budgets(profile: str = DEFAULT_PROFILE) -> ContextBudgets:
     """A device profile's context-manager budgets (recall included)."""
     from edge.device import load_device_config
 
     config = load_device_config(profile).context_config()
-    return {name: getattr(config, name) for name in BUDGET_OPTIONS}
+    return cast("ContextBudgets", {name: getattr(config, name) for name in BUDGET_OPTIONS})
 
 
 def section_bytes(ctx: ContextManager, pid: str, request: str) -> dict[str, int]:
@@ -212,7 +216,7 @@ def _over_budget(ctx: ContextManager, probe: Probe, recall_budget: int) -> list[
 
 
 def recall_session(
-    llm: LLMService, budgets: dict[str, int], now: list[int], max_tokens: int = 48
+    llm: LLMService, budgets: ContextBudgets, now: list[int], max_tokens: int = 48
 ) -> tuple[ContextManager, Conversation]:
     """The context manager and conversation a recall case runs in: the device's
     ``budgets``, the scene and notes topics, a clock the case moves (``now[0]``),
@@ -232,7 +236,7 @@ def recall_session(
 async def run_recall_case(
     llm: LLMService,
     case: RecallCase,
-    budgets: dict[str, int],
+    budgets: ContextBudgets,
     *,
     max_tokens: int = 48,
     compaction_timeout_s: float = 120.0,
@@ -273,7 +277,7 @@ async def run_recall_case(
 async def run_recall_eval(
     llm: LLMService,
     cases: Sequence[RecallCase] = RECALL_CASES,
-    budgets: dict[str, int] | None = None,
+    budgets: ContextBudgets | None = None,
     progress: Callable[[RecallResult], None] | None = None,
 ) -> list[RecallResult]:
     budgets = budgets if budgets is not None else profile_budgets()

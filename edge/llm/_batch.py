@@ -23,7 +23,7 @@ import ctypes
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +85,12 @@ class SeqJob:
     @property
     def rank(self) -> int:
         return _RANK[self.priority]
+
+    @property
+    def slot(self) -> int:
+        """The sequence of a job that has been assigned one (every job a step runs)."""
+        assert self.seq is not None, "a job is assigned a sequence before it is stepped"
+        return self.seq
 
     def wants_step(self) -> bool:
         return not (self.ready or self.finished)
@@ -307,7 +313,7 @@ class SeqContext:
     def _decode(self, entries: list[tuple[SeqJob, list[int], bool]]) -> bool:
         batch, i = self._batch, 0
         for job, toks, completes in entries:
-            start = len(self.tokens[job.seq])  # type: ignore[index]
+            start = len(self.tokens[job.slot])
             for j, tok in enumerate(toks):
                 batch.token[i] = tok
                 batch.pos[i] = start + j
@@ -321,7 +327,7 @@ class SeqContext:
         rc = self._capi.llama_decode(self.ctx.ctx, batch)
         if rc == 2 and self.abort_check is not None:
             for job, _, _ in entries:  # drop what the aborted batch may have left
-                self._capi.llama_memory_seq_rm(self.mem, job.seq, len(self.tokens[job.seq]), -1)  # type: ignore[index]
+                self._capi.llama_memory_seq_rm(self.mem, job.slot, len(self.tokens[job.slot]), -1)
             return False
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
@@ -330,7 +336,7 @@ class SeqContext:
     def _after(self, entries: list[tuple[SeqJob, list[int], bool]]) -> None:
         i = 0
         for job, toks, completes in entries:
-            self.tokens[job.seq].extend(toks)  # type: ignore[index]
+            self.tokens[job.slot].extend(toks)
             i += len(toks)
             if not completes:
                 continue
@@ -572,7 +578,7 @@ class BatchScheduler:
         for job in jobs:
             if job.seq is None or ctx.owner[job.seq] != job.key:
                 ctx.assign(job, busy)
-                busy.add(job.seq)  # type: ignore[arg-type]
+                busy.add(job.slot)
         ctx.abort_check = abort
         try:
             ctx.step(jobs, self.prefill_chunk)
@@ -581,7 +587,8 @@ class BatchScheduler:
 
     def _busy(self, active: list[SeqJob]) -> set[int]:
         """The sequences admitted jobs hold (a preempted job's may have been given away)."""
-        owner = self.ctx.owner  # type: ignore[union-attr]
+        assert self.ctx is not None
+        owner = self.ctx.owner
         return {j.seq for j in active if j.seq is not None and owner[j.seq] == j.key}
 
     async def exclusive(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -691,7 +698,7 @@ class BatchRunner:
             **fields,
         )
 
-    async def tokens(self, req: Generation) -> AsyncIterator[int]:
+    async def tokens(self, req: Generation) -> AsyncGenerator[int, None]:
         engine = self._engine
         sampler = engine.new_sampler(req.temperature)
         job: GenJob = self._job(

@@ -277,7 +277,8 @@ class LlamaEngine:
     # -- text <-> tokens -----------------------------------------------------------------
     def format_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
         self._formatter.add_generation_prompt = add_generation_prompt
-        result = self._formatter(messages=[m.model_dump() for m in messages], enable_thinking=False)
+        dumped: list[Any] = [m.model_dump() for m in messages]  # llama_cpp's message TypedDicts
+        result = self._formatter(messages=dumped, enable_thinking=False)
         return result.prompt
 
     def format_warm(self, messages: Sequence[ChatMessage], user_next: bool) -> str:

@@ -7,8 +7,8 @@ from typing import Any, Protocol
 
 
 class _State(Protocol):
-    llama_state_size: int
-    n_tokens: int
+    @property
+    def llama_state_size(self) -> int: ...
 
 
 class KVStore:

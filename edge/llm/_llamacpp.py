@@ -22,6 +22,7 @@ from ._scheduler import ModelScheduler
 from ._serial import SerialRunner
 from ._stream import Detokenizer, text_deltas
 from ._types import (
+    FinishReason,
     GenerationOptions,
     LLMClosedError,
     LLMError,
@@ -294,8 +295,8 @@ class LlamaCppLLM(StreamingLLM):
                 async with aclosing(text_deltas(tokens, text, metrics, started)) as deltas:
                     async for delta in deltas:
                         yield delta
-            finish = "stop" if text.hit or req.eog else "length"
-            get_stream().finish_reason = finish  # type: ignore[assignment]
+            finish: FinishReason = "stop" if text.hit or req.eog else "length"
+            get_stream().finish_reason = finish
         finally:
             self._requests.finish(metrics, started)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -312,7 +312,9 @@ class OpenAICompatLLM(StreamingLLM):
         finally:
             p.close()
 
-    async def _stream(self, url: str, body: dict[str, Any], p: _Progress) -> AsyncIterator[str]:
+    async def _stream(
+        self, url: str, body: dict[str, Any], p: _Progress
+    ) -> AsyncGenerator[str, None]:
         """The streamed deltas' text, recording the stream's progress in ``p``."""
         async with self._open(url, body) as response:
             try:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -62,7 +62,7 @@ class Runner(Protocol):
     @property
     def queued(self) -> int: ...
 
-    def tokens(self, req: Generation) -> AsyncIterator[int]: ...
+    def tokens(self, req: Generation) -> AsyncGenerator[int, None]: ...
 
     async def warm(self, req: Request) -> int: ...
 

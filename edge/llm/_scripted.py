@@ -112,8 +112,8 @@ class ScriptedLLM(StreamingLLM):
         self._queue.extend(replies)
 
     def _next(self, messages: list[ChatMessage]) -> ScriptedReply:
-        if self._queue is None:
-            reply = self.replies(messages)  # type: ignore[operator]
+        if callable(self.replies):
+            reply = self.replies(messages)
         elif self._queue:
             reply = self._queue.pop(0)
         else:

@@ -10,7 +10,7 @@ waiting for longer than one step.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -142,7 +142,7 @@ class SerialRunner:
         return await self._step(engine.sample, sampler)
 
     # -- requests ------------------------------------------------------------------------
-    async def tokens(self, req: Generation) -> AsyncIterator[int]:
+    async def tokens(self, req: Generation) -> AsyncGenerator[int, None]:
         """The generated tokens; the slot is lent to waiting work while the reader holds one."""
         engine, metrics = self._engine, req.metrics
         started = time.perf_counter()

@@ -56,10 +56,6 @@ class NotesAgent:
         max_note_bytes: int = 4000,
         drafts: DraftKeeper | None = None,
     ) -> None:
-        if notes_topic.payload is not ConversationContextUpdate:
-            raise TypeError("notes_topic must carry ConversationContextUpdate")
-        if output_topic.payload is not ResponseOutput:
-            raise TypeError("output_topic must carry ResponseOutput")
         if max_note_bytes <= 0:
             raise ValueError("max_note_bytes must be positive")
         self.runtime = runtime
@@ -97,7 +93,7 @@ class NotesAgent:
         pid = turn.participant_id
         draft = self._drafts.get(pid)
         starting = draft is None
-        if starting:
+        if draft is None:
             content = note_start(turn.query)
             content = turn.query.strip() if content is None else content  # fallback answer
             draft = []

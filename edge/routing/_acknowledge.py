@@ -64,8 +64,6 @@ def validate_acknowledgment_config(llm: object, delay: float | None) -> None:
             "acknowledgment_llm and RouterConfig.acknowledgment_delay_s must be given together"
         )
     if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise TypeError("acknowledgment_delay_s must be a number of seconds")
         if not math.isfinite(delay) or delay <= 0:
             raise ValueError(f"acknowledgment_delay_s must be finite and positive, got {delay}")
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if TYPE_CHECKING:
+    from edge.interaction import (
+        Interrupted,
+        ParticipantJoined,
+        ParticipantLeft,
+        ResponseOutput,
+        UserQuery,
+    )
+    from edge.runtime import Topic
 
 DEFAULT_CONTEXT_BUDGET_BYTES = 8000
 """Bytes of completed history shown to destinations and routing per participant. About
@@ -43,19 +53,18 @@ def _payloads() -> dict[str, type]:
 class RouterTopics:
     """The runtime topics a router serves: turns arrive on ``query`` and its own control
     text leaves on ``output``; ``joined`` reopens admission after a departure on ``left``
-    (so ``left`` needs ``joined``); ``interrupted`` cancels turns. A wrong payload class or
-    a non-topic raises TypeError, a ``left`` without ``joined`` or two topics with one
-    name ValueError."""
+    (so ``left`` needs ``joined``); ``interrupted`` cancels turns. A payload class other
+    than the exact one (the routing spec's rule; a subclass passes the type checker)
+    raises TypeError, a ``left`` without ``joined`` or two topics with one name
+    ValueError."""
 
-    query: Any
-    output: Any
-    joined: Any = None
-    left: Any = None
-    interrupted: Any = None
+    query: Topic[UserQuery]
+    output: Topic[ResponseOutput]
+    joined: Topic[ParticipantJoined] | None = None
+    left: Topic[ParticipantLeft] | None = None
+    interrupted: Topic[Interrupted] | None = None
 
     def __post_init__(self) -> None:
-        from edge.runtime import Topic
-
         if self.left is not None and self.joined is None:
             raise ValueError(
                 "the left topic requires a joined topic, so that a departed participant "
@@ -65,8 +74,6 @@ class RouterTopics:
         given = {f.name: getattr(self, f.name) for f in fields(self)}
         supplied = {name: topic for name, topic in given.items() if topic is not None}
         for name, topic in supplied.items():
-            if not isinstance(topic, Topic):
-                raise TypeError(f"{name} must be an edge.runtime.Topic, got {type(topic).__name__}")
             if topic.payload is not payloads[name]:
                 raise TypeError(
                     f"{name} topic {topic.name!r} carries {topic.payload.__name__}; "
@@ -96,14 +103,10 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         budget = self.context_budget_bytes
-        if isinstance(budget, bool) or not isinstance(budget, int):
-            raise TypeError("context_budget_bytes must be an int")
         if budget < 0:
             raise ValueError(f"context_budget_bytes must be >= 0, got {budget}")
         if not self.prepare_delay_s >= 0:
             raise ValueError(f"prepare_delay_s must be >= 0, got {self.prepare_delay_s!r}")
-        if self.topics is not None and not isinstance(self.topics, RouterTopics):
-            raise TypeError("topics must be a RouterTopics")
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,11 @@ class SpecKeywords(TypedDict, total=False):
     default_destination: str
     context_budget_bytes: int
     acknowledgment_delay_secs: float | None
-    query_topic: Any
-    output_topic: Any
-    participant_joined_topic: Any
-    participant_left_topic: Any
-    interrupted_topic: Any
+    query_topic: Topic[UserQuery] | None
+    output_topic: Topic[ResponseOutput] | None
+    participant_joined_topic: Topic[ParticipantJoined] | None
+    participant_left_topic: Topic[ParticipantLeft] | None
+    interrupted_topic: Topic[Interrupted] | None
     initialize_participant: ParticipantCallback | None
     cleanup_participant: ParticipantCallback | None
     set_status: StatusCallback | None

@@ -42,21 +42,14 @@ log = logging.getLogger(__name__)
 FAILURE_TEXT = "Sorry, something went wrong while handling that. Please try again."
 
 
-def _check_destinations(destinations: object, decisions: object) -> None:
-    if not isinstance(destinations, Mapping) or not destinations:
+def _check_destinations(destinations: Mapping[str, RoutableAgent]) -> None:
+    if not destinations:
         raise ValueError("the router needs a non-empty mapping of route name to destination")
-    for name, destination in destinations.items():
-        if not isinstance(name, str) or not name:
+    for name in destinations:
+        if not name:
             raise ValueError(f"route names must be non-empty strings, got {name!r}")
         if name == ROUTER_SOURCE:
             raise ValueError(f"{ROUTER_SOURCE!r} is reserved for the router's own output")
-        if not isinstance(destination, RoutableAgent):
-            raise TypeError(
-                f"destination {name!r} ({type(destination).__name__}) does not implement "
-                "RoutableAgent (routing_aid, admit, answer, release)"
-            )
-    if not isinstance(decisions, DecisionService):
-        raise TypeError("decisions must be a DecisionService with an async decide()")
 
 
 class AgentRouter:
@@ -90,14 +83,8 @@ class AgentRouter:
         acknowledgment_llm: LLMService | None = None,
         hooks: ParticipantHooks | None = None,
     ) -> None:
-        _check_destinations(destinations, decisions)
+        _check_destinations(destinations)
         config = config if config is not None else RouterConfig()
-        if not isinstance(config, RouterConfig):
-            raise TypeError("config must be a RouterConfig")
-        if output is not None and not callable(output):
-            raise TypeError("output must be an async callable (turn, route, text)")
-        if dialogue is not None and not isinstance(dialogue, DialogueHistory):
-            raise TypeError("dialogue must implement DialogueHistory (recent, record, forget)")
         validate_acknowledgment_config(acknowledgment_llm, config.acknowledgment_delay_s)
         self.config = config
         self._destinations = dict(destinations)

@@ -22,8 +22,6 @@ def subscribe(
 
     A method may carry several ``@subscribe`` decorators to handle several topics.
     """
-    if not isinstance(topic, Topic):
-        raise TypeError("@subscribe takes a Topic")
 
     def mark(fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         topics = getattr(fn, _SUBSCRIPTIONS_ATTR, ())
@@ -46,8 +44,6 @@ class Agent:
 
     def add_handler(self, topic: Topic[Any], handler: Handler) -> None:
         """Subscribe ``handler(message, ctx)`` to ``topic``; call before the runtime starts."""
-        if not isinstance(topic, Topic):
-            raise TypeError("add_handler takes a Topic")
         if not hasattr(self, "_extra"):
             self._extra = []
         self._extra.append((topic, handler))

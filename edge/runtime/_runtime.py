@@ -114,8 +114,6 @@ class AgentRuntime:
             raise RuntimeError("register agents before the runtime starts")
         if name in self._agents:
             raise ValueError(f"an agent named {name!r} is already registered")
-        if not isinstance(agent, Agent):
-            raise TypeError(f"{name!r} is not an edge.runtime.Agent")
         subs = agent.subscriptions()
         for topic, _ in subs:
             self._check_topic(topic)
@@ -178,8 +176,6 @@ class AgentRuntime:
         if self._state not in ("running", "stopping"):
             # While stopping, in-flight handlers may still publish their follow-ups.
             raise RuntimeError(f"runtime is {self._state}; publish needs a running runtime")
-        if not isinstance(topic, Topic):
-            raise TypeError("publish takes a Topic")
         known = self._payloads.get(topic.name)
         if known is not None and known is not topic.payload:
             raise TypeError(

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -64,7 +65,7 @@ def local_token(url: str) -> str | None:
     if env:
         return env
     data_dir = os.environ.get("EDGE_DATA_DIR")
-    return read_token(data_dir if data_dir else default_data_dir())
+    return read_token(Path(data_dir) if data_dir else default_data_dir())
 
 
 def _local_data_dir() -> Any:
@@ -187,7 +188,7 @@ class EdgeClient:
 
     # -- session features ----------------------------------------------------------------
 
-    async def request(self, message: dict[str, Any], reply_type: str, limit_s: float = 30.0):  # type: ignore[no-untyped-def]
+    async def request(self, message: dict[str, Any], reply_type: str, limit_s: float = 30.0) -> Any:
         """Send a session request and return the server's ``reply_type`` answer (other
         messages arriving meanwhile stay queued for :meth:`receive`); an ``error`` in
         reply to it raises ``ClientRequestError``."""
@@ -244,12 +245,13 @@ class EdgeClient:
         guard_library_logs()  # the hello carries tokens: never into a -vv log
         secure = parse_uri(self.url).secure
         trust = (self.trust or default_trust(self.url)) if secure else None
+        tls: dict[str, Any] = {"ssl": trust.context()} if trust is not None else {}
         self.ws = await connect(
             self.url,
             open_timeout=self.open_timeout,
             compression=None,
             max_size=1 << 22,
-            **({"ssl": trust.context()} if trust is not None else {}),
+            **tls,
         )
         if trust is not None:  # before the hello (and its token) goes out
             await self._check_certificate(trust)

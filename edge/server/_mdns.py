@@ -147,7 +147,7 @@ async def discover(
         with anyio.move_on_after(wait_s):
             await found.wait()
             await anyio.sleep(settle_s)
-        infos = []
+        infos: list[ServiceInfo] = []
         for name in names:
             info = await zc.async_get_service_info(service_type, name, 3000)
             if info is not None:

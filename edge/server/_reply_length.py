@@ -57,7 +57,7 @@ class SentenceBoundLLM(LLMWrapper):
         limit = self.bound(options.cache_key)
         if limit is None:
             return inner
-        out = TextStream(_sentences(inner, limit, lambda: out), inner.metrics)
+        out: TextStream = TextStream(_sentences(inner, limit, lambda: out), inner.metrics)
         return out
 
 

@@ -159,7 +159,7 @@ class TlsStart:
         try:
             secure = await loop.start_tls(
                 raw,
-                self,  # type: ignore[arg-type]
+                self,  # type: ignore[arg-type]  # a protocol once mixed into its class
                 self.tls_context,
                 server_side=True,
                 ssl_handshake_timeout=self.tls_timeout_s,
@@ -167,25 +167,25 @@ class TlsStart:
         except (OSError, ssl.SSLError, ConnectionError, TimeoutError):
             return  # start_tls closed the connection; asyncio logs a failed handshake
         self._ready = True
-        super().connection_made(secure)  # type: ignore[misc]
+        super().connection_made(secure)  # type: ignore[misc]  # the wrapped class's
         for kind, arg in self._early:
             getattr(super(), kind)(*arg)
 
     def data_received(self, data: bytes) -> None:
         if self._ready:
-            super().data_received(data)  # type: ignore[misc]
+            super().data_received(data)  # type: ignore[misc]  # the wrapped class's
         else:  # sent with the end of the handshake, before _start resumed
             self._early.append(("data_received", (data,)))
 
     def eof_received(self) -> bool | None:
         if self._ready:
-            return super().eof_received()  # type: ignore[misc,no-any-return]
+            return super().eof_received()  # type: ignore[misc]  # the wrapped class's
         self._early.append(("eof_received", ()))
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._ready:
-            super().connection_lost(exc)  # type: ignore[misc]
+            super().connection_lost(exc)  # type: ignore[misc]  # the wrapped class's
         elif self._starting is not None and not self._starting.done():
             self._early.append(("connection_lost", (exc,)))
         # else: never handed over (plain HTTP answered, or dropped)

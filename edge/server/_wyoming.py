@@ -30,15 +30,17 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, TypeVar, cast
 
 import anyio
 import numpy as np
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, Eventable
 from wyoming.handle import Handled, HandledStop, NotHandled
 from wyoming.info import (
+    Artifact,
     AsrModel,
     AsrProgram,
     Attribution,
@@ -86,6 +88,9 @@ from ._wyoming_stream import (
 
 log = logging.getLogger(__name__)
 limited_log = LogLimiter(log)
+_Program = TypeVar("_Program", bound=Artifact)
+_Parsed = TypeVar("_Parsed", bound=Eventable)
+_Model = TypeVar("_Model")
 
 SOURCE = "wyoming"
 ATTRIBUTION = Attribution(name="xr-edge", url="https://github.com/")
@@ -159,7 +164,7 @@ class WyomingBackend:
         return Info(asr=asr, tts=voices, handle=[_handle_program(llm, version)])
 
 
-def _program(cls, name: str, description: str, version: str, **kw):  # type: ignore[no-untyped-def]
+def _program(cls: type[_Program], name: str, description: str, version: str, **kw: Any) -> _Program:
     return cls(
         name=name,
         attribution=ATTRIBUTION,
@@ -295,10 +300,10 @@ class WyomingHandler(AsyncEventHandler):
         return True
 
     @staticmethod
-    def _parse(cls, event: Event):  # type: ignore[no-untyped-def]
+    def _parse(cls: type[_Parsed], event: Event) -> _Parsed:
         """``cls.from_event`` with a missing or mistyped field as a client error."""
         try:
-            return cls.from_event(event)
+            return cast(_Parsed, cls.from_event(event))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ClientError(f"malformed {event.type!r} event: {exc!r}"[:200]) from None
 
@@ -351,9 +356,10 @@ class WyomingHandler(AsyncEventHandler):
             self.backend.provisional(self._asr_for, f"{SOURCE}:{self._utterance}", text)
 
     @staticmethod
-    def _need(model: object, domain: str) -> None:
+    def _need(model: _Model | None, domain: str) -> _Model:
         if model is None:
             raise ClientError(f"this server runs without {domain}")
+        return model
 
     @staticmethod
     def _check(rate: int, width: int, channels: int) -> None:
@@ -419,10 +425,10 @@ class WyomingHandler(AsyncEventHandler):
         await write_transcript(self.write_event, result.text.strip())
 
     async def _synthesize(self, text: str) -> None:
-        self._need(self.backend.tts, "tts")
+        tts = self._need(self.backend.tts, "tts")
         await synthesize_whole(
             self.write_event,
-            self.backend.tts,  # type: ignore[arg-type]
+            tts,
             text,
             self.backend.limits.max_synthesize_chars,
             lambda: self.writer.is_closing() or self.reader.at_eof(),
@@ -563,7 +569,7 @@ class WyomingServer:
     @property
     def bound_port(self) -> int:
         inner = self._server._server if self._server is not None else None
-        if inner is None:
+        if not isinstance(inner, asyncio.Server):
             raise RuntimeError("the Wyoming server is not running")
         return int(inner.sockets[0].getsockname()[1])
 

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -73,7 +73,7 @@ class ReplyFeed:
     def text(self, turn_id: str) -> str:
         return reply_text([f for f in self.frames if f.request_id == turn_id])
 
-    async def pieces(self, turn_id: str):  # type: ignore[no-untyped-def]
+    async def pieces(self, turn_id: str) -> AsyncIterator[str]:
         """The turn's reply text, piece by piece as it arrives, until the turn is idle."""
         seen = 0
         started = False

@@ -12,6 +12,7 @@ moment they are computed moves. :func:`prefetching` wraps a service, keeping its
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import anyio
 
@@ -75,12 +76,11 @@ class PrefetchingDecisions:
 
 
 class PreparingPrefetchingDecisions(PrefetchingDecisions):
-    """:class:`PrefetchingDecisions` over a service that can prepare for a question."""
-
-    decisions: PreparingDecisions  # type: ignore[assignment]
+    """:class:`PrefetchingDecisions` over a service that can prepare for a question
+    (:func:`prefetching` makes one only for such a service)."""
 
     async def prepare(self, question: ChoiceQuestion) -> None:
-        await self.decisions.prepare(question)
+        await cast(PreparingDecisions, self.decisions).prepare(question)
 
 
 def prefetching(decisions: DecisionService, *, keep_s: float = 30.0) -> PrefetchingDecisions:

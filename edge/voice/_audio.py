@@ -101,10 +101,11 @@ class WavAudio:
 
 def read_wav(source: Path | str | bytes) -> WavAudio:
     """Read a PCM16 WAV file (path or bytes); stereo is averaged to mono."""
+    where = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     try:
-        handle = wave.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), "rb")
+        handle = wave.open(where, "rb")
     except FileNotFoundError:
-        raise AudioFormatError(f"no such WAV file: {source}") from None
+        raise AudioFormatError(f"no such WAV file: {where}") from None
     except (wave.Error, EOFError) as exc:
         raise AudioFormatError(f"not a readable PCM WAV file ({exc})") from None
     with handle:

@@ -24,9 +24,11 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import numpy as np
+from pydantic import BaseModel
 
 from edge.interaction import (
     INTERRUPTED_TOPIC,
@@ -294,11 +296,11 @@ class VoicePipeline(Agent):
         """A participant's new turn (spoken or typed) supersedes their earlier turns."""
         participant = ctx.metadata.participant_id
         session = self._sessions.get(participant) if participant is not None else None
-        if session is not None:
+        if participant is not None and session is not None:
             session.speaker.drop(session.turns)
             session.turns.append(ctx.metadata.message_id)
-            if self._wants_audio(participant):  # type: ignore[arg-type]
-                self._first_audio.wait_for(participant)  # type: ignore[arg-type]
+            if self._wants_audio(participant):
+                self._first_audio.wait_for(participant)
 
     async def _on_interrupted(self, message: Interrupted, ctx: HandlerContext) -> None:
         if ctx.metadata.source == self.name:
@@ -367,9 +369,9 @@ class VoicePipeline(Agent):
 
     async def _publish(
         self,
-        topic: Topic,
-        message,
-        participant_id: str,  # type: ignore[no-untyped-def]
+        topic: Topic[Any],
+        message: BaseModel,
+        participant_id: str,
         correlation_id: str | None = None,
         timestamp_us: int | None = None,
     ) -> None:
@@ -385,7 +387,9 @@ class VoicePipeline(Agent):
             timestamp_us=timestamp_us,
         )
 
-    async def _publish_quietly(self, topic: Topic, message, participant_id: str) -> None:  # type: ignore[no-untyped-def]
+    async def _publish_quietly(
+        self, topic: Topic[Any], message: BaseModel, participant_id: str
+    ) -> None:
         try:
             await self._publish(topic, message, participant_id)
         except Exception:

@@ -267,4 +267,4 @@ def _run(fn: Callable[[], Awaitable[T]]) -> T:
     ok, value = outcome[0]
     if not ok:
         raise value
-    return value  # type: ignore[no-any-return]
+    return value

@@ -104,7 +104,7 @@ def encoder_frames(samples: int, window_s: float | None, rate: int = STT_RATE) -
 def _fitted_model_class() -> Any:
     from faster_whisper import WhisperModel
 
-    class FittedWhisperModel(WhisperModel):  # type: ignore[misc]
+    class FittedWhisperModel(WhisperModel):
         """Encodes the first ``window_frames`` feature frames of each 30 s window (the
         rest is padding after a short utterance); None encodes all 3,000."""
 

@@ -18,13 +18,16 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from edge.runtime import COMPUTE_GATE, URGENT, OrderedLock, current_urgency
 
 from ._sentences import speakable
+
+if TYPE_CHECKING:
+    from piper import PiperVoice
 
 SENTENCE_GAP_S = 0.08  # silence between sentences Piper speaks in one call
 
@@ -102,7 +105,7 @@ class PiperTTS:
         self.length_scale = length_scale
         self.noise_scale = noise_scale
         self.noise_w_scale = noise_w_scale
-        self._voice = None
+        self._voice: PiperVoice | None = None
         self._lock = OrderedLock()  # a sentence someone waits for before the others'
 
     @property
@@ -117,20 +120,22 @@ class PiperTTS:
     def sample_rate(self) -> int:
         if self._voice is None:
             self.load()
-        return int(self._voice.config.sample_rate)  # type: ignore[union-attr]
+        assert self._voice is not None  # load() sets it or raises
+        return int(self._voice.config.sample_rate)
 
     def load(self) -> None:
         with self._lock.hold():
             self._load_locked()
 
-    def _load_locked(self) -> None:
+    def _load_locked(self) -> PiperVoice:
         if self._voice is not None:
-            return
+            return self._voice
         path = self.model_path
         config = self._config_path or path.with_name(path.name + ".json")
         if not path.exists() or not config.exists():
             raise TextToSpeechError(f"Piper voice needs {path} and its config {config}")
         self._voice = _load_voice(path, config)
+        return self._voice
 
     def synthesize(self, text: str) -> Synthesis:
         """Speak ``text``; raises :class:`NothingToSpeakError` when nothing is speakable."""
@@ -148,9 +153,9 @@ class PiperTTS:
         # the gate first: a sentence never holds the voice while it waits for the gate, so
         # a listener's first sentence waits only for the step in progress
         with COMPUTE_GATE.hold(kind), self._lock.hold():
-            self._load_locked()
+            voice = self._load_locked()
             started = time.perf_counter()
-            parts = [chunk.audio_float_array for chunk in self._voice.synthesize(clean, syn)]  # type: ignore[union-attr]
+            parts = [chunk.audio_float_array for chunk in voice.synthesize(clean, syn)]
             elapsed = time.perf_counter() - started
         rate = self.sample_rate
         gap = np.zeros(int(rate * SENTENCE_GAP_S), dtype=np.float32)
@@ -161,7 +166,7 @@ class PiperTTS:
         return Synthesis(audio, rate, elapsed)
 
 
-def _load_voice(path: Path, config: Path) -> Any:
+def _load_voice(path: Path, config: Path) -> PiperVoice:
     """A ``PiperVoice`` as ``PiperVoice.load`` makes it on the CPU, with an onnxruntime
     session whose threads do not spin-wait after a run (see the module's notes)."""
     try:

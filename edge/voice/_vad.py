@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def default_vad_path() -> Path:
 
 
 @functools.lru_cache(maxsize=4)
-def _session(path: str):  # type: ignore[no-untyped-def]
+def _session(path: str) -> Any:  # an onnxruntime.InferenceSession (no type hints)
     import onnxruntime
 
     opts = onnxruntime.SessionOptions()
