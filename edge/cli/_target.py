@@ -49,12 +49,14 @@ def participant_id(value: str) -> str:
 
 def unreachable(url: str, exc: BaseException) -> str:
     """Why ``url`` could not be reached (or dropped us), in words, with what to check."""
-    from websockets.exceptions import ConnectionClosed, InvalidMessage
+    from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
     if isinstance(exc, ConnectionClosed):
         return f"the service at {url} closed the connection: {exc}"
     parts = urlsplit(url)
-    if parts.scheme == "ws" and isinstance(exc, InvalidMessage) and _speaks_tls(parts):
+    # a TLS port answers a plain request with a 400 (older services: closed at once)
+    plain_refused = isinstance(exc, (InvalidMessage, InvalidStatus))
+    if parts.scheme == "ws" and plain_refused and _speaks_tls(parts):
         secure = urlunsplit(("wss", *parts[1:]))
         return (
             f"the service at {url} serves TLS (as `edge serve` does unless --no-tls): "
