@@ -17,6 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from edge.api import serve_api
+from edge.api._realtime import MAX_INSTRUCTIONS_BYTES
 from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM, ScriptedReply
 from edge.server import EdgeService, SpeechParts
@@ -173,6 +174,16 @@ async def test_session_instructions_shape_this_sessions_answers_only() -> None:
     assert updated.session.instructions == "Answer like a pirate."
     assert pirate.endswith("\n\nAnswer like a pirate.")
     assert pirate.startswith(plain) and "pirate" not in plain and "pirate" not in again
+
+
+async def test_oversized_instructions_get_an_error_and_are_not_kept() -> None:
+    async with voice_service() as service, realtime(service) as connection:
+        await events_until(connection, "session.created")
+        long = "x" * (MAX_INSTRUCTIONS_BYTES + 1)
+        await connection.session.update(session={"type": "realtime", "instructions": long})
+        error = (await events_until(connection, "error"))[-1].error
+        assert f"limited to {MAX_INSTRUCTIONS_BYTES} bytes" in error.message
+        assert service.gateway.instructions == {}
 
 
 async def test_bad_events_get_error_events_and_the_session_goes_on() -> None:

@@ -49,6 +49,11 @@ Outgoing = tuple[dict[str, Any] | None, ServerMessage | None, bytes | None]
 SPEECH_STARTED: dict[str, Any] = {}  # queued when the participant's speech begins
 
 
+MAX_INSTRUCTIONS_BYTES = 4096
+"""A session's own instructions go into every answer's system message: bounded, so one
+client cannot fill the model's context (or the device's memory) with them."""
+
+
 class RealtimeSession:
     """One ``/v1/realtime`` connection; ``run`` returns when it ends."""
 
@@ -233,6 +238,8 @@ class RealtimeSession:
         if isinstance(modalities, list):
             self.events.audio = "audio" in modalities
         if isinstance(session.get("instructions"), str):
+            if len(session["instructions"].encode()) > MAX_INSTRUCTIONS_BYTES:
+                raise ClientError(f"instructions are limited to {MAX_INSTRUCTIONS_BYTES} bytes")
             self.instructions = session["instructions"]
             if self.instructions.strip():  # after the service's own (docs/api.md)
                 self.gateway.instructions[self.pid] = self.instructions
