@@ -101,3 +101,41 @@ def test_reads_busy_time_of_the_allowed_cores(tmp_path: Path) -> None:
     assert cpu_busy_s({0}, stat) == (100 + 50 + 1 + 1) / tick
     assert cpu_busy_s({0, 1}, stat) == (152 + 250) / tick
     assert cpu_busy_s({0}, tmp_path / "missing") is None
+
+
+def test_a_burst_that_ended_before_the_last_interval_keeps_every_thread() -> None:
+    """Another server answered a second ago; the sampler saw it end: the next prompt, after
+    the idle spell, gets both threads (before, the whole spell was one window, 1 thread)."""
+    m = Machine()
+    p = policy(m)
+    m.run(0.5, own_cores=0.0, other_cores=2.0)  # the other server's answer
+    p.sample()
+    for _ in range(4):  # a second of quiet, sampled every interval
+        m.run(0.25, own_cores=0.0, other_cores=0.0)
+        p.sample()
+    m.run(0.05, own_cores=0.0, other_cores=0.3)  # the client building its request
+    assert p.update() == 2
+
+
+def test_a_core_held_through_the_idle_spell_still_takes_a_thread() -> None:
+    m = Machine()
+    p = policy(m)
+    for _ in range(4):
+        m.run(0.25, own_cores=0.0, other_cores=1.0)  # a renderer
+        p.sample()
+    m.run(0.05, own_cores=0.0, other_cores=1.0)
+    assert p.update() == 1
+
+
+def test_the_sampler_thread_records_in_the_background() -> None:
+    import time
+
+    p = ThreadPolicy(2, interval_s=0.01)
+    p.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(p._samples) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(p._samples) >= 4
+    finally:
+        p.stop()

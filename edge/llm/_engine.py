@@ -226,6 +226,7 @@ class LlamaEngine:
             self.load()
             return
         route_llama_logs()
+        self.thread_policy.start()
         self.gpu_layers_loaded = self._offloaded_layers()
         self._install_abort_callback()
         model = self.llama._model
@@ -269,6 +270,7 @@ class LlamaEngine:
         return self._abort_hook is not None
 
     def close(self) -> None:
+        self.thread_policy.stop()
         if self.llama is not None:
             self.llama.close()
             self.llama = None

@@ -7,17 +7,26 @@ thread spins until it is scheduled again: on two cores with two threads and one 
 busy, generation fell from ~100 to under 2 tokens/s. With one thread fewer than the cores
 other work leaves free, nothing waits at a barrier for a core.
 
-:class:`ThreadPolicy` measures, at most every ``interval_s``, the CPU time other processes
-took on the cores this process may use (``/proc/stat`` less this process's own time) and
-sets llama.cpp's threads (``llama_set_n_threads``) to the configured count less the cores
-they kept busy, never under one. Idle, it uses every thread it was given.
+:class:`ThreadPolicy` measures the CPU time other processes took on the cores this
+process may use (``/proc/stat`` less this process's own time) over the last ``interval_s``
+or so, and sets llama.cpp's threads (``llama_set_n_threads``) to the configured count less
+the cores they kept busy, never under one. Idle, it uses every thread it was given.
+
+Only the recent past counts. A renderer holding a core shows in every window; a short
+burst that ended a second ago (another server's answer, an HTTP client building its
+request) must not cost the next prompt a thread. Between evaluations nothing would
+measure, so once :meth:`ThreadPolicy.start` is called a sampler thread records the
+counters every ``interval_s``, and the first evaluation after an idle spell reads the
+last interval instead of the whole spell.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +55,9 @@ def own_cpu_s() -> float:
     return t.user + t.system
 
 
+Sample = tuple[float, float, float]  # (clock, CPU seconds of all, CPU seconds of this process)
+
+
 class ThreadPolicy:
     """``threads`` while the cores are free; fewer while other processes keep cores busy
     (``adaptive``); always ``threads`` when not adaptive."""
@@ -67,30 +79,64 @@ class ThreadPolicy:
         self.cores = len(allowed)
         self._busy = busy or (lambda: cpu_busy_s(allowed))
         self._own, self._clock = own, clock
-        self._last: tuple[float, float, float] | None = None
+        self._samples: deque[Sample] = deque(maxlen=8)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._measured_at: float | None = None  # clock of the sample last measured to
         self.current = threads
         self.others_busy = 0.0  # cores other processes kept busy in the last interval
         self._applied: dict[int, int] = {}  # id of a context -> the threads it was given
-        busy0 = self._busy() if adaptive else None
-        if busy0 is not None:  # the first evaluation already sees what ran meanwhile
-            self._last = (clock(), busy0, own())
+        if adaptive:  # the first evaluation already sees what ran meanwhile
+            self.sample()
+
+    def sample(self) -> Sample | None:
+        """Record the counters now (the sampler thread calls this every ``interval_s``)."""
+        busy = self._busy()
+        if busy is None:
+            return None
+        s = (self._clock(), busy, self._own())
+        with self._lock:
+            self._samples.append(s)
+        return s
+
+    def start(self) -> None:
+        """Sample in the background, so idle spells are measured by their last interval."""
+        if self.adaptive and not (self._sampler and self._sampler.is_alive()):
+            self._stop = threading.Event()
+            self._sampler = threading.Thread(target=self._run, name="thread-policy", daemon=True)
+            self._sampler.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        stop = self._stop
+        while not stop.wait(self.interval_s):
+            if self.sample() is None:
+                return
 
     def update(self) -> int:
-        """The threads to use now (measured again once ``interval_s`` has passed)."""
+        """The threads to use now, from the newest interval measured (measured again here
+        once ``interval_s`` has passed without a sample)."""
         if not self.adaptive:
             return self.threads
-        now, busy = self._clock(), self._busy()
-        if busy is None:
-            return self.threads
-        own = self._own()
-        if self._last is None:
-            self._last = (now, busy, own)
+        with self._lock:
+            now = self._samples[-1] if self._samples else None
+        if now is None or self._clock() - now[0] >= self.interval_s:
+            now = self.sample()
+            if now is None:
+                return self.threads
+        if now[0] == self._measured_at:
             return self.current
-        then, busy0, own0 = self._last
-        if now - then < self.interval_s:
+        with self._lock:
+            older = [s for s in self._samples if now[0] - s[0] >= self.interval_s]
+        if not older:
             return self.current
-        self._last = (now, busy, own)
-        self.others_busy = max(0.0, ((busy - busy0) - (own - own0)) / (now - then))
+        then = older[-1]  # the newest sample at least one interval back
+        self._measured_at = now[0]
+        elapsed = now[0] - then[0]
+        self.others_busy = max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / elapsed)
         taken = max(0, math.ceil(self.others_busy - SLACK))
         self.current = max(1, min(self.threads, self.cores - taken))
         return self.current
