@@ -2,6 +2,7 @@
 
     python benchmarks/versus_chain.py                  # the default question set, once
     python benchmarks/versus_chain.py --repeat 3       # more samples per path
+    python benchmarks/versus_chain.py --paths a,b      # some paths only (and the chain)
     CHAIN_PYTHON=benchmarks/.chain-venv/bin/python python benchmarks/versus_chain.py
 
 Starts, all at once on 127.0.0.1, the chain (``wyoming-faster-whisper`` with our Whisper
@@ -244,8 +245,11 @@ def start_all(work: Path, args: argparse.Namespace) -> tuple[dict[str, svc.Servi
 class Bench:
     """The paths of one run, with their connections and what the services advertise."""
 
-    def __init__(self, services: dict[str, svc.Service], wyoming_port: int) -> None:
+    def __init__(
+        self, services: dict[str, svc.Service], wyoming_port: int, only: list[str] | None = None
+    ) -> None:
         self.services = services
+        self.only = only  # the paths asked for (None: all); the chain's always runs
         # edge serve's default: TLS (its certificate is in its data directory, which the
         # clients trust for a service on this machine)
         self.ws_url = f"wss://{svc.HOST}:{services['edge'].port}"
@@ -269,6 +273,8 @@ class Bench:
         self.ollama = await self.ollama_agent()
         if self.ollama is not None:
             self.paths.append("e")
+        if self.only is not None:
+            self.paths = [p for p in self.paths if p in self.only or p == "d"]
         for path in ("a", "b"):
             if path in self.paths:
                 client = EdgeClient(
@@ -582,7 +588,7 @@ async def main(args: argparse.Namespace) -> None:
         work = Path(tmp)
         os.environ["EDGE_DATA_DIR"] = str(work / "edge")  # where the clients find the token
         services, wyoming_port = start_all(work, args)
-        bench = Bench(services, wyoming_port)
+        bench = Bench(services, wyoming_port, args.paths)
         try:
             await bench.prepare()
             console.print(f"paths {bench.paths}; streaming advertised: {bench.advertised}")
@@ -665,9 +671,24 @@ def write_result(result: dict[str, Any], console: Console) -> None:
     console.print(f"wrote {json_path} and {folder / 'versus_chain.png'}")
 
 
+def path_list(value: str) -> list[str]:
+    """``--paths``: known path names, comma-separated."""
+    paths = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown or not paths:
+        raise argparse.ArgumentTypeError(f"paths are among {', '.join(PATHS)}; not {unknown}")
+    return paths
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="rounds over the question set")
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="first N questions")
     parser.add_argument("--profile", help="device profile for edge serve (default: detected)")
+    parser.add_argument(
+        "--paths",
+        type=path_list,
+        help=f"comma-separated paths to run, of {','.join(PATHS)} (default: all; the chain, "
+        "(d), always runs: every figure is a ratio to it)",
+    )
     anyio.run(main, parser.parse_args())

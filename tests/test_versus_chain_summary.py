@@ -3,9 +3,12 @@ and each turn slower than twice its path's p50 with its stages, so its cause can
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -50,3 +53,10 @@ def test_a_turn_slower_than_twice_the_p50_is_logged_with_its_stages() -> None:
     assert slow[0]["times_p50"] == 2.4
     assert slow[0]["speculation"]["adopted"] == 1
     assert summary["d"]["slow_turns"] == []
+
+
+def test_paths_option_takes_known_paths_only() -> None:
+    assert versus_chain.path_list("a, b") == ["a", "b"]
+    for bad in ("a,x", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            versus_chain.path_list(bad)
