@@ -24,7 +24,9 @@ from edge.routing import AgentTurn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
-SESSION_EXCHANGES = 200  # ~80-125 s on the shared 2-core box; most of it is compaction
+SESSION_EXCHANGES = 120  # most of the time is compaction
+QUIET_EVERY = 15  # exchanges between quiet moments (a compaction pass and the checks)
+STEADY_FROM = 60  # the recall index is full (its statement cap) by here: memory is flat from here
 
 BUDGETS = {
     "dialogue_budget_bytes": 1_200,
@@ -47,7 +49,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def llm():  # type: ignore[no-untyped-def]
-    model = LlamaCppLLM(n_ctx=2048, temperature=0.0, n_threads=1, background_chunk_tokens=64)
+    model = LlamaCppLLM(n_ctx=2048, temperature=0.0, n_threads=2, background_chunk_tokens=64)
     await model.load()
     yield model
     await model.close()
@@ -72,8 +74,8 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
             **BUDGETS,
         ),
         # the whole-conversation recall index is bounded by its statement cap, reached here
-        # by exchange 100, where the flatness check starts
-        recall_index=MemoryRecallIndex(max_statements=100),
+        # before STEADY_FROM, where the flatness check starts
+        recall_index=MemoryRecallIndex(max_statements=60),
     )
     ctx.add_hook("post_compact", reports.append)
     conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=12))
@@ -86,11 +88,11 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                 await ctx.record_exchange(
                     "p", user.format(i=i, r=i % 7), assistant.format(i=i, r=i % 7)
                 )
-                if i % 12 == 0:
+                if i % 6 == 0:
                     await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
-                if i % 30 == 0:
+                if i % 20 == 0:
                     await ctx.update("p", "window", f"Panel {i} open.")
-                if i % 25 == 24:
+                if i % QUIET_EVERY == QUIET_EVERY - 1:
                     # a quiet moment: the backlog compacts (a failed summary request stalls
                     # its section until the next entry, so each pause retries it)
                     await eventually(lambda: idle(ctx), 240)
@@ -102,9 +104,9 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                     messages = conversation.request_messages("p", "Where?")
                     tokens = llm.count_tokens(llm.format_chat(messages))
                     assert tokens + 12 <= llm.context_length
-                    samples.append(manager_memory())
+                    samples.append((i, manager_memory()))
             result = await conversation.answer(
-                AgentTurn("p", "t", "Where did I leave sample 196?"), started=nothing
+                AgentTurn("p", "t", "Where did I leave sample 116?"), started=nothing
             )
             assert result.text
             # compacted entries are gone; a failing backlog is capped at 8 budgets a section
@@ -124,7 +126,8 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
             failed_in_a_row = 0 if report.ok else failed_in_a_row + 1
             assert failed_in_a_row < 3, [(r.section, r.reason) for r in reports]
     # flat: what the manager holds stops growing once sections reach steady state
-    assert max(samples[3:]) - samples[3] < 64 * 1024, samples
+    steady = [held for i, held in samples if i >= STEADY_FROM]
+    assert len(steady) >= 3 and max(steady) - steady[0] < 64 * 1024, samples
 
 
 def manager_memory() -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._kvstore import KVStore
 from ._threads import ThreadPolicy
 from ._types import ChatMessage, ModelLoadError
@@ -226,7 +228,6 @@ class LlamaEngine:
             self.load()
             return
         route_llama_logs()
-        self.thread_policy.start()
         self.gpu_layers_loaded = self._offloaded_layers()
         self._install_abort_callback()
         model = self.llama._model
@@ -459,8 +460,6 @@ class LlamaEngine:
     def logprobs(self) -> Any:
         """Log-softmax (a numpy array) of the next-token distribution after the last
         evaluated token."""
-        import numpy as np
-
         raw = self.llama._ctx.get_logits_ith(-1)
         logits = np.ctypeslib.as_array(raw, shape=(self.n_vocab,)).astype(np.float64)
         peak = logits.max()

@@ -161,6 +161,7 @@ class ThreadPolicy:
 
     def apply(self, ctx: Any) -> None:
         """Set ``ctx``'s (a ``llama_context`` pointer) threads to :meth:`update`'s count."""
+        self.start()  # measuring from the first evaluation on
         n = self.update()
         if self._applied.get(id(ctx)) != n:
             import llama_cpp
