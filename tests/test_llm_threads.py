@@ -67,7 +67,7 @@ def test_measures_at_most_every_interval_and_never_below_one() -> None:
     m = Machine()
     p = policy(m)
     p.update()
-    m.run(0.1, own_cores=0.0, other_cores=2.0)
+    m.run(0.05, own_cores=0.0, other_cores=2.0)
     assert p.update() == 2  # too soon to measure again
     m.run(0.5, own_cores=0.0, other_cores=2.0)
     assert p.update() == 1
@@ -78,6 +78,27 @@ def test_the_first_evaluation_sees_what_ran_since_the_policy_was_made() -> None:
     p = policy(m)  # made as the model loads
     m.run(0.5, own_cores=1.0, other_cores=1.0)
     assert p.update() == 1  # not the configured two for a first, long prompt
+
+
+def test_a_prompt_right_after_a_quick_load_already_sees_a_busy_core() -> None:
+    """The bench's first prompt came 0.13 s after the policy was made (a small model loads
+    in 0.12 s), before an interval's history: it took both threads beside a busy core and
+    ran 20 % slower than the next one."""
+    m = Machine()
+    p = policy(m)
+    m.run(0.13, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 1
+    m.run(0.05, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 1  # and the next evaluations keep it
+    m.run(0.3, own_cores=1.0, other_cores=1.0)
+    assert p.update() == 1
+
+
+def test_a_prompt_right_after_a_quick_load_keeps_every_thread_when_idle() -> None:
+    m = Machine()
+    p = policy(m)
+    m.run(0.13, own_cores=2.0, other_cores=0.0)  # loading, then the prompt
+    assert p.update() == 2
 
 
 def test_fixed_policy_always_uses_its_threads() -> None:

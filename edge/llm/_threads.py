@@ -33,6 +33,7 @@ from typing import Any
 
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
 SLACK = 0.2  # of a core: less than this taken by others leaves every thread in use
+FIRST_WINDOW_S = 0.1  # the shortest window measured (10 clock ticks a core)
 
 
 def cpu_busy_s(allowed: set[int], stat: Path = Path("/proc/stat")) -> float | None:
@@ -118,28 +119,45 @@ class ThreadPolicy:
 
     def update(self) -> int:
         """The threads to use now, from the newest interval measured (measured again here
-        once ``interval_s`` has passed without a sample)."""
+        once ``interval_s`` has passed without a sample, or ``FIRST_WINDOW_S`` just after
+        the policy was made)."""
         if not self.adaptive:
             return self.threads
         with self._lock:
             now = self._samples[-1] if self._samples else None
-        if now is None or self._clock() - now[0] >= self.interval_s:
+        if now is None or self._clock() - now[0] >= self._stale_after(now):
             now = self.sample()
             if now is None:
                 return self.threads
         if now[0] == self._measured_at:
             return self.current
-        with self._lock:
-            older = [s for s in self._samples if now[0] - s[0] >= self.interval_s]
-        if not older:
+        then = self._window_start(now)
+        if then is None:
             return self.current
-        then = older[-1]  # the newest sample at least one interval back
         self._measured_at = now[0]
         elapsed = now[0] - then[0]
         self.others_busy = max(0.0, ((now[1] - then[1]) - (now[2] - then[2])) / elapsed)
         taken = max(0, math.ceil(self.others_busy - SLACK))
         self.current = max(1, min(self.threads, self.cores - taken))
         return self.current
+
+    def _stale_after(self, newest: Sample) -> float:
+        """Seconds after which ``newest`` is sampled again before measuring: an interval,
+        or ``FIRST_WINDOW_S`` while the samples span less than one (just after loading)."""
+        with self._lock:
+            span = newest[0] - self._samples[0][0] if self._samples else 0.0
+        return self.interval_s if span >= self.interval_s else FIRST_WINDOW_S
+
+    def _window_start(self, now: Sample) -> Sample | None:
+        """The sample to measure back to from ``now``: the newest at least ``interval_s``
+        older; while there is none yet (the first evaluations after the model loaded, in
+        the first quarter second), the oldest if at least ``FIRST_WINDOW_S`` older."""
+        with self._lock:
+            older = [s for s in self._samples if now[0] - s[0] >= self.interval_s]
+            first = self._samples[0] if self._samples else now
+        if older:
+            return older[-1]
+        return first if now[0] - first[0] >= FIRST_WINDOW_S else None
 
     def apply(self, ctx: Any) -> None:
         """Set ``ctx``'s (a ``llama_context`` pointer) threads to :meth:`update`'s count."""
