@@ -193,6 +193,60 @@ def test_report_has_a_plot_per_question(tmp_path: Path) -> None:
     assert page.count("data:image/png;base64,") == 5 and "Test CPU" in page
 
 
+class _PromptLog:
+    """Stands in for LlamaCppLLM in llm_stage, recording every prompt it is given."""
+
+    prompts: list[tuple[int, str]] = []
+    load = 0
+
+    def __init__(self, path: str, **_: object) -> None:
+        self.model_path, self.gpu_layers = path, None
+
+    async def __aenter__(self) -> _PromptLog:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        pass
+
+    def _metrics(self, messages: list[dict[str, str]]) -> object:
+        from types import SimpleNamespace
+
+        self.prompts.append((self.load, "|".join(m["content"] for m in messages)))
+        return SimpleNamespace(
+            prompt_eval_s=0.1, evaluated_tokens=64, tokens_per_s=50.0, generated_tokens=8,
+            ttft_s=0.1, prompt_tokens=64, reused_tokens=0,
+        )  # fmt: skip
+
+    async def warm(self, messages: list[dict[str, str]], **_: object) -> object:
+        return self._metrics(messages)
+
+    async def chat(self, messages: list[dict[str, str]], **_: object) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(content="Rack 7.", metrics=self._metrics(messages))
+
+
+@pytest.mark.anyio
+async def test_the_loaded_pass_evaluates_the_same_prompts_as_the_idle_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seeds differed by load (rep + 1000): the loaded pass's 2,000 B context was 906
+    tokens against 838 idle, so its first token came later for more work."""
+    from types import SimpleNamespace
+
+    import edge.llm
+    from edge.bench import LLMCase, llm_stage
+
+    monkeypatch.setattr(edge.llm, "LlamaCppLLM", _PromptLog)
+    monkeypatch.setattr(_PromptLog, "prompts", [])
+    device = SimpleNamespace(llm_model_path="m.gguf", profile=SimpleNamespace(expected=None))
+    for load in (0, 1):
+        _PromptLog.load = load
+        await llm_stage(LLMCase(None, 2, 0), device, 2, [500, 2000], lambda _: None, load)
+    idle = [p for load, p in _PromptLog.prompts if load == 0]
+    assert idle and idle == [p for load, p in _PromptLog.prompts if load == 1]
+
+
 def test_busy_cores_start_and_stop() -> None:
     with busy_cores(1):
         pass  # the processes are ended on exit (p.wait() inside)

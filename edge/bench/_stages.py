@@ -96,8 +96,8 @@ async def llm_stage(
                 expected.prompt_tokens_per_s,
                 expected.generation_tokens_per_s,
             )
-        for rep in range(reps):
-            run = await measure_run(llm, text, rep + 100 * load, 32)
+        for rep in range(reps):  # the same prompts idle and loaded (a new model each)
+            run = await measure_run(llm, text, rep, 32)
             pp.values.append(run.prompt_tokens_per_s)
             tg.values.append(run.generation_tokens_per_s)
             tick(f"LLM speed {common['model']} t={case.threads}")
@@ -125,7 +125,7 @@ async def _ttft_figures(
     warm = Figure("llm", f"TTFT warm, {n:,} B context", "s", "lower", **common)
     for rep in range(reps):
         key = f"bench-{n}-{rep}-{common['load']}-{time.monotonic_ns()}"
-        first, second = await ttft_pair(llm, n, key, rep + 1000 * common["load"])
+        first, second = await ttft_pair(llm, n, key, rep)
         cold.values.append(first.ttft_s or float("nan"))
         warm.values.append(second.ttft_s or float("nan"))
         if expected is not None:
