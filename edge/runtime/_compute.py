@@ -193,7 +193,8 @@ class ComputeGate:
             return
         # The model's own steps need no grace from each other: its scheduler orders them,
         # and a background request holding the model would keep an answer waiting.
-        with self._lock.hold(graceless=kind == "llm", yields=_YIELDS.get()) as wait:
+        level = current_urgency()
+        with self._lock.hold(level, graceless=kind == "llm", yields=_YIELDS.get()) as wait:
             started = time.perf_counter()
             try:
                 yield
@@ -201,7 +202,8 @@ class ComputeGate:
                 released = time.perf_counter()
                 self.stats.add(kind, wait, released - started)
                 owner = "llm" if kind == "llm" else current_owner()  # its scheduler's, else
-                TRACES.hold(GateHold(kind, owner, started - wait, started, released))
+                hold = GateHold(kind, owner, started - wait, started, released, level <= URGENT)
+                TRACES.hold(hold)
 
     def take_stats(self) -> GateStats:
         """The counts since the last call (or start), starting new ones."""
