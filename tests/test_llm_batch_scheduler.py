@@ -375,3 +375,21 @@ async def test_background_work_queued_for_a_key_never_keeps_its_turn_out() -> No
         hold.set()
     assert refused == [BG] and served.count(INT) == 4 and served.count(BG) == 4
     assert sched.queued == 0 and not sched.active
+
+
+async def test_a_later_turns_prompt_waits_for_an_earlier_answers_first_words() -> None:
+    """On a CPU a prompt evaluated beside an answer's next token makes that step as slow
+    as the prompt: while an earlier turn's answer is in its first words, a later turn's
+    prompt sits out, and is evaluated once that answer is past them."""
+    sched, ctx = scheduler(n_seq=4, first_words_alone=True)
+    log: list[str] = []
+    earlier = gen_job("a", INT, 30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, earlier, log)
+        while earlier.produced < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 5), log)
+    first_b = next(i for i, s in enumerate(ctx.steps) if "b" in s)
+    a_before = sum("a" in s for s in ctx.steps[:first_b])
+    assert a_before >= FIRST_WORDS_TOKENS, ctx.steps[: first_b + 1]
+    assert log.count("end b") == 1 and earlier.produced == 30
