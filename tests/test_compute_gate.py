@@ -10,7 +10,15 @@ import time
 import numpy as np
 import pytest
 
-from edge.runtime import COMPUTE_GATE, NORMAL, URGENT, ComputeGate, OrderedLock, urgency
+from edge.runtime import (
+    COMPUTE_GATE,
+    NORMAL,
+    URGENT,
+    ComputeGate,
+    OrderedLock,
+    turn_started,
+    urgency,
+)
 
 
 def _queue_behind(gate: ComputeGate, names: list[tuple[str, int]]) -> list[str]:
@@ -428,3 +436,65 @@ def test_a_pass_waiting_for_the_gate_does_not_hold_the_recognizer(models, monkey
     for t in threads:
         t.join(60)
     assert order == ["urgent", "ordinary"]
+
+
+def test_urgent_work_of_the_turn_that_began_first_goes_first() -> None:
+    """Among urgent waiters, the work of the earlier turn (its place in line) before a
+    later turn's that asked first."""
+    gate = ComputeGate(enabled=True)
+    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+    base = time.perf_counter()
+
+    def holder() -> None:
+        with gate.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    def waiter(name: str, began: float) -> None:
+        with urgency(URGENT), turn_started(base + began), gate.hold(name):
+            order.append(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert holding.wait(5)
+    for name, began in (("later turn", 2.0), ("earlier turn", 1.0)):
+        threads.append(threading.Thread(target=waiter, args=(name, began)))
+        threads[-1].start()
+        while len(gate._lock._waiting) < len(threads) - 1:
+            time.sleep(0.002)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["earlier turn", "later turn"]
+
+
+def test_a_later_turns_pass_waits_for_an_earlier_answers_run_of_first_words() -> None:
+    """An answer's first words come as a run of model steps, each asked for just after the
+    last: a later speaker's Whisper pass (urgent too) that arrives meanwhile goes after the
+    run, not between each two of its steps."""
+    gate = ComputeGate(enabled=True)
+    order: list[str] = []
+    stepping = threading.Event()
+    began = time.perf_counter()
+
+    def answer() -> None:
+        for k in range(6):
+            with urgency(URGENT), turn_started(began), gate.hold("llm"):
+                order.append(f"step {k}")
+                stepping.set()
+                time.sleep(0.01)
+            time.sleep(0.002)  # the scheduler asks for the next step
+
+    def later_pass() -> None:
+        with urgency(URGENT), gate.hold("stt urgent"):
+            order.append("pass")
+
+    run = threading.Thread(target=answer)
+    run.start()
+    assert stepping.wait(5)
+    other = threading.Thread(target=later_pass)
+    other.start()
+    run.join(5)
+    other.join(5)
+    assert order == [*(f"step {k}" for k in range(6)), "pass"], order

@@ -197,3 +197,41 @@ async def test_a_sentence_made_ahead_never_takes_the_gate_between_an_answers_fir
     for thread in threads:
         thread.join(5)
     assert order == ["p2 pause pass", "p2 answer step", "A two."], order
+
+
+async def test_the_first_sentence_of_the_listener_waiting_longest_goes_first(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    """Two first sentences wait at the compute gate: the one whose listener's turn began
+    first is synthesized first, whichever asked first."""
+    from edge.voice._synthesis import FirstAudio, Synthesis
+
+    monkeypatch.setattr(COMPUTE_GATE, "enabled", True)
+    order: list[str] = []
+    first_audio = FirstAudio()
+    first_audio.wait_for("early")
+    await anyio.sleep(0.01)
+    first_audio.wait_for("late")
+    tts, limiter = GatedTTS(order, hold_s=0.0), anyio.CapacityLimiter(4)
+    speakers = {pid: Synthesis(pid, tts, limiter) for pid in ("early", "late")}
+    for speak in speakers.values():
+        speak.first_audio = first_audio
+    gate = COMPUTE_GATE._lock
+    held, release = threading.Event(), threading.Event()
+
+    def step() -> None:
+        with COMPUTE_GATE.hold("llm"):
+            held.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            assert held.wait(5)
+            for pid in ("late", "early"):  # the later turn's sentence asks first
+                tg.start_soon(speakers[pid], f"{pid} one.", f"r-{pid}", True)
+                await wait_for(lambda n=len(gate._waiting): len(gate._waiting) > n)
+            release.set()
+    worker.join(5)
+    assert order == ["early one.", "late one."], order

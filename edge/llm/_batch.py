@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from edge.runtime import NORMAL, URGENT, place_in_line, urgency
+from edge.runtime import NORMAL, URGENT, place_in_line, turn_started, urgency
 
 from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix
 from ._kvstore import KVStore
@@ -564,7 +564,8 @@ class BatchScheduler:
             urgent = self._urgent_arrivals
             abort = (lambda: self._urgent_arrivals != urgent) if background else None
             dead, self._dead = self._dead, []
-            with urgency(min(map(_urgency, jobs), default=NORMAL)):
+            first = min((j.since for j in jobs), default=None)  # its place in the gate's line
+            with urgency(min(map(_urgency, jobs), default=NORMAL)), turn_started(first):
                 await self._run_sync(self._step_sync, jobs, active, dead, abort)
             self.steps += 1
             for priority in {j.priority for j in jobs}:

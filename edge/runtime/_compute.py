@@ -8,7 +8,9 @@ keeps each at full speed: a Whisper pass waits for at most one llama.cpp step (a
 or one prompt batch), and the model for at most one pass.
 
 The gate is handed over in order (:class:`OrderedLock`): the waiter of the most urgent
-kind first, then the one that waited longest. A plain lock lets the thread that just
+kind first; among urgent work, the work of the turn that began first (its place in line,
+:func:`~edge.runtime.place_in_line`: an answer's steps, the first sentence of a listener
+who has waited longest), then the one that waited longest. A plain lock lets the thread that just
 released it take it again before a waiter wakes, so a model stepping token after token
 could keep a Whisper pass out for many steps. A pass that may end a turn (someone finished
 speaking and waits for the answer) and the sentence a listener waits for in silence are
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ._trace import TRACES, GateHold, current_owner
+from ._turn_order import place_in_line
 
 URGENT = 0
 """Someone waits for this step alone: a Whisper pass that may end a turn (final, or
@@ -95,7 +98,10 @@ class OrderedLock:
     take it for that long. Urgent work often comes as a run of short steps (an answer's
     first tokens, each asked for by the event loop after the last): between two of them
     nobody urgent is waiting yet, and a waiting ordinary step (a long sentence synthesized
-    ahead: 0.5 s) would take the lock and hold the run up."""
+    ahead: 0.5 s) would take the lock and hold the run up. After a step of such a run
+    (``runs``: a model step) the grace holds back, for its next step, urgent work of later
+    turns too (a later speaker's Whisper pass would otherwise go between each two of an
+    earlier answer's first tokens)."""
 
     def __init__(self, urgent_grace_s: float = 0.0) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -105,43 +111,68 @@ class OrderedLock:
         self._grace_s = urgent_grace_s
         self._holder = NORMAL
         self._urgent_until = 0.0
+        self._places: dict[tuple[int, int], float] = {}  # urgent waiters' places in line
+        self._holder_place = 0.0
+        self._run_place = float("inf")  # an urgent run's place, during its grace
 
     def locked(self) -> bool:
         return self._held
 
     @contextmanager
     def hold(
-        self, level: int | None = None, *, graceless: bool = False, yields: bool = False
+        self,
+        level: int | None = None,
+        *,
+        graceless: bool = False,
+        yields: bool = False,
+        place: float | None = None,
+        runs: bool = False,
     ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
         ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
         ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
-        urgent work holds, waits for or is in its grace."""
+        urgent work holds, waits for or is in its grace. ``place``: urgent work's place in
+        line (its turn's start, perf_counter seconds; default: now). ``runs``: urgent work
+        that comes as a run of steps, whose grace holds back later places too."""
         level = current_urgency() if level is None else level
-        wait = self._acquire(level, graceless, yields and level > URGENT)
+        where = time.perf_counter() if place is None else place
+        wait = self._acquire(level, graceless, yields and level > URGENT, where)
         try:
             yield wait
         finally:
-            self._release()
+            self._release(runs)
 
-    def _acquire(self, level: int, graceless: bool = False, yields: bool = False) -> float:
+    def _acquire(
+        self, level: int, graceless: bool = False, yields: bool = False, place: float = 0.0
+    ) -> float:
         started = time.perf_counter()
         with self._cond:
             self._arrivals += 1
             ticket = (level, self._arrivals)
             self._waiting.append(ticket)
+            self._places[ticket] = place if level <= URGENT else 0.0
             if level <= URGENT:
                 self._cond.notify_all()  # a waiter that gives way to urgent work
-            while self._held or min(self._waiting) != ticket or self._in_grace(level, graceless):
+            while (
+                self._held
+                or self._next() != ticket
+                or self._in_grace(level, graceless, self._places[ticket])
+            ):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
+                    del self._places[ticket]
                     self._cond.notify_all()  # the next in line may be free to go now
                     raise YieldedToUrgentError("urgent work holds or waits for the gate")
                 grace = self._urgent_until - time.perf_counter()
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
+            self._holder_place = self._places.pop(ticket)
         return time.perf_counter() - started
+
+    def _next(self) -> tuple[int, int]:
+        """The waiter next in line: by urgency, then (urgent) place, then arrival."""
+        return min(self._waiting, key=lambda t: (t[0], self._places[t], t[1]))
 
     def _urgent_present(self) -> bool:
         return (
@@ -150,14 +181,19 @@ class OrderedLock:
             or time.perf_counter() < self._urgent_until
         )
 
-    def _in_grace(self, level: int, graceless: bool) -> bool:
-        return not graceless and level > URGENT and time.perf_counter() < self._urgent_until
+    def _in_grace(self, level: int, graceless: bool, place: float) -> bool:
+        if time.perf_counter() >= self._urgent_until:
+            return False
+        if level > URGENT:
+            return not graceless
+        return place > self._run_place  # a later turn's, after a step of an earlier run
 
-    def _release(self) -> None:
+    def _release(self, runs: bool = False) -> None:
         with self._cond:
             self._held = False
             if self._holder <= URGENT:
                 self._urgent_until = time.perf_counter() + self._grace_s
+                self._run_place = self._holder_place if runs else float("inf")
             self._cond.notify_all()
 
 
@@ -194,7 +230,10 @@ class ComputeGate:
         # The model's own steps need no grace from each other: its scheduler orders them,
         # and a background request holding the model would keep an answer waiting.
         level = current_urgency()
-        with self._lock.hold(level, graceless=kind == "llm", yields=_YIELDS.get()) as wait:
+        model = kind == "llm"  # its steps come in runs, and their scheduler orders them
+        with self._lock.hold(
+            level, graceless=model, yields=_YIELDS.get(), place=place_in_line(), runs=model
+        ) as wait:
             started = time.perf_counter()
             try:
                 yield

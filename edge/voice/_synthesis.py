@@ -18,6 +18,7 @@ from edge.runtime import (
     URGENT,
     YieldedToUrgentError,
     owned_by,
+    turn_started,
     urgency,
     yielding,
 )
@@ -50,20 +51,20 @@ class FirstAudio:
     ~0.25 s of both cores) started between the two would hold up that answer's steps."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, float] = {}  # participant -> since (monotonic)
+        self._waiting: dict[str, float] = {}  # participant -> since (perf_counter)
         self._guessed: set[str] = set()  # entries from a pause's guess, not yet a query
         self._changed = anyio.Event()
 
     def wait_for(self, participant_id: str) -> None:
         """``participant_id`` began a turn whose speech they will hear."""
         self._guessed.discard(participant_id)
-        self._waiting[participant_id] = time.monotonic()
+        self._waiting[participant_id] = time.perf_counter()
 
     def expect(self, participant_id: str) -> None:
         """A pause of ``participant_id``'s gave a guess: their answer is being made."""
         if participant_id not in self._waiting:
             self._guessed.add(participant_id)
-            self._waiting[participant_id] = time.monotonic()
+            self._waiting[participant_id] = time.perf_counter()
 
     def retract(self, participant_id: str) -> None:
         """Their guess was withdrawn (speech resumed): no turn of theirs waits, unless a
@@ -79,8 +80,13 @@ class FirstAudio:
             self._changed.set()
             self._changed = anyio.Event()
 
+    def since(self, participant_id: str) -> float | None:
+        """When ``participant_id``'s turn began waiting for its first audio (its place in
+        the compute gate's line), if it does."""
+        return self._waiting.get(participant_id)
+
     def others_waiting(self, participant_id: str) -> bool:
-        stale = time.monotonic() - STALE_WAIT_S
+        stale = time.perf_counter() - STALE_WAIT_S
         return any(p != participant_id and t > stale for p, t in self._waiting.items())
 
     async def after_others(self, participant_id: str) -> None:
@@ -146,11 +152,11 @@ class Synthesis:
         gap of an answer's first steps, it would hold them up for its whole synthesis),
         until :data:`FIRST_AUDIO_WAIT_S` has passed; then it waits in line."""
         assert self.first_audio is not None
-        deadline = time.monotonic() + FIRST_AUDIO_WAIT_S
+        deadline = time.perf_counter() + FIRST_AUDIO_WAIT_S
         while True:
-            with anyio.move_on_after(deadline - time.monotonic()):
+            with anyio.move_on_after(deadline - time.perf_counter()):
                 await self.first_audio.after_others(self.participant_id)
-            gives_way = time.monotonic() < deadline
+            gives_way = time.perf_counter() < deadline
             try:
                 return await self._in_thread(text, request_id, False, gives_way)
             except YieldedToUrgentError:
@@ -166,8 +172,10 @@ class Synthesis:
     def _speak(
         self, text: str, request_id: str | None, head: bool, gives_way: bool = False
     ) -> np.ndarray:
+        since = self.first_audio.since(self.participant_id) if self.first_audio else None
         with (
             urgency(URGENT if head else NORMAL),  # first-sentence-first across participants
+            turn_started(since),  # among first sentences, the longest waiting listener's
             owned_by(f"voice:{self.participant_id}"),
             yielding() if gives_way else contextlib.nullcontext(),
         ):
