@@ -12,6 +12,7 @@ import pytest
 
 from edge.runtime import (
     COMPUTE_GATE,
+    FIRST_SENTENCE,
     NORMAL,
     URGENT,
     ComputeGate,
@@ -498,3 +499,33 @@ def test_a_later_turns_pass_waits_for_an_earlier_answers_run_of_first_words() ->
     run.join(5)
     other.join(5)
     assert order == [*(f"step {k}" for k in range(6)), "pass"], order
+
+
+def test_a_first_sentence_never_waits_for_the_rest_of_an_answers_run() -> None:
+    """A first sentence ends a turn (its listener's own answer may be the run going on):
+    it goes right after the step in progress, however late its turn began."""
+    gate = ComputeGate(enabled=True)
+    order: list[str] = []
+    stepping = threading.Event()
+    began = time.perf_counter()
+
+    def answer() -> None:
+        for k in range(6):
+            with urgency(URGENT), turn_started(began), gate.hold("llm"):
+                order.append(f"step {k}")
+                stepping.set()
+                time.sleep(0.01)
+            time.sleep(0.002)  # the scheduler asks for the next step
+
+    def first_sentence() -> None:
+        with urgency(URGENT), gate.hold(FIRST_SENTENCE):
+            order.append("first sentence")
+
+    run = threading.Thread(target=answer)
+    run.start()
+    assert stepping.wait(5)
+    other = threading.Thread(target=first_sentence)
+    other.start()
+    run.join(5)
+    other.join(5)
+    assert order.index("first sentence") <= 2, order

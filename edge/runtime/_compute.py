@@ -41,6 +41,11 @@ _URGENCY: contextvars.ContextVar[int] = contextvars.ContextVar("compute_urgency"
 _YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields", default=False)
 
 
+FIRST_SENTENCE = "tts first"
+"""The gate's kind for a sentence a listener waits for in silence: the end of a turn, it
+never waits for the next step of another answer's run (that answer may be its own)."""
+
+
 class YieldedToUrgentError(RuntimeError):
     """Work that gives way (:func:`yielding`) met urgent work at the gate: not run."""
 
@@ -127,23 +132,30 @@ class OrderedLock:
         yields: bool = False,
         place: float | None = None,
         runs: bool = False,
+        defers: bool = True,
     ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
         ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
         ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
         urgent work holds, waits for or is in its grace. ``place``: urgent work's place in
         line (its turn's start, perf_counter seconds; default: now). ``runs``: urgent work
-        that comes as a run of steps, whose grace holds back later places too."""
+        that comes as a run of steps, whose grace holds back later places too, unless
+        they do not ``defer`` to runs."""
         level = current_urgency() if level is None else level
         where = time.perf_counter() if place is None else place
-        wait = self._acquire(level, graceless, yields and level > URGENT, where)
+        wait = self._acquire(level, graceless, yields and level > URGENT, where, defers)
         try:
             yield wait
         finally:
             self._release(runs)
 
     def _acquire(
-        self, level: int, graceless: bool = False, yields: bool = False, place: float = 0.0
+        self,
+        level: int,
+        graceless: bool = False,
+        yields: bool = False,
+        place: float = 0.0,
+        defers: bool = True,
     ) -> float:
         started = time.perf_counter()
         with self._cond:
@@ -156,7 +168,7 @@ class OrderedLock:
             while (
                 self._held
                 or self._next() != ticket
-                or self._in_grace(level, graceless, self._places[ticket])
+                or self._in_grace(level, graceless, self._places[ticket] if defers else None)
             ):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
@@ -181,12 +193,15 @@ class OrderedLock:
             or time.perf_counter() < self._urgent_until
         )
 
-    def _in_grace(self, level: int, graceless: bool, place: float) -> bool:
+    def _in_grace(self, level: int, graceless: bool, place: float | None) -> bool:
+        """Whether the grace after an urgent step holds this waiter back: ordinary work
+        (unless ``graceless``); urgent work of a later ``place`` after a step of a run
+        (None: urgent work that never defers to a run)."""
         if time.perf_counter() >= self._urgent_until:
             return False
         if level > URGENT:
             return not graceless
-        return place > self._run_place  # a later turn's, after a step of an earlier run
+        return place is not None and place > self._run_place
 
     def _release(self, runs: bool = False) -> None:
         with self._cond:
@@ -232,7 +247,12 @@ class ComputeGate:
         level = current_urgency()
         model = kind == "llm"  # its steps come in runs, and their scheduler orders them
         with self._lock.hold(
-            level, graceless=model, yields=_YIELDS.get(), place=place_in_line(), runs=model
+            level,
+            graceless=model,
+            yields=_YIELDS.get(),
+            place=place_in_line(),
+            runs=model,
+            defers=kind != FIRST_SENTENCE,
         ) as wait:
             started = time.perf_counter()
             try:
