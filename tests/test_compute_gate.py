@@ -112,8 +112,8 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
     order: list[str] = []
     acquire = lock._acquire
 
-    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
-        waited = acquire(level, graceless, yields)
+    def recording(level: int, *rest: object) -> float:
+        waited = acquire(level, *rest)
         order.append(threading.current_thread().name)
         return waited
 
@@ -405,8 +405,8 @@ def test_a_pass_waiting_for_the_gate_does_not_hold_the_recognizer(models, monkey
     order: list[str] = []
     acquire = stt._lock._acquire
 
-    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
-        waited = acquire(level, graceless, yields)
+    def recording(level: int, *rest: object) -> float:
+        waited = acquire(level, *rest)
         order.append(threading.current_thread().name)
         return waited
 
