@@ -529,3 +529,15 @@ def test_a_first_sentence_never_waits_for_the_rest_of_an_answers_run() -> None:
     run.join(5)
     other.join(5)
     assert order.index("first sentence") <= 2, order
+
+
+def test_model_steps_one_after_another_never_wait_for_a_runs_grace(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A model step outside any turn (one request at a time, a speculative answer) stands
+    in line at the moment it asks, later than the step before it: it must not wait out
+    the grace that step left for its own run."""
+    monkeypatch.setattr(ComputeGate, "URGENT_GRACE_S", 1.0)
+    gate = ComputeGate(enabled=True)
+    for _ in range(3):
+        with urgency(URGENT), gate.hold("llm"):
+            pass
+    assert gate.stats.max_wait_s["llm"] < ComputeGate.URGENT_GRACE_S / 2, gate.stats

@@ -43,7 +43,9 @@ _YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields",
 
 FIRST_SENTENCE = "tts first"
 """The gate's kind for a sentence a listener waits for in silence: the end of a turn, it
-never waits for the next step of another answer's run (that answer may be its own)."""
+never waits for the next step of another answer's run (that answer may be its own), nor
+do model steps (their scheduler orders them; a step outside any turn stands in line at
+the moment it asks, later than the step before it)."""
 
 
 class YieldedToUrgentError(RuntimeError):
@@ -252,7 +254,7 @@ class ComputeGate:
             yields=_YIELDS.get(),
             place=place_in_line(),
             runs=model,
-            defers=kind != FIRST_SENTENCE,
+            defers=not model and kind != FIRST_SENTENCE,
         ) as wait:
             started = time.perf_counter()
             try:
