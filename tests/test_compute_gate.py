@@ -470,40 +470,10 @@ def test_urgent_work_of_the_turn_that_began_first_goes_first() -> None:
     assert order == ["earlier turn", "later turn"]
 
 
-def test_a_later_turns_pass_waits_for_an_earlier_answers_run_of_first_words() -> None:
-    """An answer's first words come as a run of model steps, each asked for just after the
-    last: a later speaker's Whisper pass (urgent too) that arrives meanwhile goes after the
-    run, not between each two of its steps."""
-    gate = ComputeGate(enabled=True)
-    order: list[str] = []
-    stepping = threading.Event()
-    began = time.perf_counter()
-
-    def answer() -> None:
-        for k in range(6):
-            with urgency(URGENT), turn_started(began), gate.hold("llm"):
-                order.append(f"step {k}")
-                stepping.set()
-                time.sleep(0.01)
-            time.sleep(0.002)  # the scheduler asks for the next step
-
-    def later_pass() -> None:
-        with urgency(URGENT), gate.hold("stt urgent"):
-            order.append("pass")
-
-    run = threading.Thread(target=answer)
-    run.start()
-    assert stepping.wait(5)
-    other = threading.Thread(target=later_pass)
-    other.start()
-    run.join(5)
-    other.join(5)
-    assert order == [*(f"step {k}" for k in range(6)), "pass"], order
-
-
 def test_a_first_sentence_never_waits_for_the_rest_of_an_answers_run() -> None:
     """A first sentence ends a turn (its listener's own answer may be the run going on):
-    it goes right after the step in progress, however late its turn began."""
+    it goes right after the step in progress, however late its turn began (it never waits
+    out a run of urgent model steps)."""
     gate = ComputeGate(enabled=True)
     order: list[str] = []
     stepping = threading.Event()
@@ -533,8 +503,8 @@ def test_a_first_sentence_never_waits_for_the_rest_of_an_answers_run() -> None:
 
 def test_model_steps_one_after_another_never_wait_for_a_runs_grace(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A model step outside any turn (one request at a time, a speculative answer) stands
-    in line at the moment it asks, later than the step before it: it must not wait out
-    the grace that step left for its own run."""
+    in line at the moment it asks, later than the step before it: it never waits out a
+    grace after that step."""
     monkeypatch.setattr(ComputeGate, "URGENT_GRACE_S", 1.0)
     gate = ComputeGate(enabled=True)
     for _ in range(3):

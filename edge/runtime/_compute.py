@@ -42,10 +42,7 @@ _YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields",
 
 
 FIRST_SENTENCE = "tts first"
-"""The gate's kind for a sentence a listener waits for in silence: the end of a turn, it
-never waits for the next step of another answer's run (that answer may be its own), nor
-do model steps (their scheduler orders them; a step outside any turn stands in line at
-the moment it asks, later than the step before it)."""
+"""The gate's kind for a sentence a listener waits for in silence."""
 
 
 class YieldedToUrgentError(RuntimeError):
@@ -98,17 +95,15 @@ class GateStats:
 
 
 class OrderedLock:
-    """A lock handed to its waiters by urgency (lowest first), then arrival order; never
+    """A lock handed to its waiters by urgency (lowest first), then (urgent work) place in
+    line, then arrival order; never
     re-taken by a releasing thread while others wait. Blocking: worker threads only.
 
     ``urgent_grace_s``: after an :data:`URGENT` holder releases it, only urgent work may
     take it for that long. Urgent work often comes as a run of short steps (an answer's
     first tokens, each asked for by the event loop after the last): between two of them
     nobody urgent is waiting yet, and a waiting ordinary step (a long sentence synthesized
-    ahead: 0.5 s) would take the lock and hold the run up. After a step of such a run
-    (``runs``: a model step) the grace holds back, for its next step, urgent work of later
-    turns too (a later speaker's Whisper pass would otherwise go between each two of an
-    earlier answer's first tokens)."""
+    ahead: 0.5 s) would take the lock and hold the run up."""
 
     def __init__(self, urgent_grace_s: float = 0.0) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -119,8 +114,6 @@ class OrderedLock:
         self._holder = NORMAL
         self._urgent_until = 0.0
         self._places: dict[tuple[int, int], float] = {}  # urgent waiters' places in line
-        self._holder_place = 0.0
-        self._run_place = float("inf")  # an urgent run's place, during its grace
 
     def locked(self) -> bool:
         return self._held
@@ -133,23 +126,19 @@ class OrderedLock:
         graceless: bool = False,
         yields: bool = False,
         place: float | None = None,
-        runs: bool = False,
-        defers: bool = True,
     ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
         ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
         ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
         urgent work holds, waits for or is in its grace. ``place``: urgent work's place in
-        line (its turn's start, perf_counter seconds; default: now). ``runs``: urgent work
-        that comes as a run of steps, whose grace holds back later places too, unless
-        they do not ``defer`` to runs."""
+        line (its turn's start, perf_counter seconds; default: now)."""
         level = current_urgency() if level is None else level
         where = time.perf_counter() if place is None else place
-        wait = self._acquire(level, graceless, yields and level > URGENT, where, defers)
+        wait = self._acquire(level, graceless, yields and level > URGENT, where)
         try:
             yield wait
         finally:
-            self._release(runs)
+            self._release()
 
     def _acquire(
         self,
@@ -157,7 +146,6 @@ class OrderedLock:
         graceless: bool = False,
         yields: bool = False,
         place: float = 0.0,
-        defers: bool = True,
     ) -> float:
         started = time.perf_counter()
         with self._cond:
@@ -167,11 +155,7 @@ class OrderedLock:
             self._places[ticket] = place if level <= URGENT else 0.0
             if level <= URGENT:
                 self._cond.notify_all()  # a waiter that gives way to urgent work
-            while (
-                self._held
-                or self._next() != ticket
-                or self._in_grace(level, graceless, self._places[ticket] if defers else None)
-            ):
+            while self._held or self._next() != ticket or self._in_grace(level, graceless):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
                     del self._places[ticket]
@@ -181,7 +165,7 @@ class OrderedLock:
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
-            self._holder_place = self._places.pop(ticket)
+            del self._places[ticket]
         return time.perf_counter() - started
 
     def _next(self) -> tuple[int, int]:
@@ -195,22 +179,14 @@ class OrderedLock:
             or time.perf_counter() < self._urgent_until
         )
 
-    def _in_grace(self, level: int, graceless: bool, place: float | None) -> bool:
-        """Whether the grace after an urgent step holds this waiter back: ordinary work
-        (unless ``graceless``); urgent work of a later ``place`` after a step of a run
-        (None: urgent work that never defers to a run)."""
-        if time.perf_counter() >= self._urgent_until:
-            return False
-        if level > URGENT:
-            return not graceless
-        return place is not None and place > self._run_place
+    def _in_grace(self, level: int, graceless: bool) -> bool:
+        return not graceless and level > URGENT and time.perf_counter() < self._urgent_until
 
-    def _release(self, runs: bool = False) -> None:
+    def _release(self) -> None:
         with self._cond:
             self._held = False
             if self._holder <= URGENT:
                 self._urgent_until = time.perf_counter() + self._grace_s
-                self._run_place = self._holder_place if runs else float("inf")
             self._cond.notify_all()
 
 
@@ -247,14 +223,8 @@ class ComputeGate:
         # The model's own steps need no grace from each other: its scheduler orders them,
         # and a background request holding the model would keep an answer waiting.
         level = current_urgency()
-        model = kind == "llm"  # its steps come in runs, and their scheduler orders them
         with self._lock.hold(
-            level,
-            graceless=model,
-            yields=_YIELDS.get(),
-            place=place_in_line(),
-            runs=model,
-            defers=not model and kind != FIRST_SENTENCE,
+            level, graceless=kind == "llm", yields=_YIELDS.get(), place=place_in_line()
         ) as wait:
             started = time.perf_counter()
             try:
