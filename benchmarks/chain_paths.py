@@ -21,6 +21,7 @@ import asyncio
 import json
 import math
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from wyoming.handle import Handled, HandledChunk, HandledStop, NotHandled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from edge.runtime import TRACES
 from edge.server import EdgeClient
 
 HOST = "127.0.0.1"
@@ -518,4 +520,34 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "events_read": sorted(set(marks.notes.get("read", []))),
         "events_skipped": sorted(set(marks.notes.get("skipped", []))),
         "errors": [],
+    }
+
+
+def trace_of(pid: str, speech_end: float) -> dict[str, Any]:
+    """The service's trace of ``pid``'s turn (``edge.runtime.TRACES``: stage times from the
+    end of speech) and the compute gate's holds by other work until its first audio
+    (``owner: kind``, urgent work marked so; a model step's owner is ``llm``)."""
+    turns = TRACES.turns(pid)
+    if not turns:
+        return {}
+    trace = turns[-1]
+    stages = [
+        {"stage": s, "at_s": round(t - speech_end, 3), **{k: str(v) for k, v in i.items()}}
+        for s, t, i in trace.marks
+    ]
+    end = trace.at("first_audio_out") or time.perf_counter()
+    held: dict[str, float] = defaultdict(float)
+    own: dict[str, float] = defaultdict(float)
+    for h in TRACES.gate_during(speech_end, end):
+        span = min(h.released, end) - max(h.got, speech_end)
+        if span > 0:
+            key = f"{h.owner or 'llm/other'}: {h.kind}{' (urgent)' if h.urgent else ''}"
+            (own if h.owner == f"voice:{pid}" else held)[key] += span
+        if h.owner == f"voice:{pid}" and h.waited_s > 0.001:
+            own[f"waited for the gate: {h.kind}"] += h.waited_s
+    top = sorted(held.items(), key=lambda kv: -kv[1])[:8]
+    return {
+        "stages": stages,
+        "gate_held_by_others_s": {k: round(v, 3) for k, v in top},
+        "own_gate_s": {k: round(v, 3) for k, v in own.items()},
     }

@@ -26,8 +26,11 @@ the end of speech: the final transcript, first reply text, first audio and whole
 the reply carry its word. Per round, where the compute gate (``edge.runtime.COMPUTE_GATE``)
 made each kind of step wait (``stt urgent`` a Whisper pass that may end a turn, ``stt`` a
 partial one, ``tts first`` a sentence its listener waits for, ``tts`` one synthesized
-ahead, ``llm`` a model step): count, total and worst wait, longest hold; and the answers'
-LLM queue wait and prompt evaluation.
+ahead, ``llm`` a model step): count, total and worst wait, longest hold; the answers'
+LLM queue wait and prompt evaluation; and the stage trace of the slowest turn to its first
+audio (``edge.runtime.TRACES``, as ``mixed_protocols.py`` reports it: Whisper passes,
+first token, first sentence, synthesis, first audio out, and whose work held the compute
+gate meanwhile).
 
 Prints a table, writes ``benchmarks/results/<machine class>/concurrency.json`` and
 ``.png``.
@@ -45,7 +48,15 @@ from typing import Any
 
 import anyio
 import numpy as np
-from chain_paths import HANDS_FREE_TAIL_S, RATE, Marks, Utterance, silence, stream_realtime
+from chain_paths import (
+    HANDS_FREE_TAIL_S,
+    RATE,
+    Marks,
+    Utterance,
+    silence,
+    stream_realtime,
+    trace_of,
+)
 from figures import voiced_span, write_results
 from rich.console import Console
 from rich.table import Table
@@ -53,7 +64,7 @@ from server_latency import base_settings
 
 from edge.device import DeviceConfig, load_device_config
 from edge.llm import LlamaConfig, LlamaCppLLM
-from edge.runtime import COMPUTE_GATE
+from edge.runtime import COMPUTE_GATE, TRACES
 from edge.server import AudioFormat, EdgeClient, EdgeService, Reply
 from edge.voice import PiperTTS, float_to_pcm16, resample
 
@@ -170,6 +181,7 @@ async def spoken_turn(
     metrics = service.conversation.last_metrics(client.participant_id)
     text, heard = (result.text, result.query) if result is not None else ("", "")
     return {
+        "participant": client.participant_id,
         **{f"{m}_s": rel.get(m, float("nan")) for m in SPOKEN_MARKS},
         "first_reply_s": rel.get("reply_text", float("nan")),
         "tokens": metrics.generated_tokens if metrics is not None else 0,
@@ -180,7 +192,16 @@ async def spoken_turn(
         "answered": bool(text.strip()),
         "on_topic": any(word in text.lower() for word in expected.split("|")),
         "text": text,
+        "trace": trace_of(client.participant_id, marks.times["speech_end"]),
     }
+
+
+def slowest_trace_only(rows: list[dict[str, Any]]) -> None:
+    """Keep the stage trace of the round's slowest turn to its first audio alone."""
+    slowest = max(rows, key=lambda x: x["audio_s"] if x["audio_s"] == x["audio_s"] else 1e9)
+    for row in rows:
+        if row is not slowest:
+            row.pop("trace", None)
 
 
 async def round_once(
@@ -203,6 +224,7 @@ async def round_once(
     try:
         await anyio.sleep(JOIN_SETTLE_S)
         COMPUTE_GATE.take_stats()
+        TRACES.clear()
         t0 = time.perf_counter()
 
         async def one(k: int) -> None:
@@ -216,6 +238,8 @@ async def round_once(
                 tg.start_soon(one, k)
         wall = time.perf_counter() - t0
         gate = dataclasses.asdict(COMPUTE_GATE.take_stats())
+        if spoken:
+            slowest_trace_only(rows)
     finally:
         for c in clients:
             await c.__aexit__(None, None, None)
@@ -265,6 +289,8 @@ def summary(rounds: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, An
         out["heard_own"] = sum(x["heard_own"] for x in rows)
     for key in ("llm_queue_wait_s", "llm_prompt_eval_s"):
         out[key] = stats([x.get(key) or 0.0 for x in rows])
+    if "audio_s" in rows[0]:  # spoken: the slowest turn, with its stage trace
+        out["slowest"] = max((x for x in rows if "trace" in x), key=lambda x: x["audio_s"])
     return {
         **out,
         "tokens_per_s": statistics.median(rnd["tokens_per_s"] for rnd in rounds),
@@ -309,6 +335,7 @@ async def bench(
     typed: list[int], spoken: list[int], repeat: int, console: Console
 ) -> dict[str, Any]:
     services = {mode: make_service(mode, voice=bool(spoken)) for mode in MODES}
+    TRACES.enabled = bool(spoken)  # the stage trace of each round's slowest spoken turn
     utterances = speak_questions(max(spoken)) if spoken else None
     result: dict[str, Any] = {}
     async with services["off"], services["on"]:
@@ -392,6 +419,11 @@ def print_table(
                 for kind, g in result[mode][n]["gate"].items()
             )
             console.print(f"[dim]{title} {n} {mode} gate waits: {waits}[/]")
+    for n in result["on"]:
+        slow = result["on"][n].get("slowest")
+        if slow is not None:
+            console.print(f"[bold]{title}, on, {n} at once, slowest turn[/] {slow['participant']}")
+            console.print(slow["trace"])
     console.print(result["ratios"])
 
 

@@ -33,12 +33,11 @@ import argparse
 import random
 import statistics
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from chain_paths import RATE, Marks, Utterance, silence, stream_realtime
+from chain_paths import RATE, Marks, Utterance, silence, stream_realtime, trace_of
 from concurrency import QUESTIONS, speak_questions
 from figures import write_results
 from rich.console import Console
@@ -92,35 +91,6 @@ class WyomingLog:
             if start <= t and 0 <= t - end < before_s
         ]
         return now + done
-
-
-def trace_of(pid: str, speech_end: float) -> dict[str, Any]:
-    """The service's trace of ``pid``'s turn (stage times from the end of speech) and the
-    gate's holds by other work until its first audio."""
-    turns = TRACES.turns(pid)
-    if not turns:
-        return {}
-    trace = turns[-1]
-    stages = [
-        {"stage": s, "at_s": round(t - speech_end, 3), **{k: str(v) for k, v in i.items()}}
-        for s, t, i in trace.marks
-    ]
-    end = trace.at("first_audio_out") or time.perf_counter()
-    held: dict[str, float] = defaultdict(float)
-    own: dict[str, float] = defaultdict(float)
-    for h in TRACES.gate_during(speech_end, end):
-        span = min(h.released, end) - max(h.got, speech_end)
-        if span > 0:
-            key = f"{h.owner or 'llm/other'}: {h.kind}"
-            (own if h.owner == f"voice:{pid}" else held)[key] += span
-        if h.owner == f"voice:{pid}" and h.waited_s > 0.001:
-            own[f"waited for the gate: {h.kind}"] += h.waited_s
-    top = sorted(held.items(), key=lambda kv: -kv[1])[:8]
-    return {
-        "stages": stages,
-        "gate_held_by_others_s": {k: round(v, 3) for k, v in top},
-        "own_gate_s": {k: round(v, 3) for k, v in own.items()},
-    }
 
 
 async def ws_turn(url: str, pid: str, utt: Utterance, log: WyomingLog) -> dict[str, Any]:

@@ -10,7 +10,16 @@ import time
 import numpy as np
 import pytest
 
-from edge.runtime import COMPUTE_GATE, NORMAL, URGENT, ComputeGate, OrderedLock, urgency
+from edge.runtime import (
+    COMPUTE_GATE,
+    FIRST_SENTENCE,
+    NORMAL,
+    URGENT,
+    ComputeGate,
+    OrderedLock,
+    turn_started,
+    urgency,
+)
 
 
 def _queue_behind(gate: ComputeGate, names: list[tuple[str, int]]) -> list[str]:
@@ -103,8 +112,8 @@ def _lock_order(lock, monkeypatch, work, queued) -> list[str]:  # type: ignore[n
     order: list[str] = []
     acquire = lock._acquire
 
-    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
-        waited = acquire(level, graceless, yields)
+    def recording(level: int, *rest: object) -> float:
+        waited = acquire(level, *rest)
         order.append(threading.current_thread().name)
         return waited
 
@@ -396,8 +405,8 @@ def test_a_pass_waiting_for_the_gate_does_not_hold_the_recognizer(models, monkey
     order: list[str] = []
     acquire = stt._lock._acquire
 
-    def recording(level: int, graceless: bool = False, yields: bool = False) -> float:
-        waited = acquire(level, graceless, yields)
+    def recording(level: int, *rest: object) -> float:
+        waited = acquire(level, *rest)
         order.append(threading.current_thread().name)
         return waited
 
@@ -428,3 +437,77 @@ def test_a_pass_waiting_for_the_gate_does_not_hold_the_recognizer(models, monkey
     for t in threads:
         t.join(60)
     assert order == ["urgent", "ordinary"]
+
+
+def test_urgent_work_of_the_turn_that_began_first_goes_first() -> None:
+    """Among urgent waiters, the work of the earlier turn (its place in line) before a
+    later turn's that asked first."""
+    gate = ComputeGate(enabled=True)
+    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+    base = time.perf_counter()
+
+    def holder() -> None:
+        with gate.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    def waiter(name: str, began: float) -> None:
+        with urgency(URGENT), turn_started(base + began), gate.hold(name):
+            order.append(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert holding.wait(5)
+    for name, began in (("later turn", 2.0), ("earlier turn", 1.0)):
+        threads.append(threading.Thread(target=waiter, args=(name, began)))
+        threads[-1].start()
+        while len(gate._lock._waiting) < len(threads) - 1:
+            time.sleep(0.002)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["earlier turn", "later turn"]
+
+
+def test_a_first_sentence_never_waits_for_the_rest_of_an_answers_run() -> None:
+    """A first sentence ends a turn (its listener's own answer may be the run going on):
+    it goes right after the step in progress, however late its turn began (it never waits
+    out a run of urgent model steps)."""
+    gate = ComputeGate(enabled=True)
+    order: list[str] = []
+    stepping = threading.Event()
+    began = time.perf_counter()
+
+    def answer() -> None:
+        for k in range(6):
+            with urgency(URGENT), turn_started(began), gate.hold("llm"):
+                order.append(f"step {k}")
+                stepping.set()
+                time.sleep(0.01)
+            time.sleep(0.002)  # the scheduler asks for the next step
+
+    def first_sentence() -> None:
+        with urgency(URGENT), gate.hold(FIRST_SENTENCE):
+            order.append("first sentence")
+
+    run = threading.Thread(target=answer)
+    run.start()
+    assert stepping.wait(5)
+    other = threading.Thread(target=first_sentence)
+    other.start()
+    run.join(5)
+    other.join(5)
+    assert order.index("first sentence") <= 2, order
+
+
+def test_model_steps_one_after_another_never_wait_for_a_runs_grace(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A model step outside any turn (one request at a time, a speculative answer) stands
+    in line at the moment it asks, later than the step before it: it never waits out a
+    grace after that step."""
+    monkeypatch.setattr(ComputeGate, "URGENT_GRACE_S", 1.0)
+    gate = ComputeGate(enabled=True)
+    for _ in range(3):
+        with urgency(URGENT), gate.hold("llm"):
+            pass
+    assert gate.stats.max_wait_s["llm"] < ComputeGate.URGENT_GRACE_S / 2, gate.stats

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -375,3 +376,48 @@ async def test_background_work_queued_for_a_key_never_keeps_its_turn_out() -> No
         hold.set()
     assert refused == [BG] and served.count(INT) == 4 and served.count(BG) == 4
     assert sched.queued == 0 and not sched.active
+
+
+async def test_a_later_turns_prompt_waits_for_an_earlier_answers_first_words() -> None:
+    """On a CPU a prompt evaluated beside an answer's next token makes that step as slow
+    as the prompt: while an earlier turn's answer is in its first words, a later turn's
+    prompt sits out, and is evaluated once that answer is past them."""
+    sched, ctx = scheduler(n_seq=4, first_words_alone=True)
+    log: list[str] = []
+    earlier = gen_job("a", INT, 30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, earlier, log)
+        while earlier.produced < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        tg.start_soon(generate, sched, gen_job("b", INT, 5), log)
+    first_b = next(i for i, s in enumerate(ctx.steps) if "b" in s)
+    a_before = sum("a" in s for s in ctx.steps[:first_b])
+    assert a_before >= FIRST_WORDS_TOKENS, ctx.steps[: first_b + 1]
+    assert log.count("end b") == 1 and earlier.produced == 30
+
+
+async def test_a_step_takes_the_compute_gates_line_at_its_earliest_turns_place() -> None:
+    """The compute gate orders urgent work by its turn's start: a model step stands there
+    at the place of the earliest turn among its answers, whichever request drives it."""
+    from edge.runtime import place_in_line
+
+    steps: list[tuple[list[str], float]] = []
+
+    async def run(fn: Callable[..., Any], *args: Any) -> Any:
+        steps.append(([j.key for j in args[0]], place_in_line()))
+        await anyio.sleep(0.002)
+        return fn(*args)
+
+    sched = BatchScheduler(run, n_seq=2, first_words_alone=True)
+    sched.ctx = ScriptedContext(2)  # type: ignore[assignment]
+    early = time.perf_counter() - 5.0
+
+    async def in_turn() -> None:
+        with turn_started(early):
+            await generate(sched, gen_job("a", INT, 6), [])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generate, sched, gen_job("b", INT, 6), [])  # outside any turn
+        tg.start_soon(in_turn)
+    with_a = [place for keys, place in steps if "a" in keys]
+    assert with_a and all(place == early for place in with_a), (early, steps)

@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from edge.runtime import NORMAL, URGENT, place_in_line, urgency
+from edge.runtime import NORMAL, URGENT, place_in_line, turn_started, urgency
 
 from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix
 from ._kvstore import KVStore
@@ -48,6 +48,23 @@ def _urgency(job: SeqJob) -> int:
 
 
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
+
+
+def _earlier_answers_first(ranked: list[tuple[int, SeqJob]]) -> list[tuple[int, SeqJob]]:
+    """Urgent steps on a CPU: a later turn's prompt (or decision) waits while an answer
+    of an earlier turn is in its first words. Evaluated beside that answer's next token, a
+    prompt chunk makes the step cost what the chunk costs (17 new tokens: 74 ms instead of
+    13 ms here), so the earlier turn, whose listener has waited longest, would hear its
+    first piece later for the later turn's sake."""
+    started = [j.since for _, j in ranked if isinstance(j, GenJob) and j.produced > 0]
+    if not started:
+        return ranked
+    first = min(started)
+    return [
+        (rank, j)
+        for rank, j in ranked
+        if (isinstance(j, GenJob) and j.produced > 0) or j.since <= first
+    ]
 
 
 def _is_warm(job: SeqJob) -> bool:
@@ -521,6 +538,7 @@ class BatchScheduler:
             ranked = [(rank, j) for rank, j in ranked if rank < BACKGROUND_RANK]
         if self._first_words_alone_now(ranked):
             ranked = [(rank, j) for rank, j in ranked if _urgency(j) == URGENT]
+            ranked = _earlier_answers_first(ranked)
         return [j for _, j in sorted(ranked, key=lambda rj: (rj[0], rj[1].since, rj[1].arrival))]
 
     def _first_words_alone_now(self, ranked: list[tuple[int, SeqJob]]) -> bool:
@@ -546,7 +564,8 @@ class BatchScheduler:
             urgent = self._urgent_arrivals
             abort = (lambda: self._urgent_arrivals != urgent) if background else None
             dead, self._dead = self._dead, []
-            with urgency(min(map(_urgency, jobs), default=NORMAL)):
+            first = min((j.since for j in jobs), default=None)  # its place in the gate's line
+            with urgency(min(map(_urgency, jobs), default=NORMAL)), turn_started(first):
                 await self._run_sync(self._step_sync, jobs, active, dead, abort)
             self.steps += 1
             for priority in {j.priority for j in jobs}:

@@ -18,6 +18,7 @@ Example::
 from ._agent import Agent, Handler, subscribe
 from ._compute import (
     COMPUTE_GATE,
+    FIRST_SENTENCE,
     NORMAL,
     URGENT,
     ComputeGate,
@@ -35,6 +36,7 @@ from ._turn_order import place_in_line, turn_started
 
 __all__ = [
     "COMPUTE_GATE",
+    "FIRST_SENTENCE",
     "NORMAL",
     "TRACES",
     "URGENT",

@@ -8,7 +8,9 @@ keeps each at full speed: a Whisper pass waits for at most one llama.cpp step (a
 or one prompt batch), and the model for at most one pass.
 
 The gate is handed over in order (:class:`OrderedLock`): the waiter of the most urgent
-kind first, then the one that waited longest. A plain lock lets the thread that just
+kind first; among urgent work, the work of the turn that began first (its place in line,
+:func:`~edge.runtime.place_in_line`: an answer's steps, the first sentence of a listener
+who has waited longest), then the one that waited longest. A plain lock lets the thread that just
 released it take it again before a waiter wakes, so a model stepping token after token
 could keep a Whisper pass out for many steps. A pass that may end a turn (someone finished
 speaking and waits for the answer) and the sentence a listener waits for in silence are
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ._trace import TRACES, GateHold, current_owner
+from ._turn_order import place_in_line
 
 URGENT = 0
 """Someone waits for this step alone: a Whisper pass that may end a turn (final, or
@@ -36,6 +39,10 @@ NORMAL = 1
 
 _URGENCY: contextvars.ContextVar[int] = contextvars.ContextVar("compute_urgency", default=NORMAL)
 _YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields", default=False)
+
+
+FIRST_SENTENCE = "tts first"
+"""The gate's kind for a sentence a listener waits for in silence."""
 
 
 class YieldedToUrgentError(RuntimeError):
@@ -88,7 +95,8 @@ class GateStats:
 
 
 class OrderedLock:
-    """A lock handed to its waiters by urgency (lowest first), then arrival order; never
+    """A lock handed to its waiters by urgency (lowest first), then (urgent work) place in
+    line, then arrival order; never
     re-taken by a releasing thread while others wait. Blocking: worker threads only.
 
     ``urgent_grace_s``: after an :data:`URGENT` holder releases it, only urgent work may
@@ -105,43 +113,64 @@ class OrderedLock:
         self._grace_s = urgent_grace_s
         self._holder = NORMAL
         self._urgent_until = 0.0
+        self._places: dict[tuple[int, int], float] = {}  # urgent waiters' places in line
 
     def locked(self) -> bool:
         return self._held
 
     @contextmanager
     def hold(
-        self, level: int | None = None, *, graceless: bool = False, yields: bool = False
+        self,
+        level: int | None = None,
+        *,
+        graceless: bool = False,
+        yields: bool = False,
+        place: float | None = None,
     ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
         ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
         ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
-        urgent work holds, waits for or is in its grace."""
+        urgent work holds, waits for or is in its grace. ``place``: urgent work's place in
+        line (its turn's start, perf_counter seconds; default: now)."""
         level = current_urgency() if level is None else level
-        wait = self._acquire(level, graceless, yields and level > URGENT)
+        where = time.perf_counter() if place is None else place
+        wait = self._acquire(level, graceless, yields and level > URGENT, where)
         try:
             yield wait
         finally:
             self._release()
 
-    def _acquire(self, level: int, graceless: bool = False, yields: bool = False) -> float:
+    def _acquire(
+        self,
+        level: int,
+        graceless: bool = False,
+        yields: bool = False,
+        place: float = 0.0,
+    ) -> float:
         started = time.perf_counter()
         with self._cond:
             self._arrivals += 1
             ticket = (level, self._arrivals)
             self._waiting.append(ticket)
+            self._places[ticket] = place if level <= URGENT else 0.0
             if level <= URGENT:
                 self._cond.notify_all()  # a waiter that gives way to urgent work
-            while self._held or min(self._waiting) != ticket or self._in_grace(level, graceless):
+            while self._held or self._next() != ticket or self._in_grace(level, graceless):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
+                    del self._places[ticket]
                     self._cond.notify_all()  # the next in line may be free to go now
                     raise YieldedToUrgentError("urgent work holds or waits for the gate")
                 grace = self._urgent_until - time.perf_counter()
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
+            del self._places[ticket]
         return time.perf_counter() - started
+
+    def _next(self) -> tuple[int, int]:
+        """The waiter next in line: by urgency, then (urgent) place, then arrival."""
+        return min(self._waiting, key=lambda t: (t[0], self._places[t], t[1]))
 
     def _urgent_present(self) -> bool:
         return (
@@ -193,7 +222,10 @@ class ComputeGate:
             return
         # The model's own steps need no grace from each other: its scheduler orders them,
         # and a background request holding the model would keep an answer waiting.
-        with self._lock.hold(graceless=kind == "llm", yields=_YIELDS.get()) as wait:
+        level = current_urgency()
+        with self._lock.hold(
+            level, graceless=kind == "llm", yields=_YIELDS.get(), place=place_in_line()
+        ) as wait:
             started = time.perf_counter()
             try:
                 yield
@@ -201,7 +233,8 @@ class ComputeGate:
                 released = time.perf_counter()
                 self.stats.add(kind, wait, released - started)
                 owner = "llm" if kind == "llm" else current_owner()  # its scheduler's, else
-                TRACES.hold(GateHold(kind, owner, started - wait, started, released))
+                hold = GateHold(kind, owner, started - wait, started, released, level <= URGENT)
+                TRACES.hold(hold)
 
     def take_stats(self) -> GateStats:
         """The counts since the last call (or start), starting new ones."""

@@ -48,6 +48,7 @@ class GateHold:
     asked: float
     got: float
     released: float
+    urgent: bool = False  # it waited in line as urgent work (``_compute.URGENT``)
 
     @property
     def waited_s(self) -> float:

@@ -349,9 +349,15 @@ class VoicePipeline(Agent):
             )
 
     async def transcript(self, participant_id: str, transcript: Transcript) -> None:
+        if transcript.final and not transcript.text.strip():
+            self._first_audio.retract(participant_id)  # nothing heard: no query follows
         await self._publish(self.topics.transcript, transcript, participant_id)
 
     async def speculate(self, participant_id: str, text: str, utterance: int) -> None:
+        if not text:
+            self._first_audio.retract(participant_id)  # speech resumed
+        elif participant_id in self._sessions and self._wants_audio(participant_id):
+            self._first_audio.expect(participant_id)  # their answer starts now
         await self._publish(
             self.topics.speculation, Speculation(text=text, utterance=utterance), participant_id
         )

@@ -4,6 +4,7 @@ replies (a remote Wyoming ``tts``), failures logged and reported, never raised."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -11,7 +12,16 @@ from collections.abc import Callable
 import anyio
 import numpy as np
 
-from edge.runtime import NORMAL, TRACES, URGENT, owned_by, urgency
+from edge.runtime import (
+    NORMAL,
+    TRACES,
+    URGENT,
+    YieldedToUrgentError,
+    owned_by,
+    turn_started,
+    urgency,
+    yielding,
+)
 
 from ._audio import resample
 from ._remote import REMOTE_ERRORS
@@ -23,6 +33,8 @@ SpeechFailure = Callable[["str | None", str], None]  # (request id, message)
 
 FIRST_AUDIO_WAIT_S = 1.0
 """The longest a sentence synthesized ahead waits for others' first sentences."""
+YIELD_RETRY_S = 0.02
+"""How soon a sentence synthesized ahead that gave way to urgent work asks again."""
 STALE_WAIT_S = 10.0
 """A turn still waiting for its first audio after this long is no longer waited for."""
 
@@ -32,24 +44,49 @@ class FirstAudio:
     does, the sentences others' speakers synthesize ahead wait (at most
     :data:`FIRST_AUDIO_WAIT_S`): the device's model steps go to the answer and the first
     sentence someone waits for in silence, so everyone hears their first sentence before
-    anyone hears a second one made ahead of time."""
+    anyone hears a second one made ahead of time.
+
+    A turn counts from its pause's guess (:meth:`expect`: its answer starts then, and its
+    first piece is prepared), not only from its query: a sentence made ahead (up to
+    ~0.25 s of both cores) started between the two would hold up that answer's steps."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, float] = {}  # participant -> since (monotonic)
+        self._waiting: dict[str, float] = {}  # participant -> since (perf_counter)
+        self._guessed: set[str] = set()  # entries from a pause's guess, not yet a query
         self._changed = anyio.Event()
 
     def wait_for(self, participant_id: str) -> None:
         """``participant_id`` began a turn whose speech they will hear."""
-        self._waiting[participant_id] = time.monotonic()
+        self._guessed.discard(participant_id)
+        self._waiting[participant_id] = time.perf_counter()
+
+    def expect(self, participant_id: str) -> None:
+        """A pause of ``participant_id``'s gave a guess: their answer is being made."""
+        if participant_id not in self._waiting:
+            self._guessed.add(participant_id)
+            self._waiting[participant_id] = time.perf_counter()
+
+    def retract(self, participant_id: str) -> None:
+        """Their guess was withdrawn (speech resumed): no turn of theirs waits, unless a
+        query began one."""
+        if participant_id in self._guessed:
+            self._guessed.discard(participant_id)
+            self.heard(participant_id)
 
     def heard(self, participant_id: str) -> None:
         """Their first audio went out (or the turn ended, or they left)."""
+        self._guessed.discard(participant_id)
         if self._waiting.pop(participant_id, None) is not None:
             self._changed.set()
             self._changed = anyio.Event()
 
+    def since(self, participant_id: str) -> float | None:
+        """When ``participant_id``'s turn began waiting for its first audio (its place in
+        the compute gate's line), if it does."""
+        return self._waiting.get(participant_id)
+
     def others_waiting(self, participant_id: str) -> bool:
-        stale = time.monotonic() - STALE_WAIT_S
+        stale = time.perf_counter() - STALE_WAIT_S
         return any(p != participant_id and t > stale for p, t in self._waiting.items())
 
     async def after_others(self, participant_id: str) -> None:
@@ -94,13 +131,11 @@ class Synthesis:
     ) -> np.ndarray:
         """``text``'s audio (empty when there is nothing to speak or it failed); ``head``:
         a listener waits for it in silence, so it goes before others' later sentences."""
-        if not head and self.first_audio is not None:  # made ahead: others' first go first
-            await self.first_audio.after_others(self.participant_id)
         TRACES.mark(self.participant_id, "synthesis_asked", once=True, head=head)
         try:
-            return await anyio.to_thread.run_sync(
-                self._speak, text, request_id, head, limiter=self._limiter
-            )
+            if head or self.first_audio is None:
+                return await self._in_thread(text, request_id, head, False)
+            return await self._ahead(text, request_id)
         except NothingToSpeakError:
             pass
         except REMOTE_ERRORS as exc:
@@ -111,10 +146,38 @@ class Synthesis:
             log.exception("speech synthesis failed for %s", self.participant_id)
         return np.zeros(0, dtype=np.float32)
 
-    def _speak(self, text: str, request_id: str | None, head: bool) -> np.ndarray:
+    async def _ahead(self, text: str, request_id: str | None) -> np.ndarray:
+        """A sentence made ahead: after others' first sentences, and giving way to urgent
+        work at the compute gate instead of waiting in line there (taking the gate in a
+        gap of an answer's first steps, it would hold them up for its whole synthesis),
+        until :data:`FIRST_AUDIO_WAIT_S` has passed; then it waits in line."""
+        assert self.first_audio is not None
+        deadline = time.perf_counter() + FIRST_AUDIO_WAIT_S
+        while True:
+            with anyio.move_on_after(deadline - time.perf_counter()):
+                await self.first_audio.after_others(self.participant_id)
+            gives_way = time.perf_counter() < deadline
+            try:
+                return await self._in_thread(text, request_id, False, gives_way)
+            except YieldedToUrgentError:
+                await anyio.sleep(YIELD_RETRY_S)
+
+    async def _in_thread(
+        self, text: str, request_id: str | None, head: bool, gives_way: bool
+    ) -> np.ndarray:
+        return await anyio.to_thread.run_sync(
+            self._speak, text, request_id, head, gives_way, limiter=self._limiter
+        )
+
+    def _speak(
+        self, text: str, request_id: str | None, head: bool, gives_way: bool = False
+    ) -> np.ndarray:
+        since = self.first_audio.since(self.participant_id) if self.first_audio else None
         with (
             urgency(URGENT if head else NORMAL),  # first-sentence-first across participants
+            turn_started(since),  # among first sentences, the longest waiting listener's
             owned_by(f"voice:{self.participant_id}"),
+            yielding() if gives_way else contextlib.nullcontext(),
         ):
             TRACES.mark(self.participant_id, "synthesis_started", once=True, head=head)
             if request_id is not None and isinstance(self.tts, StreamingTextToSpeech):

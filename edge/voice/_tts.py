@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from edge.runtime import COMPUTE_GATE, URGENT, OrderedLock, current_urgency
+from edge.runtime import COMPUTE_GATE, FIRST_SENTENCE, URGENT, OrderedLock, current_urgency
 
 from ._sentences import speakable
 
@@ -149,7 +149,7 @@ class PiperTTS:
             noise_scale=self.noise_scale,
             noise_w_scale=self.noise_w_scale,
         )
-        kind = "tts first" if current_urgency() == URGENT else "tts"
+        kind = FIRST_SENTENCE if current_urgency() == URGENT else "tts"
         # the gate first: a sentence never holds the voice while it waits for the gate, so
         # a listener's first sentence waits only for the step in progress
         with COMPUTE_GATE.hold(kind), self._lock.hold():
