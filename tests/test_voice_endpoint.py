@@ -59,6 +59,17 @@ def test_confirmation_needs_min_speech() -> None:
     assert isinstance(events[0], SpeechStarted)
 
 
+def test_a_short_word_that_ends_is_an_utterance_without_confirming_while_it_lasts() -> None:
+    config = VadConfig(min_speech_ms=250, min_word_ms=128, end_silence_ms=160, pre_roll_ms=0)
+    word = [0.0] * 3 + [0.9] * 7 + [0.0] * 8  # 224 ms: a quick "Done."
+    kinds = [type(e) for e in run(word, config, chunk_windows=1)]
+    assert kinds == [SpeechStarted, SpeechPaused, UtteranceEnded]
+    assert run([0.0] * 3 + [0.9] * 3 + [0.0] * 8, config) == []  # 96 ms: a click
+    # a run that goes on is confirmed at min_speech_ms, as before
+    long = run([0.9] * 8 + [0.0] * 8, config, chunk_windows=1)
+    assert [type(e) for e in long] == [SpeechStarted, SpeechPaused, UtteranceEnded]
+
+
 def test_short_pause_does_not_end_the_utterance() -> None:
     probs = [0.9] * 5 + [0.0] * 3 + [0.9] * 5 + [0.0] * 8
     events = run(probs, CFG)

@@ -19,9 +19,12 @@ from edge.llm import ScriptedLLM, ScriptedReply
 from edge.runtime import AgentRuntime
 from edge.voice import (
     AUDIO_OUTPUT_TOPIC,
+    Endpointer,
     PiperTTS,
     SileroVAD,
     SimulatedSpeaker,
+    UtteranceEnded,
+    VadConfig,
     VoiceConfig,
     VoicePipeline,
     WhisperSTT,
@@ -69,6 +72,28 @@ def test_silero_vad_on_speech_and_silence(models, spoken) -> None:  # type: igno
     assert probs[:10].max() < 0.2 and (probs > 0.5).mean() > 0.4
     vad.reset()
     assert vad.process(np.zeros(16_000, np.float32)).max() < 0.2
+
+
+def test_a_quick_one_word_answer_is_an_utterance(models, spoken) -> None:  # type: ignore[no-untyped-def]
+    """A quick "Done." is 0.22-0.26 s of speech to Silero, under the 250 ms that confirms
+    speech while it lasts (the chaos test's second voice lost its fifth "Done." so: no
+    transcript, no error). Each short word that ends still makes an utterance."""
+    _, tts = models
+    kept = tts.length_scale
+    tts.length_scale = 0.85  # the chaos test's quick voice, pitched up
+    try:
+        said = {t: tts.synthesize(t) for t in ("Done.", QUESTION)}
+    finally:
+        tts.length_scale = kept
+    pcm = {t: resample(s.audio, int(s.sample_rate * 1.08), 16_000) for t, s in said.items()}
+    vad, endpointer = SileroVAD(), Endpointer(VadConfig())
+    ended = 0
+    for text in ("Done.", "Done.", QUESTION, "Done.", "Done."):
+        silence = np.zeros(16_000, np.float32)
+        audio = np.concatenate([silence[:3_200], pcm[text], silence])
+        events = endpointer.feed(audio, vad.process(audio))
+        ended += sum(isinstance(e, UtteranceEnded) for e in events)
+    assert ended == 5
 
 
 async def test_spoken_question_is_heard(models, spoken) -> None:  # type: ignore[no-untyped-def]

@@ -39,8 +39,10 @@ class VadConfig(BaseModel):
 
     A run of windows at or above ``threshold`` lasting ``min_speech_ms`` confirms speech
     (this is what triggers barge-in); ``end_silence_ms`` below ``neg_threshold`` ends the
-    utterance. ``pre_roll_ms`` of audio before the first speech window and ``pad_ms``
-    after the last are kept for the recognizer. An utterance reaching
+    utterance. A shorter run that has already ended still counts once it lasted
+    ``min_word_ms``: a quick "Yes." or "Done." is 0.2-0.3 s of speech. ``pre_roll_ms``
+    of audio before the first speech window and ``pad_ms`` after the last are kept for
+    the recognizer. An utterance reaching
     ``max_utterance_s`` is cut there and transcribed, and listening goes on.
 
     Adaptive endpointing: with ``min_end_silence_ms`` / ``max_end_silence_ms`` set, the
@@ -56,6 +58,7 @@ class VadConfig(BaseModel):
     threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
     neg_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
     min_speech_ms: int = Field(default=250, ge=0)
+    min_word_ms: int = Field(default=128, ge=0)
     end_silence_ms: int = Field(default=600, gt=0)
     pre_roll_ms: int = Field(default=300, ge=0)
     pad_ms: int = Field(default=150, ge=0)

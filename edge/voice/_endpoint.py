@@ -4,7 +4,9 @@
 window (from :class:`~edge.voice.SileroVAD`, or a script in tests). It keeps a pre-roll
 ring of recent audio while idle and the utterance's audio while speaking, and reports:
 
-* :class:`SpeechStarted` once a run of speech lasts ``min_speech_ms`` (confirmed speech);
+* :class:`SpeechStarted` once a run of speech lasts ``min_speech_ms`` (confirmed speech),
+  or when a shorter run of at least ``min_word_ms`` ends (a short word: a
+  :class:`SpeechPaused` follows at once);
 * :class:`SpeechPaused` at the first silent window after speech (the utterance may be
   over: a good moment to start transcribing), :class:`SpeechResumed` if speech returns;
 * :class:`UtteranceEnded` after ``end_silence_ms`` of silence (adapted by :meth:`adapt`
@@ -61,6 +63,7 @@ class Endpointer:
         self.window = window
         ms = sample_rate / 1000
         self._min_speech = int(self.config.min_speech_ms * ms)
+        self._min_word = min(int(self.config.min_word_ms * ms), self._min_speech)
         self._end_silence_default = int(self.config.end_silence_ms * ms)
         self._end_silence = self._end_silence_default
         low, high = self.config.min_end_silence_ms, self.config.max_end_silence_ms
@@ -202,6 +205,8 @@ class Endpointer:
         self._audio.append(frame)
         if self._state == "candidate":
             if prob < cfg.silence_threshold:
+                if self._last_voiced_end - self._run_start >= self._min_word:
+                    return self._short_word()
                 self._back_to_idle()
                 return events
             self._last_voiced_end = end
@@ -239,6 +244,12 @@ class Endpointer:
         self._paused = False
         self._end_silence = self._end_silence_default
         return SpeechStarted(self._run_start)
+
+    def _short_word(self) -> list[Event]:
+        """A run too short to confirm while it lasted has ended: it was a short word."""
+        started = self._confirm()
+        self._paused = True
+        return [started, SpeechPaused(self._last_voiced_end)]
 
     def _end(self, truncated: bool) -> UtteranceEnded:
         audio = np.concatenate(self._audio) if self._audio else np.zeros(0, dtype=np.float32)
