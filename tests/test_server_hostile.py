@@ -27,7 +27,7 @@ from tests.hostile_helpers import Figures, ServeProcess, run_attacks
 
 pytestmark = [pytest.mark.model]
 
-DURATION_S = float(os.environ.get("EDGE_HOSTILE_S", "20"))
+DURATION_S = float(os.environ.get("EDGE_HOSTILE_S", "10"))
 HEALTH_STALL_S = 3.0  # the hello deadline set below: a stall behind a handshake is longer
 RSS_BOUND_MB = 1500  # ~1,050 MB at start with the default models, 8 sequences (docs/reliability.md)
 
