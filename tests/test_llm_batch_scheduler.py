@@ -421,3 +421,20 @@ async def test_a_step_takes_the_compute_gates_line_at_its_earliest_turns_place()
         tg.start_soon(in_turn)
     with_a = [place for keys, place in steps if "a" in keys]
     assert with_a and all(place == early for place in with_a), (early, steps)
+
+
+def test_a_later_prompt_sits_out_one_earlier_answers_first_words_at_most() -> None:
+    """Eight typed at once: each prompt that sat out the first answer's first words goes
+    with the next step, though the second answer has started its first words meanwhile
+    (else the eighth waited seven answers' first words one after another)."""
+    from edge.llm._batch import _earlier_answers_first
+
+    a, b, c = (gen_job(k, INT, 30) for k in "abc")
+    a.since, b.since, c.since = 1.0, 2.0, 3.0
+    a.produced = 3  # in its first words
+    assert [j for _, j in _earlier_answers_first([(0, j) for j in (a, b, c)])] == [a]
+    b.produced = 1  # a is past its first words (no longer urgent), b has begun its own
+    assert [j for _, j in _earlier_answers_first([(0, j) for j in (b, c)])] == [b, c]
+    d = gen_job("d", INT, 30)
+    d.since = 4.0  # came after: it sits out b's first words, once
+    assert [j for _, j in _earlier_answers_first([(0, j) for j in (b, c, d)])] == [b, c]
