@@ -19,6 +19,19 @@ from tests.voice_helpers import ToneSTT, ToneTTS, silence, tone, wait_for
 pytestmark = pytest.mark.anyio
 
 
+def held_gate() -> tuple[threading.Event, threading.Event, threading.Thread]:
+    """A model step (a thread, not started) that holds the compute gate: ``held`` is set
+    once it has the gate, and it lets go when ``release`` is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def step() -> None:
+        with COMPUTE_GATE.hold("llm"):
+            held.set()
+            release.wait(10)
+
+    return held, release, threading.Thread(target=step)
+
+
 async def test_a_waiting_first_sentence_goes_before_others_made_ahead(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """p1's long answer is playing (real time) while p2 asked and waits for theirs: p1's
     next sentences are not synthesized ahead until p2's first sentence has gone out."""
@@ -72,15 +85,9 @@ async def test_a_turns_pass_never_waits_behind_anothers_partial_waiting_at_the_g
         VoiceConfig(vad=FAST_VAD, partial_interval_s=0.3, playback_speed=0), stt=stt
     )
     gate = COMPUTE_GATE._lock
-    held, release = threading.Event(), threading.Event()
-
-    def step() -> None:
-        with COMPUTE_GATE.hold("llm"):
-            held.set()
-            release.wait(10)
+    held, release, worker = held_gate()
 
     async with voice, runtime:
-        worker = threading.Thread(target=step)
         worker.start()
         try:
             assert held.wait(5)
@@ -169,14 +176,7 @@ async def test_a_sentence_made_ahead_never_takes_the_gate_between_an_answers_fir
     speak = Synthesis("p1", GatedTTS(order, hold_s=0.3), anyio.CapacityLimiter(4))
     speak.first_audio = first_audio
     gate = COMPUTE_GATE._lock
-    held, release = threading.Event(), threading.Event()
-
-    def later_token() -> None:  # another answer's step past its first words
-        with COMPUTE_GATE.hold("llm"):
-            held.set()
-            release.wait(10)
-
-    busy = threading.Thread(target=later_token)
+    held, release, busy = held_gate()  # another answer's step past its first words
     busy.start()
     threads = [busy]
     with anyio.fail_after(20):
@@ -217,14 +217,7 @@ async def test_the_first_sentence_of_the_listener_waiting_longest_goes_first(
     for speak in speakers.values():
         speak.first_audio = first_audio
     gate = COMPUTE_GATE._lock
-    held, release = threading.Event(), threading.Event()
-
-    def step() -> None:
-        with COMPUTE_GATE.hold("llm"):
-            held.set()
-            release.wait(10)
-
-    worker = threading.Thread(target=step)
+    held, release, worker = held_gate()
     worker.start()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
