@@ -160,3 +160,15 @@ def test_the_sampler_thread_records_in_the_background() -> None:
         assert len(p._samples) >= 4
     finally:
         p.stop()
+
+
+def test_a_sampler_that_found_no_counters_is_not_started_again() -> None:
+    """Every evaluation asks for the sampler (``apply`` starts it): where there are no
+    ``/proc/stat`` counters it ends at once, and must not come back once per prompt."""
+    p = ThreadPolicy(2, busy=lambda: None, interval_s=0.01)
+    p.start()
+    first = p._sampler
+    assert first is not None
+    first.join(1)
+    p.start()
+    assert p._sampler is first

@@ -59,21 +59,19 @@ def _earlier_answers_first(ranked: list[tuple[int, SeqJob]]) -> list[tuple[int, 
 
     A prompt sits out one answer's first words at most: once the answer it waited for is
     past them, it goes with the next step whatever other answer has started its first
-    words meanwhile. Eight typed at once would otherwise go one answer after another (the
-    eighth waiting seven answers' first words: p50 1.4 s against 0.7 s)."""
+    words meanwhile (else eight typed at once would be answered one after another)."""
     producing = [j for _, j in ranked if j.produced_any]
     if not producing:
         return ranked
     first = min(producing, key=lambda j: j.since)
-    kept = []
-    for rank, j in ranked:
-        if j.produced_any or j.since <= first.since:
-            kept.append((rank, j))
-        elif j.held_behind is None or j.held_behind is first:
-            j.held_behind = first
-        else:
-            kept.append((rank, j))
-    return kept
+
+    def sits_out(job: SeqJob) -> bool:
+        if job.produced_any or job.since <= first.since:
+            return False
+        job.held_behind = job.held_behind or first
+        return job.held_behind is first
+
+    return [(rank, j) for rank, j in ranked if not sits_out(j)]
 
 
 def _is_warm(job: SeqJob) -> bool:

@@ -102,14 +102,16 @@ class ThreadPolicy:
         return s
 
     def start(self) -> None:
-        """Sample in the background, so idle spells are measured by their last interval."""
-        if self.adaptive and not (self._sampler and self._sampler.is_alive()):
+        """Sample in the background, so idle spells are measured by their last interval
+        (once until :meth:`stop`: a sampler that found no counters is not started again)."""
+        if self.adaptive and self._sampler is None:
             self._stop = threading.Event()
             self._sampler = threading.Thread(target=self._run, name="thread-policy", daemon=True)
             self._sampler.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._sampler = None
 
     def _run(self) -> None:
         stop = self._stop

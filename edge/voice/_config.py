@@ -39,10 +39,10 @@ class VadConfig(BaseModel):
 
     A run of windows at or above ``threshold`` lasting ``min_speech_ms`` confirms speech
     (this is what triggers barge-in); ``end_silence_ms`` below ``neg_threshold`` ends the
-    utterance. A shorter run that has already ended still counts once it lasted
-    ``min_word_ms``: a quick "Yes." or "Done." is 0.2-0.3 s of speech. ``pre_roll_ms``
-    of audio before the first speech window and ``pad_ms`` after the last are kept for
-    the recognizer. An utterance reaching
+    utterance. A shorter run that has already ended is confirmed then (and barges in
+    then) once it lasted ``min_word_ms``: a quick "Yes." or "Stop." is 0.2-0.3 s of
+    speech. ``pre_roll_ms`` of audio before the first speech window and ``pad_ms`` after
+    the last are kept for the recognizer. An utterance reaching
     ``max_utterance_s`` is cut there and transcribed, and listening goes on.
 
     Adaptive endpointing: with ``min_end_silence_ms`` / ``max_end_silence_ms`` set, the
