@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge.bench import voiced_span
 from edge.interaction import (
     INTERRUPTED_TOPIC,
     USER_QUERY_TOPIC,
@@ -94,6 +95,26 @@ def test_a_quick_one_word_answer_is_an_utterance(models, spoken) -> None:  # typ
         events = endpointer.feed(audio, vad.process(audio))
         ended += sum(isinstance(e, UtteranceEnded) for e in events)
     assert ended == 5
+
+
+def test_a_short_word_is_heard_once(models) -> None:  # type: ignore[no-untyped-def]
+    """Whisper loops on a sub-second clip: a quick "Done." (the utterance the endpointer
+    hands over, pre-roll and pad around it) came back as "Done. Done. Done. Done. Done.
+    Done. Done.", and the notes agent or the model got that as the person's words."""
+    stt, tts = models
+    said = tts.synthesize("Done.")
+    audio = resample(said.audio, said.sample_rate, 16_000)
+    start, end = voiced_span(audio, 16_000)
+    quiet = np.zeros(16_000, np.float32)
+    for pad_s in (0.15, 0.6):
+        clip = np.concatenate(
+            [
+                quiet[:4_800],
+                audio[int(start * 16_000) : int(end * 16_000)],
+                quiet[: int(pad_s * 16_000)],
+            ]
+        )
+        assert stt.transcribe(clip).text.lower().count("done") == 1
 
 
 async def test_spoken_question_is_heard(models, spoken) -> None:  # type: ignore[no-untyped-def]

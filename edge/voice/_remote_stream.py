@@ -29,7 +29,7 @@ from wyoming.client import AsyncTcpClient
 
 from ._audio import STT_RATE, float_to_pcm16
 from ._remote import RemoteBackend, RemoteSpeechError, read_or_fail
-from ._stt import Recognition
+from ._stt import Recognition, without_loops
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class WyomingSpeechStream:
             raise RemoteSpeechError(f"{self.backend.name}: the streamed utterance failed: {cause}")
         elapsed = time.perf_counter() - started
         self.backend.record_success(elapsed)
-        return Recognition(self.text, self.samples / STT_RATE, elapsed)
+        return Recognition(without_loops(self.text), self.samples / STT_RATE, elapsed)
 
     def cancel(self) -> None:
         """Close the stream: nothing more is sent, the connection closes."""

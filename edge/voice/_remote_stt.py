@@ -34,7 +34,7 @@ from wyoming.info import AsrProgram, Info
 from ._audio import STT_RATE, float_to_pcm16
 from ._remote import RemoteBackend, RemoteSpeechError, RemoteSpeechMismatch, read_or_fail
 from ._remote_stream import WyomingSpeechStream
-from ._stt import Recognition
+from ._stt import Recognition, without_loops
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class WyomingSTT:
         pcm = float_to_pcm16(audio)
         started = time.perf_counter()
         text = self.backend.call(lambda client: self._request(client, pcm))
-        return Recognition(text, duration, time.perf_counter() - started)
+        return Recognition(without_loops(text), duration, time.perf_counter() - started)
 
     async def _request(self, client: AsyncTcpClient, pcm: bytes) -> str:
         fmt: dict[str, Any] = {"rate": STT_RATE, "width": 2, "channels": 1}

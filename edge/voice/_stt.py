@@ -11,6 +11,7 @@ the partial passes waiting for it.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,8 +123,34 @@ def _gate_kind() -> str:
     return "stt urgent" if current_urgency() == URGENT else "stt"
 
 
+_SENTENCE = re.compile(r"[^.!?…]+[.!?…]*")
+LOOP_RUN = 3
+"""Identical sentences in a row from which a transcript is one sentence said once."""
+
+
+def without_loops(text: str) -> str:
+    """``text`` with each run of ``LOOP_RUN`` or more identical sentences in a row kept
+    once, the rest as written. Whisper loops on a sub-second clip ("Done. Done. Done.
+    Done."), to its token limit; a person who says a word twice keeps both."""
+    spans = [m for m in _SENTENCE.finditer(text) if m.group().strip()]
+    keys = [re.sub(r"[^\w']+", " ", m.group().lower()).strip() for m in spans]
+    out: list[str] = []
+    i = copied = 0
+    while i < len(spans):
+        j = i
+        while j + 1 < len(spans) and keys[j + 1] == keys[i]:
+            j += 1
+        if j - i + 1 >= LOOP_RUN:
+            out.append(text[copied : spans[i].end()])
+            copied = spans[j].end()
+        i = j + 1
+    out.append(text[copied:])
+    return "".join(out).strip()
+
+
 class WhisperSTT:
-    """faster-whisper, greedy decoding without timestamps (fast and stable for short turns).
+    """faster-whisper, greedy decoding without timestamps (fast and stable for short turns);
+    a loop of one sentence is kept once (:func:`without_loops`).
 
     The encoder sees the utterance plus 1 s, at least ``encoder_window_s`` (10 s), not
     Whisper's whole 30 s window of mostly padding: a pass over a short question takes a
@@ -227,6 +254,7 @@ class WhisperSTT:
                     max_new_tokens=min(400, int(duration * TOKENS_PER_S) + 20),
                 )
                 text = " ".join(segment.text.strip() for segment in segments).strip()
+                text = without_loops(text)
             finally:
                 model.window_frames = None
             elapsed = time.perf_counter() - started
