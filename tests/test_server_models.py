@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe, Transcript
@@ -269,3 +270,57 @@ async def test_the_device_default_batches_and_refuses_a_message_too_long_for_a_s
         assert "too long" in errors[0].message and "context window is" in errors[0].message
         answer = await client.ask("What do bees make?", limit_s=60)
         assert answer.text.strip()
+
+
+async def test_a_quick_stop_spoken_over_a_reply_interrupts_it_and_is_heard_once(models) -> None:  # type: ignore[no-untyped-def]
+    """A person says a quick "Stop." while the reply plays, through ``edge serve`` with
+    the real Silero and Whisper: 0.2-0.3 s of speech, under the 250 ms that confirms a
+    longer run. The reply stops (a barge-in), and the next turn's words are "Stop." once
+    (Whisper looped on it: "Stop. Stop. Stop. ...")."""
+    from edge.llm import ScriptedLLM
+    from edge.server._protocol import AudioMessage, InterruptedMessage
+
+    stt, tts = models
+    kept = tts.length_scale
+    tts.length_scale = 0.85  # a quick voice
+    try:
+        said = tts.synthesize("Stop.")
+    finally:
+        tts.length_scale = kept
+    stop = resample(said.audio, said.sample_rate, 16_000)
+    pcm = float_to_pcm16(
+        np.concatenate([np.zeros(4_800, np.float32), stop, np.zeros(16_000, np.float32)])
+    )
+    long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
+    service = EdgeService(
+        settings(voice=True),
+        llm=ScriptedLLM([long_reply], default="Stopped."),
+        decisions=ScriptedDecisions(default="conversation"),
+        speech=SpeechParts(stt=stt, tts=tts, config=VoiceConfig(playback_speed=1.0)),
+    )
+    async with (
+        service,
+        EdgeClient(
+            service.websocket_url,
+            participant_id="p",
+            audio=AudioFormat(sample_rate=16_000),
+            want_audio=True,
+        ) as client,
+    ):
+        await client.send({"type": "text", "text": "tell me a long story"})
+        chunks = 0
+        with anyio.fail_after(30):
+            while chunks < 3:  # the reply is being spoken
+                chunks += isinstance((await client.receive())[0], AudioMessage)
+        for piece in chunk_pcm(pcm, 16_000, 100):
+            await client.send_audio(piece)
+        interrupted = None
+        with anyio.fail_after(30):
+            while interrupted is None:
+                message, _ = await client.receive()
+                if isinstance(message, InterruptedMessage):
+                    interrupted = message
+        assert interrupted.reason == "barge-in"
+        turn = await client.collect_turn(limit_s=30)
+    assert turn.query.strip(" .!").lower() == "stop", turn.query
+    assert turn.text == "Stopped."
