@@ -438,3 +438,24 @@ def test_a_later_prompt_sits_out_one_earlier_answers_first_words_at_most() -> No
     d = gen_job("d", INT, 30)
     d.since = 4.0  # came after: it sits out b's first words, once
     assert [j for _, j in _earlier_answers_first([(0, j) for j in (b, c, d)])] == [b, c]
+
+
+def test_an_answer_whose_first_piece_a_voice_took_is_no_longer_urgent() -> None:
+    """Four speaking at once: once a participant's voice took their answer's first piece
+    ("A spider has 8 legs." at its seventh token), that answer's later tokens wait in turn
+    instead of going ahead of the next listener's prompt for twelve tokens. A mark left by
+    an earlier answer, or another participant's, changes nothing."""
+    from edge.llm._batch import _urgency
+    from edge.runtime import FIRST_PIECES, NORMAL, URGENT
+
+    earlier = gen_job("first-piece-p", INT, 30)
+    earlier.produced = 7
+    FIRST_PIECES.spoken("first-piece-p")
+    answer, other = gen_job("first-piece-p", INT, 30), gen_job("first-piece-q", INT, 30)
+    answer.produced = other.produced = 3
+    assert _urgency(earlier) == NORMAL  # its first piece is being spoken
+    assert _urgency(answer) == URGENT and _urgency(other) == URGENT  # begun after the mark
+    FIRST_PIECES.spoken("first-piece-p")
+    assert _urgency(answer) == NORMAL and _urgency(other) == URGENT
+    answer.produced = 0  # before its first token its prompt is urgent, whatever was spoken
+    assert _urgency(answer) == URGENT

@@ -44,7 +44,9 @@ BACKGROUND_RANK = 1
 def _urgency(job: SeqJob) -> int:
     """The compute gate's order for a step serving ``job`` (the step's is the most
     urgent of its jobs')."""
-    return step_urgency(job.priority, job.produced if isinstance(job, GenJob) else None)
+    if not isinstance(job, GenJob):
+        return step_urgency(job.priority, None)
+    return step_urgency(job.priority, job.produced, job.key, job.started)
 
 
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
@@ -136,6 +138,7 @@ class GenJob(SeqJob):
     is_eog: Callable[[int], bool] = lambda _t: False
     read_ahead: int = 4
     produced: int = 0
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def produced_any(self) -> bool:

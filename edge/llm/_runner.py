@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from edge.runtime import COMPUTE_GATE, NORMAL, URGENT
+from edge.runtime import COMPUTE_GATE, FIRST_PIECES, NORMAL, URGENT
 
 from ._types import Priority, RequestMetrics
 
@@ -15,18 +16,27 @@ T = TypeVar("T")
 
 
 FIRST_WORDS_TOKENS = 12
-"""Tokens of an interactive answer that are its first words (a reply's first piece of
-speech is at most 32 characters): until then its steps are urgent in the compute gate."""
+"""Tokens of an interactive answer that are its first words at most (a reply's first piece
+of speech is at most 32 characters): until then, or until a voice took its first piece,
+its steps are urgent in the compute gate."""
 
 
-def step_urgency(priority: Priority, produced: int | None) -> int:
+def step_urgency(
+    priority: Priority, produced: int | None, key: str = "", started: float = math.inf
+) -> int:
     """How a model step waits in the compute gate beside speech work: a turn's prompt
-    (``produced`` None) and an answer's first words are :data:`URGENT`, like the Whisper
+    (``produced`` None or 0) and an answer's first words are :data:`URGENT`, like the Whisper
     pass and the sentence someone waits for; the rest of an answer, and background work,
-    wait in turn with sentences synthesized ahead and partial passes."""
+    wait in turn with sentences synthesized ahead and partial passes. The first words end
+    after ``FIRST_WORDS_TOKENS``, or sooner once the voice of ``key`` (the participant)
+    took the first piece of an answer begun at ``started`` (:data:`FIRST_PIECES`)."""
     if priority is not Priority.INTERACTIVE:
         return NORMAL
-    return URGENT if produced is None or produced < FIRST_WORDS_TOKENS else NORMAL
+    if not produced:
+        return URGENT
+    if produced >= FIRST_WORDS_TOKENS or FIRST_PIECES.spoken_since(key, started):
+        return NORMAL
+    return URGENT
 
 
 def gated(fn: Callable[..., T], *args: Any) -> T:

@@ -165,7 +165,8 @@ class SerialRunner:
                     yield token
                     await slot.reclaim()
                     if len(generated) < req.budget:
-                        with urgency(step_urgency(req.priority, len(generated))):
+                        level = step_urgency(req.priority, len(generated), req.key, started)
+                        with urgency(level):
                             context = req.tokens + generated
                             token = await self._next_token(slot, req, context, sampler)
             except (LLMError, ValueError):

@@ -32,10 +32,11 @@ from ._runtime import AgentRuntime, HandlerContext, MessageMetadata, new_id, now
 from ._tasks import BackgroundTasks
 from ._topic import PayloadError, Topic
 from ._trace import TRACES, GateHold, TurnTrace, TurnTraces, current_owner, owned_by
-from ._turn_order import place_in_line, turn_started
+from ._turn_order import FIRST_PIECES, FirstPieces, place_in_line, turn_started
 
 __all__ = [
     "COMPUTE_GATE",
+    "FIRST_PIECES",
     "FIRST_SENTENCE",
     "NORMAL",
     "TRACES",
@@ -44,6 +45,7 @@ __all__ = [
     "AgentRuntime",
     "BackgroundTasks",
     "ComputeGate",
+    "FirstPieces",
     "GateHold",
     "Handler",
     "HandlerContext",

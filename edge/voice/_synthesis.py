@@ -13,6 +13,7 @@ import anyio
 import numpy as np
 
 from edge.runtime import (
+    FIRST_PIECES,
     NORMAL,
     TRACES,
     URGENT,
@@ -132,6 +133,8 @@ class Synthesis:
         """``text``'s audio (empty when there is nothing to speak or it failed); ``head``:
         a listener waits for it in silence, so it goes before others' later sentences."""
         TRACES.mark(self.participant_id, "synthesis_asked", once=True, head=head)
+        if head:
+            FIRST_PIECES.spoken(self.participant_id)  # the answer's later words can wait
         try:
             if head or self.first_audio is None:
                 return await self._in_thread(text, request_id, head, False)
