@@ -172,3 +172,39 @@ def test_a_sampler_that_found_no_counters_is_not_started_again() -> None:
     first.join(1)
     p.start()
     assert p._sampler is first
+
+
+def test_one_token_steps_take_the_thread_count_that_decodes_faster_now() -> None:
+    """Four spoken turns at once: work in this process the counters cannot tell from the
+    model's (no other process is busy) held a core, and a token took 30 ms on two threads,
+    15-18 ms on one. One-token steps use the faster count, try the other every
+    PROBE_EVERY steps, and go back to every thread once that is faster again."""
+    from edge.llm._threads import PROBE_EVERY
+
+    m = Machine()
+    p = policy(m)
+    speed = {2: 0.030, 1: 0.016}  # a core held in this process
+
+    def steps(n: int) -> list[int]:
+        used = []
+        for _ in range(n):
+            threads = p.one_token_threads()
+            p.one_token_took(threads, speed[threads])
+            used.append(threads)
+        return used
+
+    used = steps(PROBE_EVERY * 2)
+    assert used[:2] == [2, 1]  # each count tried once
+    assert used.count(2) == 3  # then one thread, and two again once every PROBE_EVERY
+    speed = {2: 0.007, 1: 0.014}  # the core is free again
+    used = steps(PROBE_EVERY * 2)
+    # back on every thread from the next try of two on, one thread tried once again
+    assert used[-PROBE_EVERY:] == [2] * (PROBE_EVERY - 1) + [1]
+    assert p.update() == 2  # prompts were never limited
+
+
+def test_one_token_steps_use_the_configured_threads_when_not_adaptive() -> None:
+    p = policy(Machine(), adaptive=False)
+    p.one_token_took(2, 0.03)
+    p.one_token_took(1, 0.01)
+    assert p.one_token_threads() == 2

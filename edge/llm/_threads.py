@@ -18,6 +18,11 @@ request) must not cost the next prompt a thread. Between evaluations nothing wou
 measure, so once :meth:`ThreadPolicy.start` is called a sampler thread records the
 counters every ``interval_s``, and the first evaluation after an idle spell reads the
 last interval instead of the whole spell.
+
+Work in this process holds cores too (several people's speech coming in), and the counters
+cannot tell it from the model's own. A step that decodes one token therefore goes by its
+measured speed: :meth:`ThreadPolicy.one_token_threads` takes the faster, lately, of the
+count above and one thread fewer, trying the other every ``PROBE_EVERY`` steps.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from typing import Any
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
 SLACK = 0.2  # of a core: less than this taken by others leaves every thread in use
 FIRST_WINDOW_S = 0.1  # the shortest window measured (10 clock ticks a core)
+PROBE_EVERY = 16  # one-token steps between tries of the thread count not in use
+TOKEN_EWMA = 0.3  # weight of a slower one-token step in its thread count's average
 
 
 def cpu_busy_s(allowed: set[int], stat: Path = Path("/proc/stat")) -> float | None:
@@ -88,6 +95,8 @@ class ThreadPolicy:
         self.current = threads
         self.others_busy = 0.0  # cores other processes kept busy in the last interval
         self._applied: dict[int, int] = {}  # id of a context -> the threads it was given
+        self._token_s: dict[int, float] = {}  # threads -> recent seconds of a one-token step
+        self._one_token_steps = 0
         if adaptive:  # the first evaluation already sees what ran meanwhile
             self.sample()
 
@@ -161,12 +170,45 @@ class ThreadPolicy:
             return older[-1]
         return first if now[0] - first[0] >= FIRST_WINDOW_S else None
 
-    def apply(self, ctx: Any) -> None:
-        """Set ``ctx``'s (a ``llama_context`` pointer) threads to :meth:`update`'s count."""
+    def apply(self, ctx: Any, one_token: bool = False) -> int:
+        """Set ``ctx``'s (a ``llama_context`` pointer) threads to :meth:`update`'s count, or
+        for a step that decodes one token (``one_token``) to :meth:`one_token_threads`'.
+        Returns the count."""
         self.start()  # measuring from the first evaluation on
-        n = self.update()
+        n = self.one_token_threads() if one_token else self.update()
         if self._applied.get(id(ctx)) != n:
             import llama_cpp
 
             llama_cpp.llama_set_n_threads(ctx, n, n)
             self._applied[id(ctx)] = n
+        return n
+
+    def one_token_threads(self) -> int:
+        """Threads for a step that decodes one token: :meth:`update`'s count, or one fewer
+        while that has decoded faster lately (:meth:`one_token_took`; the count not in use
+        is tried again every ``PROBE_EVERY`` steps). Work in this process that the
+        counters cannot tell from the model's own (four people's audio coming in, a
+        recognizer's threads) can hold a core: in four spoken turns at once a token took
+        30 ms on two threads and 15-18 ms on one, where idle it takes 7 ms on two."""
+        top = self.update()
+        if not self.adaptive or top < 2:
+            return top
+        self._one_token_steps += 1
+        fewer = top - 1
+        if top not in self._token_s or fewer not in self._token_s:
+            return top if top not in self._token_s else fewer  # try each once
+        faster = top if self._token_s[top] <= self._token_s[fewer] else fewer
+        if self._one_token_steps % PROBE_EVERY == 0:
+            return fewer if faster == top else top  # try the other again
+        return faster
+
+    def one_token_took(self, threads: int, seconds: float) -> None:
+        """A one-token step on ``threads`` threads took ``seconds``: a faster step than its
+        count's average replaces it (the core it waited for is free again: go back at the
+        first try), a slower one moves it by ``TOKEN_EWMA`` (a step or two of contention
+        and the other count takes over)."""
+        old = self._token_s.get(threads)
+        if old is None or seconds < old:
+            self._token_s[threads] = seconds
+        else:
+            self._token_s[threads] = old + TOKEN_EWMA * (seconds - old)
