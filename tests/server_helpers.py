@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -17,9 +17,21 @@ from edge.decisions import ScriptedDecisions
 from edge.interaction import PARTICIPANT_LEFT_TOPIC, ParticipantLeft
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
 from edge.runtime import Agent, HandlerContext
-from edge.server import EdgeService, ServiceSettings, SpeechParts
+from edge.server import EdgeClient, EdgeService, ServiceSettings, SpeechParts
 from edge.voice import VoiceConfig
 from tests.voice_helpers import EnergyVAD, ToneSTT, ToneTTS
+
+M = TypeVar("M")
+
+
+async def receive_until(client: EdgeClient, kind: type[M], limit: float) -> M:
+    """The next session message of ``kind`` (those before it are read and dropped); fail
+    after ``limit`` seconds."""
+    with anyio.fail_after(limit):
+        while True:
+            message, _ = await client.receive()
+            if isinstance(message, kind):
+                return message
 
 
 async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:

@@ -31,6 +31,7 @@ from tests.server_helpers import (
     Departures,
     answer_for,
     make_service,
+    receive_until,
     settings,
     tone_service,
     wait_for,
@@ -336,12 +337,7 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
         pcm = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(1.0)]))
         for piece in chunk_pcm(pcm, 16000, 100):
             await client.send_audio(piece)
-        interrupted = None
-        with anyio.fail_after(10):
-            while interrupted is None:
-                message, _ = await client.receive()
-                if isinstance(message, InterruptedMessage):
-                    interrupted = message
+        interrupted = await receive_until(client, InterruptedMessage, 10)
         assert interrupted.reason == "barge-in"
         late: list[AudioMessage] = []
 

@@ -29,7 +29,14 @@ from edge.voice import (
     pcm16_to_float,
     resample,
 )
-from tests.server_helpers import read_answer, read_spoken, read_transcript, settings, wait_for
+from tests.server_helpers import (
+    read_answer,
+    read_spoken,
+    read_transcript,
+    receive_until,
+    settings,
+    wait_for,
+)
 from tests.voice_helpers import heard_as, words
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
@@ -314,12 +321,7 @@ async def test_a_quick_stop_spoken_over_a_reply_interrupts_it_and_is_heard_once(
                 chunks += isinstance((await client.receive())[0], AudioMessage)
         for piece in chunk_pcm(pcm, 16_000, 100):
             await client.send_audio(piece)
-        interrupted = None
-        with anyio.fail_after(30):
-            while interrupted is None:
-                message, _ = await client.receive()
-                if isinstance(message, InterruptedMessage):
-                    interrupted = message
+        interrupted = await receive_until(client, InterruptedMessage, 30)
         assert interrupted.reason == "barge-in"
         turn = await client.collect_turn(limit_s=30)
     assert turn.query.strip(" .!").lower() == "stop", turn.query

@@ -359,11 +359,12 @@ class SeqContext:
                 batch.logits[i] = completes and job.need_logits and j == len(toks) - 1
                 i += 1
         batch.n_tokens = i
-        threads = self.threads.apply(self.ctx.ctx, one_token=i == 1) if self.threads else 0
+        policy, one_token = self.threads, i == 1
+        threads = policy.apply(self.ctx.ctx, one_token=one_token) if policy else 0
         started = time.perf_counter()
         rc = self._capi.llama_decode(self.ctx.ctx, batch)
-        if self.threads is not None and i == 1 and rc == 0:
-            self.threads.one_token_took(threads, time.perf_counter() - started)
+        if policy is not None and one_token and rc == 0:
+            policy.one_token_took(threads, time.perf_counter() - started)
         if rc == 2 and self.abort_check is not None:
             for job, _, _ in entries:  # drop what the aborted batch may have left
                 self._capi.llama_memory_seq_rm(self.mem, job.slot, len(self.tokens[job.slot]), -1)
