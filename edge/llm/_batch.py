@@ -37,6 +37,7 @@ from ._kvstore import KVStore
 from ._runner import Generation, Request, gated, step_urgency
 from ._threads import ThreadPolicy
 from ._types import LLMClosedError, LLMError, Priority, RequestMetrics
+from ._worker import ModelThread
 
 BACKGROUND_RANK = 1
 
@@ -652,7 +653,7 @@ class BatchRunner:
     def __init__(
         self,
         engine: LlamaEngine,
-        limiter: anyio.CapacityLimiter,
+        thread: ModelThread,
         *,
         n_seq: int,
         prefill_chunk: int,
@@ -661,7 +662,7 @@ class BatchRunner:
         is_closed: Callable[[], bool],
     ) -> None:
         self._engine = engine
-        self._limiter = limiter
+        self._thread = thread
         self._is_closed = is_closed
         self.scheduler = BatchScheduler(
             self._run,
@@ -672,7 +673,7 @@ class BatchRunner:
         )
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(gated, fn, *args, limiter=self._limiter)
+        return await self._thread.run(gated, fn, *args)
 
     def loaded(self) -> None:
         """Make the multi-sequence context (worker thread, after the engine loaded)."""

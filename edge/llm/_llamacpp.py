@@ -35,6 +35,7 @@ from ._types import (
     TextStream,
     as_messages,
 )
+from ._worker import MODEL_THREAD, ModelThread
 
 DEFAULT_KV_CACHE_BUDGET = 256 * 2**20
 
@@ -106,7 +107,7 @@ def _make_runner(
     cfg: LlamaConfig,
     engine: LlamaEngine,
     scheduler: ModelScheduler,
-    limiter: anyio.CapacityLimiter,
+    thread: ModelThread,
     closed: Callable[[], bool],
 ) -> Runner:
     """One request at a time (``sequences`` 1), or batched."""
@@ -114,13 +115,13 @@ def _make_runner(
         return SerialRunner(
             engine,
             scheduler,
-            limiter,
+            thread,
             background_chunk_tokens=cfg.background_chunk_tokens,
             is_closed=closed,
         )
     return BatchRunner(
         engine,
-        limiter,
+        thread,
         n_seq=cfg.sequences,
         prefill_chunk=cfg.prefill_chunk_tokens,
         max_waiting_per_key=cfg.max_waiting_per_key,
@@ -171,12 +172,12 @@ class LlamaCppLLM(StreamingLLM):
             own_context=cfg.sequences == 1,
             adaptive_threads=cfg.adaptive_threads,
         )
-        self._limiter = anyio.CapacityLimiter(1)
+        self._thread = MODEL_THREAD  # every call to a model, on one thread
         self._load_lock = anyio.Lock()
         self._loaded = False
         self._closed = False
         self._runner = _make_runner(
-            cfg, self._engine, self.scheduler, self._limiter, lambda: self._closed
+            cfg, self._engine, self.scheduler, self._thread, lambda: self._closed
         )
         self._requests = Requests(self._engine, cfg.temperature, cfg.default_max_tokens)
         self.metrics_log: deque[RequestMetrics] = self._requests.log
@@ -188,7 +189,7 @@ class LlamaCppLLM(StreamingLLM):
             raise LLMClosedError("the LLM service is closed")
         async with self._load_lock:
             if not self._loaded:
-                await anyio.to_thread.run_sync(self._load_sync, limiter=self._limiter)
+                await self._thread.run(self._load_sync)
 
     def _load_sync(self) -> None:
         if not self._loaded:

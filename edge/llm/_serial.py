@@ -21,6 +21,7 @@ from ._engine import EvalAborted, LlamaEngine
 from ._runner import Generation, Request, gated, step_urgency
 from ._scheduler import ModelScheduler, Slot
 from ._types import GenerationError, LLMClosedError, LLMError, Priority, RequestMetrics
+from ._worker import ModelThread
 
 T = TypeVar("T")
 
@@ -32,14 +33,14 @@ class SerialRunner:
         self,
         engine: LlamaEngine,
         scheduler: ModelScheduler,
-        limiter: anyio.CapacityLimiter,
+        thread: ModelThread,
         *,
         background_chunk_tokens: int,
         is_closed: Callable[[], bool],
     ) -> None:
         self._engine = engine
         self.scheduler = scheduler
-        self._limiter = limiter
+        self._thread = thread
         self.background_chunk_tokens = max(1, background_chunk_tokens)
         self._is_closed = is_closed
 
@@ -55,7 +56,7 @@ class SerialRunner:
         return f"{len(store)} cached keys ({store.used_bytes} B)"
 
     async def _step(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(gated, fn, *args, limiter=self._limiter)
+        return await self._thread.run(gated, fn, *args)
 
     def _check_open(self) -> None:
         if self._is_closed():
