@@ -511,3 +511,28 @@ def test_model_steps_one_after_another_never_wait_for_a_runs_grace(monkeypatch) 
         with urgency(URGENT), gate.hold("llm"):
             pass
     assert gate.stats.max_wait_s["llm"] < ComputeGate.URGENT_GRACE_S / 2, gate.stats
+
+
+def test_an_urgent_run_keeps_the_lock_from_a_later_turns_urgent_work() -> None:
+    """Four speaking at once: an answer's first tokens (a turn that began first) came one
+    after another, and another speaker's pass at a pause (urgent too, but of a turn begun
+    later) took the lock in the gap between two tokens. In the run's grace only urgent
+    work of the same turn or an earlier one may take it; a later turn's goes next."""
+    lock = OrderedLock(urgent_grace_s=0.2, turn_grace_s=0.2)
+    order: list[str] = []
+
+    def take(level: int, place: float, name: str) -> None:
+        with lock.hold(level, place=place):
+            order.append(name)
+
+    with lock.hold(URGENT, place=1.0):  # the answer of the turn that began at 1.0
+        later = threading.Thread(target=take, args=(URGENT, 2.0, "later turn's pass"))
+        earlier = threading.Thread(target=take, args=(URGENT, 0.5, "earlier turn's pass"))
+        later.start()
+        time.sleep(0.05)  # the later turn's pass now waits
+    time.sleep(0.02)  # the answer's next token comes a moment after the last one
+    take(URGENT, 1.0, "next token")
+    earlier.start()  # an earlier turn's urgent work may go in the grace
+    earlier.join(2)
+    later.join(2)
+    assert order == ["next token", "earlier turn's pass", "later turn's pass"]

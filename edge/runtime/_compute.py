@@ -103,16 +103,25 @@ class OrderedLock:
     take it for that long. Urgent work often comes as a run of short steps (an answer's
     first tokens, each asked for by the event loop after the last): between two of them
     nobody urgent is waiting yet, and a waiting ordinary step (a long sentence synthesized
-    ahead: 0.5 s) would take the lock and hold the run up."""
+    ahead: 0.5 s) would take the lock and hold the run up. For ``turn_grace_s`` (shorter:
+    urgent work waits, and the run may be over) urgent work of a turn that began after the
+    run's waits too: four people speaking at once, an answer two tokens short of its first
+    sentence waited 0.1 s for a later turn's pass taking the gap. A run that ends its
+    turn's urgent work (``ends_run``: a first sentence) leaves no such grace."""
 
-    def __init__(self, urgent_grace_s: float = 0.0) -> None:
+    def __init__(self, urgent_grace_s: float = 0.0, turn_grace_s: float = 0.0) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._held = False
         self._waiting: list[tuple[int, int]] = []
         self._arrivals = 0
         self._grace_s = urgent_grace_s
+        self._turn_grace_s = turn_grace_s
+        self._turn_until = 0.0
+        self._ends_run = False
         self._holder = NORMAL
+        self._holder_place = 0.0
         self._urgent_until = 0.0
+        self._grace_place = 0.0  # the place in line of the urgent run in its grace
         self._places: dict[tuple[int, int], float] = {}  # urgent waiters' places in line
 
     def locked(self) -> bool:
@@ -126,19 +135,21 @@ class OrderedLock:
         graceless: bool = False,
         yields: bool = False,
         place: float | None = None,
+        ends_run: bool = False,
     ) -> Iterator[float]:
         """Hold the lock; yields how long the caller waited for it (seconds).
-        ``graceless``: ordinary work not held back by an urgent run's grace. ``yields``:
+        ``graceless``: work never held back by an urgent run's grace. ``yields``:
         ordinary work that raises :class:`YieldedToUrgentError` rather than wait while
         urgent work holds, waits for or is in its grace. ``place``: urgent work's place in
-        line (its turn's start, perf_counter seconds; default: now)."""
+        line (its turn's start, perf_counter seconds; default: now). ``ends_run``: the last
+        of its turn's urgent work (a first sentence): no turn grace after it."""
         level = current_urgency() if level is None else level
         where = time.perf_counter() if place is None else place
         wait = self._acquire(level, graceless, yields and level > URGENT, where)
         try:
             yield wait
         finally:
-            self._release()
+            self._release(ends_run)
 
     def _acquire(
         self,
@@ -155,7 +166,7 @@ class OrderedLock:
             self._places[ticket] = place if level <= URGENT else 0.0
             if level <= URGENT:
                 self._cond.notify_all()  # a waiter that gives way to urgent work
-            while self._held or self._next() != ticket or self._in_grace(level, graceless):
+            while self._held or self._next() != ticket or self._in_grace(level, graceless, place):
                 if yields and self._urgent_present():
                     self._waiting.remove(ticket)
                     del self._places[ticket]
@@ -165,7 +176,7 @@ class OrderedLock:
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
-            del self._places[ticket]
+            self._holder_place = self._places.pop(ticket)
         return time.perf_counter() - started
 
     def _next(self) -> tuple[int, int]:
@@ -179,14 +190,22 @@ class OrderedLock:
             or time.perf_counter() < self._urgent_until
         )
 
-    def _in_grace(self, level: int, graceless: bool) -> bool:
-        return not graceless and level > URGENT and time.perf_counter() < self._urgent_until
+    def _in_grace(self, level: int, graceless: bool, place: float) -> bool:
+        """Whether an urgent run's grace keeps this waiter out (never a ``graceless``
+        one): ordinary work, and urgent work of a turn that began after the run's."""
+        now = time.perf_counter()
+        if graceless or now >= self._urgent_until:
+            return False
+        return level > URGENT or (now < self._turn_until and place > self._grace_place)
 
-    def _release(self) -> None:
+    def _release(self, ends_run: bool = False) -> None:
         with self._cond:
             self._held = False
             if self._holder <= URGENT:
-                self._urgent_until = time.perf_counter() + self._grace_s
+                now = time.perf_counter()
+                self._urgent_until = now + self._grace_s
+                self._turn_until = now if ends_run else now + self._turn_grace_s
+                self._grace_place = self._holder_place
             self._cond.notify_all()
 
 
@@ -204,13 +223,14 @@ class ComputeGate:
 
     SMALL_DEVICE_CORES = 4
     URGENT_GRACE_S = 0.03
+    TURN_GRACE_S = 0.01
 
     def __init__(self, enabled: bool | None = None) -> None:
         if enabled is None:
             setting = os.environ.get("EDGE_COMPUTE_GATE")
             enabled = setting != "0" if setting else _cores() <= self.SMALL_DEVICE_CORES
         self.enabled = enabled
-        self._lock = OrderedLock(urgent_grace_s=self.URGENT_GRACE_S)
+        self._lock = OrderedLock(urgent_grace_s=self.URGENT_GRACE_S, turn_grace_s=self.TURN_GRACE_S)
         self.stats = GateStats()
 
     @contextmanager
@@ -221,10 +241,17 @@ class ComputeGate:
             yield
             return
         # The model's own steps need no grace from each other: its scheduler orders them,
-        # and a background request holding the model would keep an answer waiting.
+        # and a background request holding the model would keep an answer waiting. A first
+        # sentence ends a turn (its listener's own answer may be the run going on).
         level = current_urgency()
+        graceless = kind in ("llm", FIRST_SENTENCE)
+        place = place_in_line()
         with self._lock.hold(
-            level, graceless=kind == "llm", yields=_YIELDS.get(), place=place_in_line()
+            level,
+            graceless=graceless,
+            yields=_YIELDS.get(),
+            place=place,
+            ends_run=kind == FIRST_SENTENCE,
         ) as wait:
             started = time.perf_counter()
             try:
