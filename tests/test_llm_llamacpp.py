@@ -209,6 +209,25 @@ async def test_a_warm_ahead_of_the_users_message_leaves_only_its_text_to_evaluat
     assert opened.content == shut.content  # the same prompt, evaluated in other pieces
 
 
+async def test_a_warm_of_words_still_coming_leaves_only_the_last_words_to_evaluate(
+    llm: LlamaCppLLM,
+) -> None:
+    """``open_last``: a partial transcript is evaluated up to the end of its words (no
+    end-of-message token after them), so the whole utterance's request evaluates only
+    its last words and the generation prompt."""
+    context = ask("Context: Hana is in the clean room.", system=SYSTEM + " Words.")
+    so_far, whole = "Where is Hana", "Where is Hana today?"
+    partial = await llm.warm(
+        [*context, {"role": "user", "content": so_far}], cache_key="mia", open_last=True
+    )
+    msgs = [*context, {"role": "user", "content": whole}]
+    r = await llm.chat(msgs, max_tokens=2, cache_key="mia")
+    assert r.metrics.reused_tokens >= partial.prompt_tokens - 1
+    generation_prompt = 6
+    rest = r.metrics.prompt_tokens - r.metrics.reused_tokens
+    assert rest <= llm.count_tokens(" today?") + generation_prompt
+
+
 async def test_a_new_participant_starts_from_the_seed_state(llm: LlamaCppLLM) -> None:
     """An answer (or a warm) for a key with no state yet starts from ``seed_key``'s: the
     shared system prompt is reused even when another prompt fills the live context; the

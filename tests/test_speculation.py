@@ -205,3 +205,27 @@ async def test_a_reply_finishing_before_the_query_drops_the_provisional_turn() -
         llm.default = ScriptedReply("Fresh.")
         result = await conv.answer(turn("And then?"), started=Started())
     assert result.text == "Fresh." and speculator.answers.stats.adopted == 0
+
+
+async def test_a_partial_transcript_leaves_the_answer_only_its_last_words_to_evaluate() -> None:
+    """With the real model: while the participant speaks, a partial transcript evaluates
+    their answer request up to the words so far, so the answer to the whole utterance
+    evaluates only its last words and the generation prompt."""
+    from edge.llm import LlamaCppLLM
+
+    llm = LlamaCppLLM(n_ctx=1024, temperature=0.0)
+    clock = Clock()
+    answers = SpeculativeAnswers(llm)
+    conv = Conversation(answers, context=manager(llm, clock), clock=clock)
+    runtime = AgentRuntime()
+    speculator = TurnSpeculator(Router(), conv, answers)
+    runtime.register("speculator", speculator)
+    whole = "What is the capital of France?"
+    async with llm, answers, speculator, runtime:
+        pub = _publisher(runtime)
+        await pub(TRANSCRIPT_TOPIC, Transcript(text="What is the capital of", utterance=0))
+        await wait_for(lambda: any(m.cache_key == "p1" for m in llm.metrics_log))
+        await conv.answer(turn(whole), started=Started())
+        metrics = next(m for m in reversed(llm.metrics_log) if m.generated_tokens)
+        rest = metrics.prompt_tokens - metrics.reused_tokens
+        assert rest <= llm.count_tokens(" France?") + 6, metrics

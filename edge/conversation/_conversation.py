@@ -314,6 +314,11 @@ class Conversation:
             max_tokens=self.max_tokens,
         )
 
+    async def warm_words(self, participant_id: str, words: str) -> None:
+        """The participant is still speaking ``words`` (a partial transcript): their answer
+        request is evaluated up to them, so the answer evaluates only the words after."""
+        await self.context.warm_words(participant_id, self.request_messages(participant_id, words))
+
     # ----------------------------------------------------------------- streaming
 
     async def _publish(self, turn: AgentTurn, text: str, sequence: int, final: bool) -> None:

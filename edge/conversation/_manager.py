@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, Unpack
 
 import anyio
 
-from edge.llm import LLMService
+from edge.llm import ChatMessage, LLMService
 from edge.recall import MemoryRecallIndex, RecallIndex, StoreRecallIndex
 from edge.runtime import Agent, Topic, now_us
 from edge.store import SessionStore
@@ -159,6 +159,10 @@ class ContextManager:
 
     def participants(self) -> list[str]:
         return self._state.ids()
+
+    async def warm_words(self, participant_id: str, messages: list[ChatMessage]) -> None:
+        """Evaluate an answer request up to a speaker's words so far (``Prefixes``)."""
+        await self._prefixes.warm_words(participant_id, messages)
 
     def prefix_warmer(
         self, system_prompt: Callable[[], str], shared_key: str | None = SYSTEM_PROMPT_KEY

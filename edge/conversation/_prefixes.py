@@ -117,6 +117,20 @@ class Prefixes:
         with self.jobs.track(part.participant_id):
             await self._warm(part.system, self.prefix(part), part.participant_id)
 
+    async def warm_words(self, participant_id: str, messages: list[ChatMessage]) -> None:
+        """The participant is still speaking: evaluate their answer request ``messages`` up
+        to the end of its words so far (the last message, a partial transcript), so the
+        answer to the whole utterance evaluates only its last words. Best effort."""
+        if not isinstance(self.llm, Warmable):
+            return
+        with self.jobs.track(participant_id):
+            try:
+                await self.llm.warm(
+                    messages, cache_key=participant_id, priority=Priority.BACKGROUND, open_last=True
+                )
+            except LLMError as exc:
+                log.debug("warming %s's words so far failed: %s", participant_id, exc)
+
     async def warm_joined(self, participant_id: str, system: str, seed: str | None) -> bool:
         """A participant joined: their state from ``seed``'s (the system prompt alone),
         then their prompt prefix on top (their stored context, or none yet, and the current

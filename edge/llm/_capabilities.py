@@ -55,6 +55,7 @@ class Warmable(Protocol):
         priority: Priority | str = ...,
         seed_key: str | None = None,
         user_next: bool = False,
+        open_last: bool = False,
     ) -> RequestMetrics: ...
 
 

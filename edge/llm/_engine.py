@@ -165,6 +165,22 @@ class AbortHook:
         self.check = check
 
 
+def _marked(
+    messages: Sequence[ChatMessage], user_next: bool, open_last: bool
+) -> list[ChatMessage] | None:
+    """``messages`` with a mark where a warmed prefix ends: after the last message's text
+    (``open_last``: a partial transcript, its words still coming), or as the text of a user
+    message after them (``user_next``: the request evaluates only its words and the
+    generation prompt; the generation prompt still, when the template hides where the
+    text would go). None: the whole prompt with its generation prompt."""
+    if open_last and messages:
+        *before, last = messages
+        return [*before, ChatMessage(role=last.role, content=last.content + _USER_TEXT_MARK)]
+    if user_next:
+        return [*messages, ChatMessage(role="user", content=_USER_TEXT_MARK)]
+    return None
+
+
 class LlamaEngine:
     """One llama.cpp context plus saved states of other cache keys."""
 
@@ -284,15 +300,15 @@ class LlamaEngine:
         result = self._formatter(messages=dumped, enable_thinking=False)
         return result.prompt
 
-    def format_warm(self, messages: Sequence[ChatMessage], user_next: bool) -> str:
-        """The prompt prefix a warm of ``messages`` evaluates: with the generation prompt,
-        or, when the next request adds a user message (``user_next``), everything before
-        that message's text (its role header included), so the request evaluates only its
-        words and the generation prompt (the generation prompt still, when the template
-        hides where the text would go)."""
-        if user_next:
-            probe = ChatMessage(role="user", content=_USER_TEXT_MARK)
-            text = self.format_chat([*messages, probe], False)
+    def format_warm(
+        self, messages: Sequence[ChatMessage], user_next: bool, open_last: bool = False
+    ) -> str:
+        """The prompt prefix a warm of ``messages`` evaluates (:func:`_marked`): with the
+        generation prompt, up to where a next user message's text begins (``user_next``),
+        or up to the end of the last message's words still coming (``open_last``)."""
+        marked = _marked(messages, user_next, open_last)
+        if marked is not None:
+            text = self.format_chat(marked, False)
             cut = text.rfind(_USER_TEXT_MARK)
             if cut >= 0:
                 return text[:cut]

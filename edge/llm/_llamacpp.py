@@ -188,6 +188,8 @@ class LlamaCppLLM(StreamingLLM):
         if self._closed:
             raise LLMClosedError("the LLM service is closed")
         async with self._load_lock:
+            if self._closed:  # closed while this waited: the model is being freed
+                raise LLMClosedError("the LLM service is closed")
             if not self._loaded:
                 await self._thread.run(self._load_sync)
 
@@ -310,16 +312,18 @@ class LlamaCppLLM(StreamingLLM):
         priority: Priority | str = Priority.BACKGROUND,
         seed_key: str | None = None,
         user_next: bool = False,
+        open_last: bool = False,
     ) -> RequestMetrics:
         """Evaluate the prompt of ``messages`` into ``cache_key``'s KV state, generating
         nothing, so the next request with this prefix starts fast (a key without a state
         starts from ``seed_key``'s, as in :class:`~edge.llm.GenerationOptions`); with
-        ``user_next``, up to where a user message's text would begin (``format_warm``)."""
+        ``user_next``, up to where a user message's text would begin; with ``open_last``,
+        up to the end of the last message's text, words still coming (``format_warm``)."""
         started = time.perf_counter()
         msgs = as_messages(messages)
         metrics = RequestMetrics(priority=Priority(priority), cache_key=cache_key)
         await self.load()
-        req = self._requests.warming(msgs, user_next, metrics, seed_key)
+        req = self._requests.warming(msgs, user_next, metrics, seed_key, open_last)
         metrics.reused_tokens = await self._runner.warm(req)
         metrics.prompt_eval_s = time.perf_counter() - started - (metrics.queue_wait_s or 0)
         self._requests.finish(metrics, started)

@@ -80,11 +80,13 @@ class Requests:
         user_next: bool,
         metrics: RequestMetrics,
         seed_key: str | None,
+        open_last: bool = False,
     ) -> Request:
         """The request evaluating the prompt of ``messages`` into ``metrics.cache_key``
-        (up to where a user message's text would begin, with ``user_next``)."""
+        (up to where a user message's text would begin, with ``user_next``; up to the end
+        of the last message's text, with ``open_last``)."""
         engine = self._engine
-        prompt = engine.tokenize_prompt(engine.format_warm(messages, user_next))
+        prompt = engine.tokenize_prompt(engine.format_warm(messages, user_next, open_last))
         check_fits(engine.n_ctx, prompt, "the prompt to warm")
         metrics.prompt_tokens = len(prompt)
         return self.request(prompt, metrics, metrics.cache_key, seed_key)
