@@ -13,7 +13,7 @@ import pytest
 from edge.conversation import Conversation
 from edge.decisions import LocalDecisionService, PreparingDecisions, ScriptedDecisions
 from edge.interaction import USER_QUERY_TOPIC, UserQuery
-from edge.llm import ScriptedLLM, ScriptedReply, TokenCounter
+from edge.llm import LlamaCppLLM, ScriptedLLM, ScriptedReply, TokenCounter
 from edge.runtime import AgentRuntime
 from edge.speculation import (
     Guess,
@@ -94,7 +94,9 @@ def _user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-async def speculator_runtime(llm: ScriptedLLM) -> tuple[AgentRuntime, TurnSpeculator, Conversation]:
+async def speculator_runtime(
+    llm: ScriptedLLM | LlamaCppLLM,
+) -> tuple[AgentRuntime, TurnSpeculator, Conversation]:
     clock = Clock()
     answers = SpeculativeAnswers(llm)
     conv = Conversation(answers, context=manager(llm, clock), clock=clock)
@@ -211,17 +213,10 @@ async def test_a_partial_transcript_leaves_the_answer_only_its_last_words_to_eva
     """With the real model: while the participant speaks, a partial transcript evaluates
     their answer request up to the words so far, so the answer to the whole utterance
     evaluates only its last words and the generation prompt."""
-    from edge.llm import LlamaCppLLM
-
     llm = LlamaCppLLM(n_ctx=1024, temperature=0.0)
-    clock = Clock()
-    answers = SpeculativeAnswers(llm)
-    conv = Conversation(answers, context=manager(llm, clock), clock=clock)
-    runtime = AgentRuntime()
-    speculator = TurnSpeculator(Router(), conv, answers)
-    runtime.register("speculator", speculator)
+    runtime, speculator, conv = await speculator_runtime(llm)
     whole = "What is the capital of France?"
-    async with llm, answers, speculator, runtime:
+    async with llm, speculator.answers, speculator, runtime:
         pub = _publisher(runtime)
         await pub(TRANSCRIPT_TOPIC, Transcript(text="What is the capital of", utterance=0))
         await wait_for(lambda: any(m.cache_key == "p1" for m in llm.metrics_log))
