@@ -34,6 +34,23 @@ async def receive_until(client: EdgeClient, kind: type[M], limit: float) -> M:
                 return message
 
 
+LONG_REPLY = " ".join(f"Sentence number {i} is here." for i in range(12))
+"""A reply long enough to be still speaking when a test barges in."""
+
+
+async def speaking_a_long_reply(client: EdgeClient, limit: float) -> list[Any]:
+    """Ask for a long story (the scripted model's :data:`LONG_REPLY`) and read until its
+    third audio chunk: the reply is being spoken. Returns the messages read."""
+    from edge.server._protocol import AudioMessage
+
+    await client.send({"type": "text", "text": "tell me a long story"})
+    read: list[Any] = []
+    with anyio.fail_after(limit):
+        while sum(isinstance(m, AudioMessage) for m in read) < 3:
+            read.append((await client.receive())[0])
+    return read
+
+
 async def wait_for(condition: Callable[[], object], limit: float = 5.0) -> None:
     """Poll ``condition`` until true; fail after ``limit`` seconds."""
     with anyio.fail_after(limit):

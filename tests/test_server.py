@@ -28,11 +28,13 @@ from edge.server._protocol import (
 from edge.voice import chunk_pcm
 from tests.conversation_helpers import T0, Clock
 from tests.server_helpers import (
+    LONG_REPLY,
     Departures,
     answer_for,
     make_service,
     receive_until,
     settings,
+    speaking_a_long_reply,
     tone_service,
     wait_for,
 )
@@ -313,8 +315,7 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
     from edge.voice import VoiceConfig, float_to_pcm16
     from tests.voice_helpers import silence, tone
 
-    long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
-    llm = ScriptedLLM([long_reply], default="Short answer.")
+    llm = ScriptedLLM([LONG_REPLY], default="Short answer.")
     service = tone_service(llm, VoiceConfig(playback_speed=1.0, partial_interval_s=0))  # real time
     async with (
         service,
@@ -325,15 +326,8 @@ async def test_barge_in_over_the_session_stops_speech_and_starts_the_next_turn()
             want_audio=True,
         ) as client,
     ):
-        await client.send({"type": "text", "text": "tell me a long story"})
-        audio_chunks = 0
-        first_id = None
-        with anyio.fail_after(10):
-            while audio_chunks < 3:  # the reply is being spoken
-                message, _ = await client.receive()
-                audio_chunks += isinstance(message, AudioMessage)
-                if isinstance(message, QueryEcho):
-                    first_id = message.request_id
+        read = await speaking_a_long_reply(client, 10)
+        first_id = next((m.request_id for m in read if isinstance(m, QueryEcho)), None)
         pcm = float_to_pcm16(np.concatenate([tone(0.6, 440.0), silence(1.0)]))
         for piece in chunk_pcm(pcm, 16000, 100):
             await client.send_audio(piece)

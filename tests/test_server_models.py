@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import anyio
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe, Transcript
@@ -30,11 +29,13 @@ from edge.voice import (
     resample,
 )
 from tests.server_helpers import (
+    LONG_REPLY,
     read_answer,
     read_spoken,
     read_transcript,
     receive_until,
     settings,
+    speaking_a_long_reply,
     wait_for,
 )
 from tests.voice_helpers import heard_as, words
@@ -285,7 +286,7 @@ async def test_a_quick_stop_spoken_over_a_reply_interrupts_it_and_is_heard_once(
     longer run. The reply stops (a barge-in), and the next turn's words are "Stop." once
     (Whisper looped on it: "Stop. Stop. Stop. ...")."""
     from edge.llm import ScriptedLLM
-    from edge.server._protocol import AudioMessage, InterruptedMessage
+    from edge.server._protocol import InterruptedMessage
 
     stt, tts = models
     kept = tts.length_scale
@@ -298,10 +299,9 @@ async def test_a_quick_stop_spoken_over_a_reply_interrupts_it_and_is_heard_once(
     pcm = float_to_pcm16(
         np.concatenate([np.zeros(4_800, np.float32), stop, np.zeros(16_000, np.float32)])
     )
-    long_reply = " ".join(f"Sentence number {i} is here." for i in range(12))
     service = EdgeService(
         settings(voice=True),
-        llm=ScriptedLLM([long_reply], default="Stopped."),
+        llm=ScriptedLLM([LONG_REPLY], default="Stopped."),
         decisions=ScriptedDecisions(default="conversation"),
         speech=SpeechParts(stt=stt, tts=tts, config=VoiceConfig(playback_speed=1.0)),
     )
@@ -314,11 +314,7 @@ async def test_a_quick_stop_spoken_over_a_reply_interrupts_it_and_is_heard_once(
             want_audio=True,
         ) as client,
     ):
-        await client.send({"type": "text", "text": "tell me a long story"})
-        chunks = 0
-        with anyio.fail_after(30):
-            while chunks < 3:  # the reply is being spoken
-                chunks += isinstance((await client.receive())[0], AudioMessage)
+        await speaking_a_long_reply(client, 30)
         for piece in chunk_pcm(pcm, 16_000, 100):
             await client.send_audio(piece)
         interrupted = await receive_until(client, InterruptedMessage, 30)

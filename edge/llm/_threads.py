@@ -187,9 +187,8 @@ class ThreadPolicy:
         """Threads for a step that decodes one token: :meth:`update`'s count, or one fewer
         while that has decoded faster lately (:meth:`one_token_took`; the count not in use
         is tried again every ``PROBE_EVERY`` steps). Work in this process that the
-        counters cannot tell from the model's own (four people's audio coming in, a
-        recognizer's threads) can hold a core: in four spoken turns at once a token took
-        30 ms on two threads and 15-18 ms on one, where idle it takes 7 ms on two."""
+        counters cannot tell from the model's own (a recognizer's or a voice's threads)
+        can hold a core."""
         top = self.update()
         if not self.adaptive or top < 2:
             return top

@@ -8,8 +8,7 @@ barriers in an evaluation then costs a wake-up.
 
 Steps sent to the event loop's shared worker threads land on whichever is idle (the speech
 models and the store use them too), so over time several threads each left an idle team
-behind. With four people speaking at once, a one-token step took 20 ms instead of 12 and a
-two-sequence step 80 ms instead of 17. :class:`ModelThread` sends every call to one thread
+behind, and steps slowed by several times. :class:`ModelThread` sends every call to one thread
 of its own, so there is one team. Every llama.cpp model of the process shares
 :data:`MODEL_THREAD`: the compute gate runs one heavy step at a time anyway, and a second
 model's team would count against the cores as well (a benchmark holds two services).

@@ -117,7 +117,6 @@ class OrderedLock:
         self._grace_s = urgent_grace_s
         self._turn_grace_s = turn_grace_s
         self._turn_until = 0.0
-        self._ends_run = False
         self._holder = NORMAL
         self._holder_place = 0.0
         self._urgent_until = 0.0
