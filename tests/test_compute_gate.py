@@ -536,3 +536,23 @@ def test_an_urgent_run_keeps_the_lock_from_a_later_turns_urgent_work() -> None:
     earlier.join(2)
     later.join(2)
     assert order == ["next token", "earlier turn's pass", "later turn's pass"]
+
+
+def test_a_later_turns_urgent_waiter_goes_when_the_turn_grace_ends() -> None:
+    """The run's turn grace (not the longer grace that keeps ordinary work out) is what
+    holds a later turn's urgent work back: once it lapses with no next step of the run,
+    that work takes the lock, without sleeping out the ordinary grace."""
+    lock = OrderedLock(urgent_grace_s=1.0, turn_grace_s=0.05)
+    waited: list[float] = []
+
+    def later_pass() -> None:
+        started = time.perf_counter()
+        with lock.hold(URGENT, place=2.0):
+            waited.append(time.perf_counter() - started)
+
+    with lock.hold(URGENT, place=1.0):  # the answer of the turn that began at 1.0
+        later = threading.Thread(target=later_pass)
+        later.start()
+        time.sleep(0.05)  # the later turn's pass now waits
+    later.join(2)
+    assert waited and waited[0] < 0.5  # the 0.05 s turn grace, not the 1 s one

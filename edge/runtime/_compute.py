@@ -171,7 +171,7 @@ class OrderedLock:
                     del self._places[ticket]
                     self._cond.notify_all()  # the next in line may be free to go now
                     raise YieldedToUrgentError("urgent work holds or waits for the gate")
-                grace = self._urgent_until - time.perf_counter()
+                grace = self._grace_left(level)
                 self._cond.wait(grace if not self._held and grace > 0 else None)
             self._waiting.remove(ticket)
             self._held, self._holder = True, level
@@ -196,6 +196,12 @@ class OrderedLock:
         if graceless or now >= self._urgent_until:
             return False
         return level > URGENT or (now < self._turn_until and place > self._grace_place)
+
+    def _grace_left(self, level: int) -> float:
+        """How long the grace that may keep a waiter at ``level`` out still lasts: the
+        run's whole grace for ordinary work, its (shorter) turn grace for urgent work."""
+        until = self._urgent_until if level > URGENT else self._turn_until
+        return until - time.perf_counter()
 
     def _release(self, ends_run: bool = False) -> None:
         with self._cond:
