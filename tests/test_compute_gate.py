@@ -538,11 +538,11 @@ def test_an_urgent_run_keeps_the_lock_from_a_later_turns_urgent_work() -> None:
     assert order == ["next token", "earlier turn's pass", "later turn's pass"]
 
 
-def test_a_later_turns_urgent_waiter_goes_when_the_turn_grace_ends() -> None:
-    """The run's turn grace (not the longer grace that keeps ordinary work out) is what
-    holds a later turn's urgent work back: once it lapses with no next step of the run,
-    that work takes the lock, without sleeping out the ordinary grace."""
-    lock = OrderedLock(urgent_grace_s=1.0, turn_grace_s=0.05)
+def test_a_later_turns_urgent_waiter_kept_out_waits_out_the_runs_grace() -> None:
+    """A later turn's urgent work that the turn grace kept out sleeps until the run's
+    whole grace lapses when the run has no next step (measured: waking it at the end of
+    the turn grace made four people speaking at once slower at worst)."""
+    lock = OrderedLock(urgent_grace_s=0.3, turn_grace_s=0.05)
     waited: list[float] = []
 
     def later_pass() -> None:
@@ -555,4 +555,4 @@ def test_a_later_turns_urgent_waiter_goes_when_the_turn_grace_ends() -> None:
         later.start()
         time.sleep(0.05)  # the later turn's pass now waits
     later.join(2)
-    assert waited and waited[0] < 0.5  # the 0.05 s turn grace, not the 1 s one
+    assert waited and 0.25 < waited[0] < 1.5
