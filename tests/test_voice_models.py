@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edge.bench import voiced_span
+from edge.device import load_profiles
 from edge.interaction import (
     INTERRUPTED_TOPIC,
     USER_QUERY_TOPIC,
@@ -95,6 +96,37 @@ def test_a_quick_one_word_answer_is_an_utterance(models, spoken) -> None:  # typ
         events = endpointer.feed(audio, vad.process(audio))
         ended += sum(isinstance(e, UtteranceEnded) for e in events)
     assert ended == 5
+
+
+def test_no_profile_ends_a_question_at_a_pause_inside_it(models) -> None:  # type: ignore[no-untyped-def]
+    """A 0.35 s pause inside "What is the capital of Italy, … and what is it famous for?"
+    (each half trimmed to its voiced span plus 50 ms, as ``benchmarks/versus_chain.py``
+    joins them) is 11 or 12 silent 32 ms windows to Silero, depending on where the
+    windows fall. Whisper writes the first half as a whole question, so the shortest end
+    silence applies there: every profile's must outlast the pause (400 ms is 13 windows;
+    384 ms ended this question at its pause in a probe)."""
+    _, tts = models
+    halves = []
+    for text in ("What is the capital of Italy,", "and what is it famous for?"):
+        said = tts.synthesize(text)
+        audio = resample(said.audio, said.sample_rate, 16_000)
+        start, end = voiced_span(audio, 16_000)
+        halves.append(audio[int(start * 16_000) : int((end + 0.05) * 16_000)])
+    pause = np.zeros(int(0.35 * 16_000), np.float32)
+    for name, profile in load_profiles().items():
+        vad_config = VoiceConfig.for_device(profile.audio).vad
+        for lead in (0, 160, 320, 480):  # where the 512-sample windows fall
+            audio = np.concatenate([np.zeros(4_800 + lead, np.float32), halves[0], pause])
+            audio = np.concatenate([audio, halves[1]])
+            vad, endpointer = SileroVAD(), Endpointer(vad_config)
+            ended = 0
+            for at in range(0, len(audio), 800):  # 50 ms frames
+                frame = audio[at : at + 800]
+                events = endpointer.feed(frame, vad.process(frame))
+                if endpointer.silence_samples:  # a pause: its words read as complete
+                    events += endpointer.adapt(True)
+                ended += sum(isinstance(e, UtteranceEnded) for e in events)
+            assert ended == 0, f"{name} ended the question at its pause (lead {lead})"
 
 
 def test_a_short_word_is_heard_once(models) -> None:  # type: ignore[no-untyped-def]
