@@ -26,7 +26,7 @@ from versus_chain import QUESTIONS
 from edge.voice import PiperTTS, WhisperSTT, resample
 
 EVALS = Path(__file__).resolve().parent.parent / "edge" / "eval" / "evals"
-WINDOWS = {  # name: (encoder window floor, CTranslate2 threads)
+VARIANTS = {  # name: (encoder window floor, CTranslate2 threads)
     "30 s (faster-whisper)": (None, 2),
     "fitted, 10 s floor (default)": (10.0, 2),
     "fitted, 15 s floor": (15.0, 2),
@@ -65,7 +65,7 @@ def main() -> dict:
     tts = PiperTTS(noise_scale=0, noise_w_scale=0)
     models = {
         name: WhisperSTT(encoder_window_s=w, cpu_threads=threads)
-        for name, (w, threads) in WINDOWS.items()
+        for name, (w, threads) in VARIANTS.items()
     }
     for stt in models.values():
         stt.load()
@@ -81,10 +81,10 @@ def main() -> dict:
                 row[name]["pass_s"] = time.perf_counter() - started
             rows.append(row)
     summary = {}
-    base = next(iter(WINDOWS))
+    base = next(iter(VARIANTS))
     whole = [r for r in rows if r["part"] == "whole"]
     n_words = sum(len(words(r["text"])) for r in whole)
-    for name in WINDOWS:
+    for name in VARIANTS:
         summary[name] = {
             "wer_whole": sum(errors(r["text"], r[name]["heard"]) for r in whole) / n_words,
             "differ_from_30s": sum(
@@ -117,7 +117,7 @@ def report(results: dict) -> None:
         )
     Console().print(table)
     fig, ax = plt.subplots(figsize=(6, 3))
-    for name in WINDOWS:
+    for name in VARIANTS:
         ax.scatter(
             [r["seconds"] for r in results["rows"]],
             [r[name]["pass_s"] * 1000 for r in results["rows"]],

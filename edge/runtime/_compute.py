@@ -105,13 +105,11 @@ class OrderedLock:
     nobody urgent is waiting yet, and a waiting ordinary step (a long sentence synthesized
     ahead: 0.5 s) would take the lock and hold the run up. For ``turn_grace_s`` (shorter:
     urgent work waits, and the run may be over) urgent work of a turn that began after the
-    run's waits too: four people speaking at once, an answer two tokens short of its first
-    sentence waited 0.1 s for a later turn's pass taking the gap. Such a waiter, once
-    kept out, sleeps until the run's whole grace lapses unless the lock changes hands
-    first: waking it when the turn grace ends instead made the worst of four people
-    speaking at once 2.02-2.07× one alone in two runs of ``benchmarks/concurrency.py``,
-    against 1.51-1.94× in four runs without. A run that ends its turn's urgent work
-    (``ends_run``: a first sentence) leaves no such grace."""
+    run's waits too, so another speaker's pass at a pause cannot take the gap between two
+    of an earlier answer's first tokens. Such a waiter, once kept out, sleeps until the
+    run's whole grace lapses unless the lock changes hands first (waking it when the turn
+    grace ends measured worse for four people speaking at once). A run that ends its turn's
+    urgent work (``ends_run``: a first sentence) leaves no such grace."""
 
     def __init__(self, urgent_grace_s: float = 0.0, turn_grace_s: float = 0.0) -> None:
         self._cond = threading.Condition(threading.Lock())

@@ -28,8 +28,8 @@ An input without transcripts (Wyoming ``asr`` then ``handle``) speculates with
 
 Before any pause, each partial transcript (while the participant speaks) has the answer
 request evaluated up to the words so far (``warm_words``, background priority), so the
-answer, provisional or not (push-to-talk), evaluates only the last words: "What is the
-capital of France?" then evaluated 9 tokens instead of 13-19.
+answer, provisional or not (push-to-talk), evaluates only the last words and the
+generation prompt.
 """
 
 from __future__ import annotations
