@@ -1,7 +1,8 @@
 """Whisper's encoder window: all 30 s (faster-whisper's default) against the utterance plus
 1 s with a floor of 10 s (``WhisperSTT``'s default), 15 s or 20 s, on the same clips in
-one run; and the default window on one CTranslate2 thread against two (the cores of the
-2-core reference machine, what a profile gives Whisper today).
+one run, each on two CTranslate2 threads (the cores of the 2-core reference machine); and
+the whole window and the default one on one thread, which sets a profile's ``stt_threads``
+(the CI profile's 1), and backs the chain's Whisper keeping two in ``versus_chain.py``.
 
 Clips: Piper speaks this project's benchmark questions and the memory eval's questions and
 statements, each whole and cut at 60 % (what a partial pass hears while the speaker is
@@ -32,6 +33,7 @@ VARIANTS = {  # name: (encoder window floor, CTranslate2 threads)
     "fitted, 15 s floor": (15.0, 2),
     "fitted, 20 s floor": (20.0, 2),
     "fitted, 10 s floor, 1 thread": (10.0, 1),
+    "30 s (faster-whisper), 1 thread": (None, 1),
 }
 
 

@@ -91,6 +91,9 @@ DIFFERENCES = [
     "Whisper's encoder window: ours fits it to the utterance plus 1 s (at least 10 s), "
     "wyoming-faster-whisper pads every utterance to Whisper's 30 s: part of our design, "
     "measured by benchmarks/stt_window.py, not a setting a chain user can change",
+    "Whisper's threads: ours are the profile's stt_threads (1 on the CI profile: the fitted "
+    "window ran faster on one thread than on two there); the chain's are the cores (its "
+    "30 s window ran faster on two than on one), both in benchmarks/stt_window.py",
     "LLM context: ours is the profile's (8192 tokens, per-participant KV kept between turns); "
     "llama-cpp-python's server keeps its default n_ctx 2048 (enough for these questions) "
     "and reuses the previous prompt's common prefix, the system prompt",
@@ -654,7 +657,7 @@ def our_settings() -> dict[str, Any]:
             "beam_size": audio.stt_beam_size,
             "compute_type": audio.stt_compute_type,
             "language": "en",
-            "cpu_threads": config.threads,
+            "cpu_threads": config.stt_threads,
             "encoder_window_s": 10.0,
             "model": config.model_paths.get("stt"),
         },

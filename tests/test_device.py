@@ -457,6 +457,21 @@ def test_user_profile_directory_and_path(tmp_path: Path) -> None:
         load_device_config(str(tmp_path / "bad/wrong.toml"), detect=False, env={})
 
 
+def test_whisper_threads_are_the_profiles_within_the_llms(tmp_path: Path) -> None:
+    data = (PROFILE_DIR / "ci-2core-24gb.toml").read_text()
+    assert load_device_config("ci-2core-24gb", detect=False, env={}).stt_threads == 1
+
+    def with_stt_threads(line: str) -> int:
+        mine = data.replace("stt_threads = 1", line).replace("ci-2core-24gb", "my-box")
+        path = write(tmp_path, f"t{len(line)}/my-box.toml", mine)
+        return load_device_config(str(path), detect=False, env={}).stt_threads
+
+    assert with_stt_threads("") == 2  # none: the LLM's threads
+    assert with_stt_threads("stt_threads = 8") == 2  # never more than the LLM gets
+    with pytest.raises(ProfileError, match="stt_threads"):
+        with_stt_threads("stt_threads = 0")
+
+
 # -- the command --------------------------------------------------------------------------
 def test_edge_device_json(capsys: pytest.CaptureFixture[str]) -> None:
     from edge.cli import main

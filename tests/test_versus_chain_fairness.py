@@ -2,7 +2,9 @@
 what our own path uses: a handicap given to the chain cannot come back unnoticed.
 
 Home Assistant's Whisper add-on ships beam size 1, int8 and English; our path decodes with the
-profile's beam and compute type; every thread setting on both sides is the machine's cores.
+profile's beam and compute type. Every thread setting of the chain is the machine's cores, and
+so is our LLM's; our Whisper's is the profile's ``stt_threads`` (``benchmarks/stt_window.py``
+measures both windows on one thread and on two), which the results record.
 """
 
 from __future__ import annotations
@@ -47,15 +49,24 @@ def test_the_chains_whisper_decodes_as_the_addon_and_as_our_path(tmp_path: Path)
     assert flag(whisper, "--language") == addon["language"] == stt.language
 
 
-def test_every_thread_setting_is_the_cores(tmp_path: Path) -> None:
+def test_every_thread_setting_of_the_chain_is_the_cores(tmp_path: Path) -> None:
     argv = chain_services.chain_argv("python", {"whisper": 1, "llama": 2, "piper": 3}, tmp_path)
     cores = chain_services.cores()
     assert int(flag(argv["whisper"], "--cpu-threads")) == cores
     assert int(flag(argv["llama"], "--n_threads")) == cores
     assert int(flag(argv["llama"], "--n_threads_batch")) == cores
     service = our_path()
-    assert service.voice.stt.cpu_threads == cores
     assert service.device is not None and service.device.threads == cores
+
+
+def test_our_whisper_runs_on_the_profiles_stt_threads_as_the_results_record() -> None:
+    import versus_chain
+
+    service = our_path()
+    assert service.device is not None
+    wanted = service.device.profile.audio.stt_threads or service.device.threads
+    assert service.voice.stt.cpu_threads == min(wanted, service.device.threads)
+    assert versus_chain.our_settings()["whisper"]["cpu_threads"] == service.voice.stt.cpu_threads
 
 
 def test_the_chains_settings_are_what_its_command_lines_say(tmp_path: Path) -> None:

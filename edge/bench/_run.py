@@ -143,7 +143,7 @@ class Bench:
         if "stt" in self.stages:
             compute = self.device.profile.audio.stt_compute_type
             for model in self.whisper:
-                for t in o.threads or [self.device.threads]:
+                for t in o.threads or [self.device.stt_threads]:
                     figs += await _in_thread(stt_stage, model, t, compute, r, tick, load)
         if "llm" in self.stages:
             for case in self.llm_cases():

@@ -67,6 +67,13 @@ class DeviceConfig(BaseModel):
         return self.choice.profile
 
     @property
+    def stt_threads(self) -> int:
+        """Whisper's CPU threads: the profile's ``audio.stt_threads`` (at most the LLM's
+        threads, which are at most the cores this process may use), else the LLM's."""
+        wanted = self.profile.audio.stt_threads
+        return self.threads if wanted is None else min(wanted, self.threads)
+
+    @property
     def llm_model_path(self) -> str | None:
         """The profile's LLM file (None: not installed)."""
         return self.model_paths.get("llm")

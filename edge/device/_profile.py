@@ -165,6 +165,9 @@ class AudioSettings(_Strict):
     max_utterance_s: float = Field(default=30.0, gt=0, le=120)
     stt_compute_type: Literal["int8", "int8_float16", "float16", "float32"] = "int8"
     stt_beam_size: int = Field(default=1, ge=1, le=10)
+    # Whisper's CPU threads (CTranslate2); None: the LLM's threads. Tiny Whisper on a
+    # fitted window can run faster on fewer threads than the LLM's (benchmarks/stt_window.py)
+    stt_threads: int | None = Field(default=None, ge=1, le=64)
     tts_chunk_ms: int = Field(default=200, ge=20, le=2000)
 
 

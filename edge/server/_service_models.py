@@ -132,7 +132,10 @@ def _local_stt(device: Any, whisper: Any, paths: dict[str, Any], audio: Any) -> 
 
         cpu_only = device.hardware is not None and not device.hardware.cuda
         stt_settings = SttSettings.for_device(
-            audio, threads=device.threads, cpu_only=cpu_only, cuda=not cpu_only and whisper_cuda()
+            audio,
+            threads=device.stt_threads,
+            cpu_only=cpu_only,
+            cuda=not cpu_only and whisper_cuda(),
         )
         settings = stt_settings.model_dump()
     return whisper(paths.get("stt"), **settings)

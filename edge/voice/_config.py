@@ -176,8 +176,9 @@ class VoiceConfig(BaseModel):
 
 
 class SttSettings(BaseModel):
-    """How Whisper decodes on a device: its profile's compute type and beam, on the cores
-    the LLM gets (CTranslate2's own default is 4 threads)."""
+    """How Whisper decodes on a device: its profile's compute type and beam, on its
+    profile's STT threads (the LLM's unless the profile says; CTranslate2's own default
+    is 4 threads)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
