@@ -553,20 +553,21 @@ async def test_no_pass_after_the_pause_pass_while_nothing_is_said() -> None:
     assert max(stt.calls) < speech_end + 0.3, stt.calls  # the pause pass, not later ones
 
 
-async def test_the_pause_pass_starts_at_the_third_silent_window() -> None:
-    """By default the pass over a pause starts once three VAD windows (96 ms) are silent:
-    a gap of two windows between words (the benchmark's questions have 64 ms ones) starts
-    none, and a real pause is not held back to a fourth window (128 ms)."""
+async def test_the_pause_pass_starts_at_the_second_silent_window() -> None:
+    """By default the pass over a pause starts once two VAD windows (64 ms) are silent: a
+    gap of one window between words starts none, and a real pause is not held back to a
+    third window (96 ms), which made the pause's answer a window later on every turn while
+    it skipped only the gaps of two windows between words."""
     stt = ToneSTT()
     vad = FAST_VAD.model_copy(update={"end_silence_ms": 2000})
     runtime, voice, _, _ = make(VoiceConfig(vad=vad, partial_interval_s=0, playback_speed=0), stt)
     window = 512 / 16_000
-    speech = [silence(10 * window), tone(16 * window), silence(2 * window), tone(16 * window)]
+    speech = [silence(10 * window), tone(16 * window), silence(window), tone(16 * window)]
     async with voice, runtime:
         await feed(runtime, np.concatenate(speech), chunk_ms=32)
-        await feed(runtime, silence(2 * window), chunk_ms=32)
+        await feed(runtime, silence(window), chunk_ms=32)
         await anyio.sleep(0.2)
-        assert stt.calls == []  # two silent windows: no pass
+        assert stt.calls == []  # one silent window: no pass
         await feed(runtime, silence(window), chunk_ms=32)
         await wait_for(lambda: stt.calls, limit=30)
 

@@ -136,7 +136,7 @@ class VoiceConfig(BaseModel):
     first_piece_max_chars: int | None = Field(default=32, ge=13, le=220)
     sentence_max_chars: int = Field(default=120, ge=40, le=400)
     speculative_final: bool = True
-    speculative_after_ms: int = Field(default=96, ge=0)
+    speculative_after_ms: int = Field(default=64, ge=0)
     partial_guess_gap_ms: int = Field(default=0, ge=0)
     full_window_pause_pass: bool = False
     pass_timeout_s: float = Field(default=PASS_TIMEOUT_S, gt=0.0)
