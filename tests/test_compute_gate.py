@@ -556,3 +556,47 @@ def test_a_later_turns_urgent_waiter_kept_out_waits_out_the_runs_grace() -> None
         time.sleep(0.05)  # the later turn's pass now waits
     later.join(2)
     assert waited and 0.25 < waited[0] < 1.5
+
+
+def test_urgent_waiting_and_giving_way_while_still_partial() -> None:
+    """What a step under way reads to give way between its parts: whether urgent work
+    waits for the gate (ordinary waiters do not count; an off gate has none), and whether
+    its own work still gives way (a partial someone came to wait for does not)."""
+    from edge.runtime import gives_way, yielding
+
+    gate = ComputeGate(enabled=True)
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with gate.hold("llm"):
+            holding.set()
+            release.wait(5)
+
+    def waiter(level: int) -> None:
+        with urgency(level), gate.hold("stt"):
+            pass
+
+    h = threading.Thread(target=holder)
+    h.start()
+    assert holding.wait(5)
+    ordinary = threading.Thread(target=waiter, args=(NORMAL,))
+    ordinary.start()
+    time.sleep(0.05)
+    assert not gate.urgent_waiting()
+    urgent = threading.Thread(target=waiter, args=(URGENT,))
+    urgent.start()
+    time.sleep(0.05)
+    assert gate.urgent_waiting() and not ComputeGate(enabled=False).urgent_waiting()
+    release.set()
+    for t in (h, ordinary, urgent):
+        t.join(5)
+    assert not gate.urgent_waiting()
+
+    assert not gives_way()
+    partial = [True]
+    with yielding(lambda: partial[0]):
+        assert gives_way()
+        partial[0] = False
+        assert not gives_way()
+    with yielding():
+        assert gives_way()

@@ -6,6 +6,7 @@ chunks (published as fast as possible), and Whisper checks what Piper said.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -286,3 +287,61 @@ def test_piper_synthesis_runs_alone_among_heavy_steps_and_does_not_spin(
     cpu = time.process_time()
     time.sleep(0.2)
     assert time.process_time() - cpu < 0.02  # a spin would burn most of a core here
+
+
+def test_a_partial_under_way_stops_after_its_encoder_for_a_pass_that_ends_a_turn(
+    models, spoken, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A partial pass already holding Whisper when a pass that may end a turn comes (the
+    push-to-talk release a moment after a partial started) stops between its encoder and
+    its decoder, so the final pass waits for an encoder, not a whole decode. Nobody
+    waiting, or a partial someone came to wait for, runs to its end."""
+    import threading
+
+    from edge.runtime import COMPUTE_GATE, URGENT, YieldedToUrgentError, urgency, yielding
+
+    monkeypatch.setattr(COMPUTE_GATE, "enabled", False)  # the final waits at Whisper's own lock
+    stt, _ = models
+    audio = resample(spoken[QUESTION], 22_050, 16_000)
+    stt.transcribe(audio)  # loaded and warm
+
+    def partial(still: bool) -> str:
+        with yielding(lambda: still):
+            try:
+                return stt.transcribe(audio).text
+            except YieldedToUrgentError:
+                return "gave way"
+
+    def with_a_final_arriving(still: bool) -> tuple[str, str]:
+        finals: list[str] = []
+
+        def final() -> None:
+            with urgency(URGENT):
+                finals.append(stt.transcribe(audio).text)
+
+        arriving = threading.Thread(target=final)
+        started = threading.Event()
+        original = stt._lock.hold
+
+        @contextlib.contextmanager
+        def hold(*args, **kwargs):  # type: ignore[no-untyped-def]
+            with original(*args, **kwargs) as waited:
+                started.set()  # the partial holds Whisper: the final arrives now
+                yield waited
+
+        monkeypatch.setattr(stt._lock, "hold", hold)
+        result: list[str] = []
+        runner = threading.Thread(target=lambda: result.append(partial(still)))
+        runner.start()
+        assert started.wait(5)
+        monkeypatch.setattr(stt._lock, "hold", original)
+        arriving.start()
+        runner.join(10)
+        arriving.join(10)
+        return result[0], finals[0]
+
+    assert words(partial(True)) == words(QUESTION)  # nobody waits: it runs to its end
+    gave, final = with_a_final_arriving(still=True)
+    assert gave == "gave way" and words(final) == words(QUESTION)
+    kept, final = with_a_final_arriving(still=False)  # awaited meanwhile: it goes on
+    assert words(kept) == words(final) == words(QUESTION)

@@ -120,3 +120,17 @@ async def test_a_partial_that_gave_way_is_not_reused_another_that_heard_the_end_
     (final,) = [t for t in recorder.messages(TRANSCRIPT_TOPIC) if t.final]
     assert final.text == "tone 440"
     assert stats[0].reused_pass, stt.calls
+
+
+async def test_a_partial_reused_for_the_final_text_no_longer_gives_way() -> None:
+    """A partial that heard the end is what the turn now waits for: it is urgent from the
+    endpoint on, so it no longer stops for others' urgent work (``WhisperSTT`` stops a
+    partial under way after its encoder when urgent work waits)."""
+    from edge.voice._pause import Pass, PauseRecognizer, Recognizer
+
+    pauses = PauseRecognizer(Recognizer.of(ToneSTT()), "p")
+    heard, short = Pass(0, 16_000, "partial"), Pass(0, 8_000, "partial")
+    pauses.passes += [short, heard]
+    assert not heard.urgent and not short.urgent
+    reuse, _ = pauses.end(0, 15_000, 0)
+    assert reuse is heard and heard.urgent and not short.urgent

@@ -25,6 +25,7 @@ from ._compute import (
     OrderedLock,
     YieldedToUrgentError,
     current_urgency,
+    gives_way,
     urgency,
     yielding,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "YieldedToUrgentError",
     "current_owner",
     "current_urgency",
+    "gives_way",
     "new_id",
     "now_us",
     "owned_by",

@@ -24,7 +24,7 @@ import contextvars
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -38,7 +38,9 @@ NORMAL = 1
 """Every other step: model tokens, sentences synthesized ahead, partial passes."""
 
 _URGENCY: contextvars.ContextVar[int] = contextvars.ContextVar("compute_urgency", default=NORMAL)
-_YIELDS: contextvars.ContextVar[bool] = contextvars.ContextVar("compute_yields", default=False)
+_YIELDS: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "compute_yields", default=None
+)
 
 
 FIRST_SENTENCE = "tts first"
@@ -64,17 +66,29 @@ def current_urgency() -> int:
 
 
 @contextmanager
-def yielding() -> Iterator[None]:
+def yielding(still: Callable[[], bool] | None = None) -> Iterator[None]:
     """Ordinary steps taken in this context give way to urgent work: where urgent work
     holds the gate, waits for it or is in its grace, they raise
     :class:`YieldedToUrgentError` instead of waiting. For work worth doing only when it
     costs nobody anything (a partial transcription: while it waits for the gate it holds
-    the recognizer, and a pass that may end someone's turn would queue behind it)."""
-    token = _YIELDS.set(True)
+    the recognizer, and a pass that may end someone's turn would queue behind it).
+    ``still``: whether the work still gives way (it may become awaited meanwhile)."""
+    token = _YIELDS.set(still or _always)
     try:
         yield
     finally:
         _YIELDS.reset(token)
+
+
+def _always() -> bool:
+    return True
+
+
+def gives_way() -> bool:
+    """Whether the work of this context (thread) gives way to urgent work now
+    (:func:`yielding`)."""
+    still = _YIELDS.get()
+    return still is not None and still()
 
 
 @dataclass
@@ -180,6 +194,11 @@ class OrderedLock:
             self._holder_place = self._places.pop(ticket)
         return time.perf_counter() - started
 
+    def urgent_waiting(self) -> bool:
+        """Whether urgent work waits for the lock now."""
+        with self._cond:
+            return any(level <= URGENT for level, _ in self._waiting)
+
     def _next(self) -> tuple[int, int]:
         """The waiter next in line: by urgency, then (urgent) place, then arrival."""
         return min(self._waiting, key=lambda t: (t[0], self._places[t], t[1]))
@@ -250,7 +269,7 @@ class ComputeGate:
         with self._lock.hold(
             level,
             graceless=graceless,
-            yields=_YIELDS.get(),
+            yields=gives_way(),
             place=place,
             ends_run=kind == FIRST_SENTENCE,
         ) as wait:
@@ -263,6 +282,10 @@ class ComputeGate:
                 owner = "llm" if kind == "llm" else current_owner()  # its scheduler's, else
                 hold = GateHold(kind, owner, started - wait, started, released, level <= URGENT)
                 TRACES.hold(hold)
+
+    def urgent_waiting(self) -> bool:
+        """Whether urgent work waits for the gate now (never when it is off)."""
+        return self.enabled and self._lock.urgent_waiting()
 
     def take_stats(self) -> GateStats:
         """The counts since the last call (or start), starting new ones."""

@@ -55,6 +55,7 @@ class Pass:
     started_at: float = 0.0
     queued_at: float = field(default_factory=time.perf_counter)
     speculative: bool = False  # its words are the pause's guess (reported when done)
+    awaited: bool = False  # reused for an utterance's final text: someone waits for it
     cut_for: int = -1  # the speech end its audio was cut for, as at the endpoint (if it was)
     guess: bool = False  # a partial whose words are offered as a guess when done
     error: str | None = None  # why no result came (named in the final transcript)
@@ -62,7 +63,7 @@ class Pass:
     @property
     def urgent(self) -> bool:
         """Someone may be waiting for it (all but a plain partial)."""
-        return self.kind != "partial" or self.speculative
+        return self.kind != "partial" or self.speculative or self.awaited
 
     def hears(self, speech_end: int, pad: int) -> bool:
         """Whether it hears what a pass at the endpoint would: the speech up to
@@ -91,14 +92,16 @@ def recognize(
     urgent: bool,
     participant_id: str = "",
     gate_owner: str | None = None,
+    still_partial: Callable[[], bool] | None = None,
 ) -> Recognition:
     """One pass over ``audio`` (Whisper's whole window where asked and offered), ahead of
     others' steps when ``urgent`` (someone may be waiting for it). Otherwise (a partial)
     it gives way to urgent work at the compute gate (:class:`YieldedToUrgentError`): while
     it waited there it would hold the recognizer, and a pass that may end someone's
-    turn would queue behind it. The gate's trace names it ``gate_owner`` (default:
-    ``voice:<participant_id>``)."""
-    gives_way = contextlib.nullcontext() if urgent else yielding()  # a partial: never a wait
+    turn would queue behind it; a recognizer that can stop between its parts stops there
+    too while ``still_partial`` (nobody came to wait for the pass meanwhile). The gate's
+    trace names it ``gate_owner`` (default: ``voice:<participant_id>``)."""
+    gives_way = contextlib.nullcontext() if urgent else yielding(still_partial)  # never a wait
     owner = owned_by(gate_owner or f"voice:{participant_id}")  # whose pass, in the gate's trace
     TRACES.mark(participant_id, "pass_started", urgent=urgent)
     with urgency(URGENT if urgent else NORMAL), gives_way, owner:
@@ -186,6 +189,7 @@ class Recognizer:
             urgent=job.urgent,
             participant_id=owner,
             gate_owner=gate_owner,
+            still_partial=lambda: not job.urgent,
         )
         self.cost.record(result.elapsed_s)
         return result
@@ -286,6 +290,8 @@ class PauseRecognizer:
         (None: a fresh one runs) and how many of its passes ran or will; the others
         still queued go stale, and the finished ones are forgotten."""
         reuse = self.reusable(utterance, speech_end, pad)
+        if reuse is not None:
+            reuse.awaited = True  # a partial no longer gives way: the turn waits for it
         self.drop_waiting(keep=reuse)
         count = sum(1 for p in self.passes if p.utterance == utterance and not p.stale)
         self.passes = [p for p in self.passes if not p.done.is_set() and p is not reuse]

@@ -5,7 +5,8 @@ given a path), int8 on CPU, loaded lazily with ``local_files_only``. Its methods
 blocking: the pipeline calls them in worker threads. Calls are serialized by a lock
 (one CTranslate2 model does one transcription at a time well on a small device), taken
 by a pass that may end a turn (final or speculative, :data:`edge.runtime.URGENT`) before
-the partial passes waiting for it.
+the partial passes waiting for it. A partial pass under way stops after its encoder when
+such a pass waits (its decoder, about 7 ms a token, would hold that one up).
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from edge.runtime import COMPUTE_GATE, URGENT, OrderedLock, current_urgency
+from edge.runtime import (
+    COMPUTE_GATE,
+    URGENT,
+    OrderedLock,
+    YieldedToUrgentError,
+    current_urgency,
+    gives_way,
+)
 
 from ._audio import STT_RATE
 
@@ -110,11 +118,15 @@ def _fitted_model_class() -> Any:
         rest is padding after a short utterance); None encodes all 3,000."""
 
         window_frames: int | None = None
+        after_encode: Callable[[], None] | None = None  # may raise: the pass stops there
 
         def encode(self, features: Any) -> Any:
             if self.window_frames is not None:
                 features = features[..., : self.window_frames]
-            return super().encode(features)
+            encoded = super().encode(features)
+            if self.after_encode is not None:
+                self.after_encode()
+            return encoded
 
     return FittedWhisperModel
 
@@ -159,7 +171,8 @@ class WhisperSTT:
 
     Any number of threads may call :meth:`transcribe` at once (``concurrent_callers``): it
     runs them one at a time, a pass that may end a turn (:data:`edge.runtime.URGENT`)
-    first. Each caller waits at the compute gate, where a partial pass gives way to it.
+    first. Each caller waits at the compute gate, where a partial pass gives way to it;
+    a partial pass under way gives way after its encoder (:meth:`_give_way`).
     """
 
     sample_rate = STT_RATE
@@ -211,13 +224,22 @@ class WhisperSTT:
             import faster_whisper  # noqa: F401
         except ImportError as exc:  # pragma: no cover - dependency of the package
             raise SpeechToTextError("faster-whisper is not installed") from exc
-        self._model = _fitted_model_class()(
+        model = _fitted_model_class()(
             str(path),
             device=self.device,
             compute_type=self.compute_type,
             cpu_threads=self.cpu_threads,
             local_files_only=True,
         )
+        model.after_encode = self._give_way
+        self._model = model
+
+    def _give_way(self) -> None:
+        """Between the encoder and the decoder of a pass that gives way (a partial,
+        :func:`edge.runtime.yielding`): stop it when a pass that may end a turn, or other
+        urgent work, waits for the model (:class:`YieldedToUrgentError`: not run)."""
+        if gives_way() and (COMPUTE_GATE.urgent_waiting() or self._lock.urgent_waiting()):
+            raise YieldedToUrgentError("urgent work waits for the model: stopped after encoding")
 
     def transcribe(self, audio: np.ndarray) -> Recognition:
         """Transcribe 16 kHz mono float32 audio; empty text when nothing was said."""
