@@ -3,6 +3,8 @@ reference to a file the repository does not have, model ids whole on their lines
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from edge.cli import main
@@ -23,3 +25,6 @@ def test_device_tables_at_80_columns(
         assert any(entry.id in line for line in out.splitlines()), entry.id
     if any(path is None for path in config.model_paths.values()):
         assert "not installed" in out
+    threads = config.profile.audio.stt_threads  # the CI profile's: Whisper on one thread
+    said = re.search(r"on (\d+) threads?\b", out)
+    assert (said.group(0) if said else None) == (f"on {threads} thread" if threads else None)

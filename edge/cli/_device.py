@@ -149,7 +149,7 @@ def _profile_table(config: Any) -> Table:
         f"{a.input_sample_rate} Hz in, {a.frame_ms} ms frames, endpoint after "
         f"{a.endpoint_silence_ms} ms ({a.endpoint_min_silence_ms}–{a.endpoint_max_silence_ms} "
         f"adaptive), STT {a.stt_compute_type} beam {a.stt_beam_size}"
-        + (f" on {a.stt_threads} threads" if a.stt_threads else ""),
+        + (f" on {a.stt_threads} thread{'s' * (a.stt_threads > 1)}" if a.stt_threads else ""),
     )
     return t
 
