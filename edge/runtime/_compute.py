@@ -197,7 +197,10 @@ class OrderedLock:
     def urgent_waiting(self) -> bool:
         """Whether urgent work waits for the lock now."""
         with self._cond:
-            return any(level <= URGENT for level, _ in self._waiting)
+            return self._urgent_in_line()
+
+    def _urgent_in_line(self) -> bool:
+        return any(level <= URGENT for level, _ in self._waiting)
 
     def _next(self) -> tuple[int, int]:
         """The waiter next in line: by urgency, then (urgent) place, then arrival."""
@@ -206,7 +209,7 @@ class OrderedLock:
     def _urgent_present(self) -> bool:
         return (
             (self._held and self._holder <= URGENT)
-            or any(level <= URGENT for level, _ in self._waiting)
+            or self._urgent_in_line()
             or time.perf_counter() < self._urgent_until
         )
 

@@ -6,7 +6,7 @@ blocking: the pipeline calls them in worker threads. Calls are serialized by a l
 (one CTranslate2 model does one transcription at a time well on a small device), taken
 by a pass that may end a turn (final or speculative, :data:`edge.runtime.URGENT`) before
 the partial passes waiting for it. A partial pass under way stops after its encoder when
-such a pass waits (its decoder, about 7 ms a token, would hold that one up).
+such a pass waits (its decoder, token by token, would hold that one up).
 """
 
 from __future__ import annotations

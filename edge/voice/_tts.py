@@ -10,8 +10,7 @@ slowed each other (a first clause took 267 ms instead of 137 ms, each generated 
 31 ms instead of 11 ms), so on a small device it waits for the step in progress and runs
 alone. Its threads spin-wait between operators only while a run lasts (onnxruntime's
 ``session.force_spinning_stop``): the spin after a run would take the cores from the next
-step, and no spin at all made a first piece about 9 % slower (a probe of five first
-pieces: median 82 ms against 75 ms, and no CPU time after the run either way).
+step, and no spin at all made a first piece slower.
 """
 
 from __future__ import annotations
