@@ -43,7 +43,10 @@ from edge.server import EdgeClient
 
 HOST = "127.0.0.1"
 RATE = 16_000
-CHUNK_S = 0.05  # microphone frames
+CHUNK_S = 0.05  # Wyoming audio-chunk events (Home Assistant's pipeline, the chain)
+# The WebSocket clients' microphone frames: the console's (FRAME_MS in
+# edge/server/console/audio.js, EdgeClient.speak's default), one 512-sample VAD window
+WS_FRAME_S = 0.032
 HA_SILENCE_S = 0.7  # Home Assistant's default end-of-speech silence before audio-stop
 # Home Assistant's assist pipeline streams an agent's reply into the TTS only once it is
 # longer than this (STREAM_RESPONSE_CHARS); a shorter reply goes to the TTS whole
@@ -75,9 +78,12 @@ async def sleep_until(t: float) -> None:
     await anyio.sleep(max(0.0, t - time.perf_counter()))
 
 
-async def stream_realtime(send: Callable[[bytes], Awaitable[None]], pcm: bytes, t0: float) -> None:
-    """Send ``pcm`` as a microphone does: each frame once its audio has been recorded."""
-    step = int(RATE * CHUNK_S) * 2
+async def stream_realtime(
+    send: Callable[[bytes], Awaitable[None]], pcm: bytes, t0: float, frame_s: float = CHUNK_S
+) -> None:
+    """Send ``pcm`` as a microphone does: each ``frame_s`` frame once its audio has been
+    recorded."""
+    step = int(RATE * frame_s) * 2
     for offset in range(0, len(pcm), step):
         piece = pcm[offset : offset + step]
         await sleep_until(t0 + (offset + len(piece)) / 2 / RATE)
@@ -125,14 +131,13 @@ async def ws_turn(client: EdgeClient, utt: Utterance, push_to_talk: bool) -> dic
     async def talk() -> None:
         t0 = time.perf_counter()
         marks.times["speech_end"] = t0 + utt.speech_end_s
-        await stream_realtime(client.send_audio, utt.pcm, t0)
+        await stream_realtime(client.send_audio, utt.pcm, t0, WS_FRAME_S)
         if push_to_talk:
             await client.send({"type": "end_of_utterance"})
             marks.first("release")
         else:
-            await stream_realtime(
-                client.send_audio, silence(HANDS_FREE_TAIL_S), time.perf_counter()
-            )
+            tail = silence(HANDS_FREE_TAIL_S)
+            await stream_realtime(client.send_audio, tail, time.perf_counter(), WS_FRAME_S)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(talk)

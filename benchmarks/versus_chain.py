@@ -67,6 +67,7 @@ from chain_paths import (
     HANDS_FREE_TAIL_S,
     RATE,
     TURN_LIMIT_S,
+    WS_FRAME_S,
     OllamaAgent,
     Utterance,
     WyomingPath,
@@ -128,13 +129,15 @@ _HA_TTS = (
 CLIENTS: dict[str, dict[str, str]] = {
     "a": {
         "connection": "WebSocket over TLS, one session per path",
-        "sends": f"audio frames in real time, then {HANDS_FREE_TAIL_S:g} s of silence",
+        "sends": f"{WS_FRAME_S * 1000:g} ms audio frames in real time (the console's), then "
+        f"{HANDS_FREE_TAIL_S:g} s of silence",
         "reads": "transcript (final), query, reply, audio, status (idle), error",
         "timed_from": "the end of speech (the question audio's last voiced sample)",
     },
     "b": {
         "connection": "WebSocket over TLS, one session per path",
-        "sends": "audio frames in real time, then end_of_utterance",
+        "sends": f"{WS_FRAME_S * 1000:g} ms audio frames in real time (the console's), then "
+        "end_of_utterance",
         "reads": "transcript (final), query, reply, audio, status (idle), error",
         "timed_from": "end_of_utterance",
     },

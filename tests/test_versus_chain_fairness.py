@@ -9,18 +9,21 @@ measures both windows on one thread and on two), which the results record.
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from pathlib import Path
 
 from edge.decisions import ScriptedDecisions
 from edge.device import load_device_config
 from edge.llm import ScriptedLLM
-from edge.server import EdgeService
+from edge.server import EdgeClient, EdgeService
 from tests.server_helpers import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import chain_paths  # noqa: E402
 import chain_services  # noqa: E402
 
 
@@ -75,3 +78,17 @@ def test_the_chains_settings_are_what_its_command_lines_say(tmp_path: Path) -> N
     assert flag(argv["whisper"], "--model") == cfg["whisper"]["model"]
     assert flag(argv["llama"], "--model") == cfg["llama"]["model"]
     assert "--no-streaming" not in argv["piper"] and cfg["piper"]["streaming"]
+
+
+def test_the_websocket_paths_send_the_frames_the_console_sends() -> None:
+    """Hands-free's endpoint is seen when the frame holding its last silent VAD window
+    arrives: the benchmark's WebSocket client may send no shorter frames than the clients
+    we ship (the console, ``EdgeClient.speak``), or it would time a client that is not
+    there."""
+    audio_js = (ROOT / "edge/server/console/audio.js").read_text()
+    found = re.search(r"export const FRAME_MS = (\d+);", audio_js)
+    assert found, "the console's FRAME_MS is gone"
+    console_ms = int(found.group(1))
+    speak_ms = inspect.signature(EdgeClient.speak).parameters["chunk_ms"].default
+    assert chain_paths.WS_FRAME_S * 1000 == console_ms == speak_ms
+    assert console_ms * 16 == 512  # one window of Silero's VAD at 16 kHz

@@ -304,11 +304,13 @@ class EdgeClient:
         pcm: bytes,
         *,
         realtime: bool = True,
-        chunk_ms: int = 100,
+        chunk_ms: int = 32,
         trailing_silence_s: float = 1.5,
     ) -> float:
-        """Send a recording (PCM16 in the hello's audio format) as microphone frames, at
-        real-time pace unless ``realtime`` is False, then silence so the utterance ends.
+        """Send a recording (PCM16 in the hello's audio format) as microphone frames of
+        ``chunk_ms`` (32: one window of the service's VAD at 16 kHz, as the console sends
+        them), at real-time pace unless ``realtime`` is False, then silence so the
+        utterance ends.
         Returns the ``perf_counter`` time the last speech frame was sent."""
         fmt = self.hello.audio
         if fmt is None:

@@ -2,7 +2,9 @@
 // playback of the service's PCM16 reply chunks (each scheduled right after the last).
 
 export const MIC_RATE = 16000;
-export const FRAME_MS = 100;
+// One 512-sample frame at 16 kHz: a window of the service's VAD, so the service sees
+// the end of speech as soon as the window that shows it has been recorded.
+export const FRAME_MS = 32;
 
 /** Why the microphone cannot be used here, as a sentence that says how to fix it. */
 export function microphoneProblem() {
