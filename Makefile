@@ -107,12 +107,14 @@ bench: setup
 	$(BIN)/python benchmarks/device_budgets.py
 
 # Long runs of the reliability tests (docs/reliability.md): 20x the fuzz examples, 200
-# participants x 10 turns, 40 SIGKILLs of the service, and 10 minutes of every hostile
-# client against the real service.
+# participants x 10 turns, 40 SIGKILLs of the service, a 120-exchange session compacting
+# on the real model (`make test`: 30), and 10 minutes of every hostile client against the
+# real service.
 soak: setup
 	EDGE_FUZZ_SCALE=20 EDGE_LOAD_PARTICIPANTS=200 EDGE_LOAD_TURNS=10 EDGE_CRASH_KILLS=40 \
+	  EDGE_LONG_SESSION_EXCHANGES=120 \
 	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_server_load.py \
-	  tests/test_sessions_crash.py
+	  tests/test_sessions_crash.py tests/test_conversation_model.py
 	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
 

@@ -5,12 +5,13 @@ Budgets are small so the tiny model compacts often and the module stays fast.
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from functools import partial
 
 import anyio
 import pytest
-from conversation_helpers import eventually
+from conversation_helpers import Clock, eventually
 
 from edge.conversation import (
     ContextConfig,
@@ -24,9 +25,13 @@ from edge.routing import AgentTurn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model]
 
-SESSION_EXCHANGES = 120  # most of the time is compaction
-QUIET_EVERY = 15  # exchanges between quiet moments (a compaction pass and the checks)
-STEADY_FROM = 60  # the recall index is full (its statement cap) by here: memory is flat from here
+# Most of the long session's time is compaction (about 4 s a summary request on 2 cores),
+# so `make test` runs a short one and `make soak` a long one (EDGE_LONG_SESSION_EXCHANGES).
+SESSION_EXCHANGES = int(os.environ.get("EDGE_LONG_SESSION_EXCHANGES", "30"))  # soak: 120
+QUIET_EVERY = 6  # exchanges between quiet moments (a compaction pass and the checks)
+RECALL_CAP = 10  # statements the recall index keeps (about one an exchange before the cap)
+STEADY_FROM = 12  # the recall index is full (its statement cap) by here: memory is flat from here
+SESSION_START_US = 1_790_000_000_000_000  # the pinned clock's first reading (1 ms a reading)
 
 BUDGETS = {
     "dialogue_budget_bytes": 1_200,
@@ -64,7 +69,15 @@ async def nothing() -> None:
 
 
 async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM) -> None:
+    """SESSION_EXCHANGES exchanges (30 in `make test`, 120 in `make soak`) with a note each
+    and a window update every 20, checked at a quiet moment every QUIET_EVERY: the budgets
+    and the model's window hold, every section compacts, failed summaries never come three
+    in a row, and memory is flat over the quiet moments after the recall index is full
+    (three of them in `make test`). The clock is pinned, as in
+    test_conversation_memory_model.py: the prompt shows the minute, and with the wall clock
+    each run showed the model a different prompt (and took a different time)."""
     reports = []
+    clock = Clock(SESSION_START_US, step_us=1_000)
     ctx = ContextManager(
         llm,
         ContextConfig(
@@ -73,12 +86,16 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
             compaction_quiet_s=0,
             **BUDGETS,
         ),
+        clock=clock,
         # the whole-conversation recall index is bounded by its statement cap, reached here
         # before STEADY_FROM, where the flatness check starts
-        recall_index=MemoryRecallIndex(max_statements=60),
+        recall_index=MemoryRecallIndex(max_statements=RECALL_CAP),
     )
     ctx.add_hook("post_compact", reports.append)
-    conversation = Conversation(llm, context=ctx, config=ConversationConfig(max_tokens=12))
+    conversation = Conversation(
+        llm, context=ctx, config=ConversationConfig(max_tokens=12), clock=clock
+    )
+    last_asked = (SESSION_EXCHANGES - 1) // len(EXCHANGES) * len(EXCHANGES)  # a "Where ...?"
     tracemalloc.start()
     samples = []
     try:
@@ -88,8 +105,7 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                 await ctx.record_exchange(
                     "p", user.format(i=i, r=i % 7), assistant.format(i=i, r=i % 7)
                 )
-                if i % 6 == 0:
-                    await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
+                await ctx.update("p", "notes", f"Fridge {i % 4} at {i % 7} C.")
                 if i % 20 == 0:
                     await ctx.update("p", "window", f"Panel {i} open.")
                 if i % QUIET_EVERY == QUIET_EVERY - 1:
@@ -106,7 +122,7 @@ async def test_long_session_compacts_within_budgets_and_window(llm: LlamaCppLLM)
                     assert tokens + 12 <= llm.context_length
                     samples.append((i, manager_memory()))
             result = await conversation.answer(
-                AgentTurn("p", "t", "Where did I leave sample 116?"), started=nothing
+                AgentTurn("p", "t", f"Where did I leave sample {last_asked}?"), started=nothing
             )
             assert result.text
             # compacted entries are gone; a failing backlog is capped at 8 budgets a section
