@@ -119,7 +119,7 @@ soak: setup
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py
 
 # A room full of people (tests/test_chaos.py) for 5 minutes on each of three seeds;
-# `make test` runs 10 s of one.
+# `make test` runs 5 s of one.
 chaos: setup
 	EDGE_CHAOS_S=300 EDGE_CHAOS_SEEDS=7,11,13 $(BIN)/python -m pytest -q -s tests/test_chaos.py
 
