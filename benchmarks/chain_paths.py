@@ -90,6 +90,16 @@ async def stream_realtime(
         await send(piece)
 
 
+async def stream_microphone(
+    send: Callable[[bytes], Awaitable[None]], pcm: bytes, t0: float
+) -> None:
+    """Send ``pcm`` as the console's microphone does: whole ``WS_FRAME_S`` frames only (its
+    worklet posts a frame once full, so the service's VAD windows stay aligned with the
+    frames), each once recorded; a last partial frame is never sent."""
+    step = int(RATE * WS_FRAME_S) * 2
+    await stream_realtime(send, pcm[: len(pcm) - len(pcm) % step], t0, WS_FRAME_S)
+
+
 @dataclass
 class Marks:
     """First times of named events, relative to ``t0`` once ``relative`` is called."""
@@ -131,13 +141,12 @@ async def ws_turn(client: EdgeClient, utt: Utterance, push_to_talk: bool) -> dic
     async def talk() -> None:
         t0 = time.perf_counter()
         marks.times["speech_end"] = t0 + utt.speech_end_s
-        await stream_realtime(client.send_audio, utt.pcm, t0, WS_FRAME_S)
         if push_to_talk:
+            await stream_microphone(client.send_audio, utt.pcm, t0)
             await client.send({"type": "end_of_utterance"})
             marks.first("release")
         else:
-            tail = silence(HANDS_FREE_TAIL_S)
-            await stream_realtime(client.send_audio, tail, time.perf_counter(), WS_FRAME_S)
+            await stream_microphone(client.send_audio, utt.pcm + silence(HANDS_FREE_TAIL_S), t0)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(talk)

@@ -51,11 +51,10 @@ import numpy as np
 from chain_paths import (
     HANDS_FREE_TAIL_S,
     RATE,
-    WS_FRAME_S,
     Marks,
     Utterance,
     silence,
-    stream_realtime,
+    stream_microphone,
     trace_of,
 )
 from figures import voiced_span, write_results
@@ -168,9 +167,7 @@ async def spoken_turn(
     async def talk() -> None:
         t0 = time.perf_counter()
         marks.times["speech_end"] = t0 + utt.speech_end_s
-        await stream_realtime(client.send_audio, utt.pcm, t0, WS_FRAME_S)
-        tail = silence(HANDS_FREE_TAIL_S)
-        await stream_realtime(client.send_audio, tail, time.perf_counter(), WS_FRAME_S)
+        await stream_microphone(client.send_audio, utt.pcm + silence(HANDS_FREE_TAIL_S), t0)
 
     result = None
     async with anyio.create_task_group() as tg:

@@ -37,7 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from chain_paths import RATE, WS_FRAME_S, Marks, Utterance, silence, stream_realtime, trace_of
+from chain_paths import (
+    RATE,
+    Marks,
+    Utterance,
+    silence,
+    stream_microphone,
+    stream_realtime,
+    trace_of,
+)
 from concurrency import QUESTIONS, speak_questions
 from figures import write_results
 from rich.console import Console
@@ -103,7 +111,7 @@ async def ws_turn(url: str, pid: str, utt: Utterance, log: WyomingLog) -> dict[s
             t0 = time.perf_counter()
             pcm = silence(JOIN_WAIT_S) + utt.pcm
             marks.times["speech_end"] = t0 + JOIN_WAIT_S + utt.speech_end_s
-            await stream_realtime(client.send_audio, pcm + silence(TAIL_S), t0, WS_FRAME_S)
+            await stream_microphone(client.send_audio, pcm + silence(TAIL_S), t0)
 
         async def listen() -> None:
             while "audio" not in marks.times:

@@ -82,3 +82,20 @@ async def test_edge_client_reports_a_silent_recording(tmp_path: Path) -> None:
         )
     assert code == 1 and "no speech was heard" in err
     assert took < 30, took
+
+
+async def test_speak_sends_whole_frames_and_all_its_silence() -> None:
+    """Every frame but the last is ``chunk_ms`` long, the silence going on from the speech's
+    last frame (the service's VAD windows stay aligned with the frames), and nothing of the
+    recording or its silence is skipped."""
+    client = EdgeClient("ws://127.0.0.1:9", audio=AudioFormat(sample_rate=16_000))
+    sent: list[bytes] = []
+
+    async def record(pcm: bytes) -> None:
+        sent.append(pcm)
+
+    client.send_audio = record  # type: ignore[method-assign]
+    speech = bytes(range(256)) * 20  # 5,120 bytes: 2,560 samples, 5 windows of 512
+    await client.speak(speech[:5000], realtime=False, trailing_silence_s=0.1)
+    assert {len(piece) for piece in sent[:-1]} == {1024}  # 32 ms at 16 kHz, PCM16
+    assert b"".join(sent) == speech[:5000] + bytes(3200)

@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from edge.decisions import ScriptedDecisions
 from edge.device import load_device_config
 from edge.llm import ScriptedLLM
@@ -92,3 +94,15 @@ def test_the_websocket_paths_send_the_frames_the_console_sends() -> None:
     speak_ms = inspect.signature(EdgeClient.speak).parameters["chunk_ms"].default
     assert chain_paths.WS_FRAME_S * 1000 == console_ms == speak_ms
     assert console_ms * 16 == 512  # one window of Silero's VAD at 16 kHz
+
+
+@pytest.mark.anyio
+async def test_the_websocket_clients_send_whole_frames_only() -> None:
+    """As the console's worklet posts a frame only once it is full."""
+    sent: list[bytes] = []
+
+    async def record(pcm: bytes) -> None:
+        sent.append(pcm)
+
+    await chain_paths.stream_microphone(record, bytes(5000), 0.0)
+    assert [len(piece) for piece in sent] == [1024] * 4

@@ -317,16 +317,15 @@ class EdgeClient:
             raise ValueError("speak() needs an audio format in hello (audio=AudioFormat(...))")
         frame_bytes = 2 * fmt.channels
         step = max(1, fmt.sample_rate * chunk_ms // 1000) * frame_bytes
-        silence = bytes(int(fmt.sample_rate * trailing_silence_s) * frame_bytes)
+        # one stream: the silence goes on from the speech's last frame, so every frame but
+        # the very last is whole (the service's VAD windows stay aligned with them)
+        audio = pcm + bytes(int(fmt.sample_rate * trailing_silence_s) * frame_bytes)
         start = time.perf_counter()
         spoken_until = start
-        for n, offset in enumerate(range(0, len(pcm) + len(silence), step)):
+        for n, offset in enumerate(range(0, len(audio), step)):
+            await self.send_audio(audio[offset : offset + step])
             if offset < len(pcm):
-                await self.send_audio(pcm[offset : offset + step])
                 spoken_until = time.perf_counter()
-            else:
-                piece = silence[offset - len(pcm) : offset - len(pcm) + step]
-                await self.send_audio(piece)
             if realtime:
                 await anyio.sleep(max(0.0, start + (n + 1) * chunk_ms / 1000 - time.perf_counter()))
         return spoken_until
