@@ -198,11 +198,18 @@ def long_session(m: str) -> str:
 def versus_chain(m: str) -> str:
     paths = load_results("versus_chain", m)["summary"]
     chain = f"chain {s(paths['d']['p50'])}"
-    ours = [f"{k} {s(paths[k]['p50'])} ({paths[k]['ratio']['p50']:.2f}×)" for k in "abc"]
+    ours = [f"{k} {s(paths[k]['p50'])} ({ratio_p50(paths[k])})" for k in "abc"]
     ours[-1] += f", p95 {s(paths['c']['p95'])} ({paths['c']['ratio']['p95']:.2f}×)"
     if "e" in paths:
-        ours.append(f"e {s(paths['e']['p50'])} ({paths['e']['ratio']['p50']:.2f}×)")
+        ours.append(f"e {s(paths['e']['p50'])} ({ratio_p50(paths['e'])})")
     return " / ".join([*ours, chain])
+
+
+def ratio_p50(path: dict[str, Any]) -> str:
+    """A path's p50 ratio to the chain, with its 95 % interval when the run has one."""
+    interval = path.get("ratio_p50_interval")
+    text = f"{path['ratio']['p50']:.2f}×"
+    return f"{text}, 95 % {interval[0]:.2f}–{interval[1]:.2f}" if interval else text
 
 
 def api_latency(m: str) -> str:
@@ -375,7 +382,8 @@ ROWS: list[Row] = [
     ),
     (
         "spoken turn against the Home Assistant chain (wyoming-faster-whisper + llama.cpp "
-        "server + wyoming-piper), p50 to first reply audio and ratio to the chain's p50: "
+        "server + wyoming-piper), p50 to first reply audio and ratio to the chain's p50 "
+        "(with its paired-bootstrap 95 % interval): "
         "(a) hands-free / (b) push-to-talk / (c) our Wyoming read as Home Assistant reads it "
         "(its whole answer in `handled`), p50 and p95 / (e) Home Assistant's Ollama "
         "integration on our API, when measured / the chain",

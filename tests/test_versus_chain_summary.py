@@ -60,3 +60,27 @@ def test_paths_option_takes_known_paths_only() -> None:
     for bad in ("a,x", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             versus_chain.path_list(bad)
+
+
+def test_each_p50_ratio_has_a_paired_bootstrap_interval_around_it() -> None:
+    times = {"q1": (0.4, 1.0), "q2": (0.5, 1.2), "q3": (0.45, 0.6), "q4": (0.6, 1.5)}
+    samples = [
+        sample(path, pair[i], qid=qid, round=r)
+        for r in range(3)
+        for qid, pair in times.items()
+        for i, path in enumerate(("a", "d"))
+    ]
+    summary = versus_chain.summarize(samples, ["a", "d"])
+    low, high = summary["a"]["ratio_p50_interval"]
+    assert low < summary["a"]["ratio"]["p50"] < high
+    assert summary["d"]["ratio_p50_interval"] == [1.0, 1.0]
+    assert versus_chain.summarize(samples, ["a", "d"]) == summary  # seeded
+
+
+def test_the_interval_pairs_turns_by_question_and_round_and_skips_premature_ones() -> None:
+    samples = [sample("a", 0.5, qid="q1"), sample("d", 1.0, qid="q1")]
+    samples += [sample("a", 0.1, qid="q2", premature=True), sample("d", 1.0, qid="q2")]
+    samples += [sample("d", 2.0, qid="alone")]
+    assert versus_chain.p50_ratio_interval(samples, "a") is None  # one pair only
+    samples += [sample("a", 0.5, qid="q3"), sample("d", 1.0, qid="q3")]
+    assert versus_chain.p50_ratio_interval(samples, "a") == [0.5, 0.5]
