@@ -304,13 +304,23 @@ async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_u
 ) -> None:
     """Holding the space bar streams the fake microphone (a 440 Hz tone, resampled by the
     page's AudioWorklet from the browser's rate to 16 kHz: the tone "recognizer" hears the
-    same pitch); releasing it sends ``end_of_utterance``, which alone ends the utterance
-    here (the tone never pauses). The reply is spoken back to the page."""
+    same pitch) in binary frames of one VAD window each (512 samples, the size the
+    benchmarks' clients send as the console's); releasing it sends ``end_of_utterance``,
+    which alone ends the utterance here (the tone never pauses). The reply is spoken back
+    to the page."""
     wav = write_wav(tmp_path / "tone.wav", tone(6.0, 440.0, level=0.3), 16_000)
     service = tone_service(
         ScriptedLLM(answer_for), VoiceConfig(playback_speed=0, partial_interval_s=0)
     )
+    frames: list[int] = []
     async with service, chromium_page(fake_microphone(wav)) as page:
+        page.on(
+            "websocket",
+            lambda ws: ws.on(
+                "framesent",
+                lambda data: frames.append(len(data)) if isinstance(data, bytes) else None,
+            ),
+        )
         await connect(page, console_address(service.websocket_url, service.token))
         await page.focus("#ptt")
         await page.keyboard.down("Space")
@@ -325,6 +335,8 @@ async def test_push_to_talk_on_the_space_bar_sends_resampled_speech_and_end_of_u
     assert turn["origin"] == "voice" and turn["text"] == "tone 440"
     assert turn["reply"]["conversation"] == "You said: tone 440. That is all."
     assert turn["stages"][:3] == ["end of speech", "final transcript", "query"]
+    window_bytes = 512 * 2  # 16-bit PCM at 16 kHz: FRAME_MS (32 ms) of audio
+    assert len(frames) >= 30 and set(frames) == {window_bytes}
 
 
 async def test_a_pause_while_hold_to_talk_is_held_does_not_end_the_turn(
