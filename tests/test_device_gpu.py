@@ -141,6 +141,9 @@ def test_placement_warns_when_the_build_cannot_offload(tmp_path: Path) -> None:
 def test_a_cpu_profile_has_no_warning_and_no_cuda_drops_gpu_layers(tmp_path: Path) -> None:
     ci = load_device_config("ci-2core-24gb", detect=False)
     assert placement(ci, gpu_offload=False, stt_cuda=False).warnings == []
+    where = placement(ci, gpu_offload=False, stt_cuda=False)
+    # Whisper's own threads (the profile's audio.stt_threads: 1), not the LLM's (2)
+    assert (where.stt, where.llm) == ("CPU (int8, 1 thread)", "CPU (2 threads)")
     assert stt_device(False, "float16") == ("cpu", "int8")
     assert stt_device(True, "int8") == ("cuda", "float16")
     from edge.device._config import _place

@@ -77,7 +77,9 @@ def placement(
         layers = f"{_layers(config.gpu_layers)} requested on the GPU"
     llm = f"CUDA ({layers})" if on_gpu else f"CPU ({config.threads} threads)"
     device, compute = stt_device(stt_cuda, profile.audio.stt_compute_type)
-    stt = f"CUDA ({compute})" if device == "cuda" else f"CPU ({compute}, {config.threads} threads)"
+    threads = config.stt_threads  # the profile's audio.stt_threads, else the LLM's
+    cpu = f"CPU ({compute}, {threads} thread{'s' * (threads != 1)})"
+    stt = f"CUDA ({compute})" if device == "cuda" else cpu
     return Placement(
         llm=llm,
         stt=stt,
