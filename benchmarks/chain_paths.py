@@ -18,6 +18,7 @@ Every turn returns its marks (``perf_counter`` seconds) relative to its own star
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import math
 import time
@@ -414,8 +415,17 @@ async def streaming_handle_reply(
 HA_OLLAMA_PROMPT = (
     "You are a voice assistant for Home Assistant.\n"
     "Answer questions about the world truthfully.\n"
-    "Answer in plain text. Keep it simple and to the point."
+    "Answer in plain text. Keep it simple and to the point.\n"
 )
+
+
+def ha_ollama_system(now: datetime.datetime) -> str:
+    """The system prompt as Home Assistant's chat log renders it for each request of an
+    agent with no date-time tool (conversation/chat_log.py: the instructions, then
+    helpers/llm.py's DATE_TIME_PROMPT, the time to the second, joined by a newline)."""
+    return HA_OLLAMA_PROMPT + f"\nCurrent time is {now:%H:%M:%S}. Today's date is {now:%Y-%m-%d}.\n"
+
+
 HA_OLLAMA_OPTIONS = {"num_ctx": 8192}
 HA_OLLAMA_KEEP_ALIVE = -1  # keep the model loaded
 HA_OLLAMA_MAX_HISTORY = 20  # earlier rounds sent with each request
@@ -424,7 +434,8 @@ HA_OLLAMA_MAX_HISTORY = 20  # earlier rounds sent with each request
 @dataclass
 class OllamaAgent:
     """Home Assistant's Ollama conversation agent for one conversation: each turn sends the
-    system prompt, up to :data:`HA_OLLAMA_MAX_HISTORY` earlier rounds and the question, and
+    system prompt (with the time of the request: :func:`ha_ollama_system`), up to
+    :data:`HA_OLLAMA_MAX_HISTORY` earlier rounds and the question, and
     streams the reply's content deltas on (the pipeline decides what reaches the TTS)."""
 
     client: Any  # ollama.AsyncClient
@@ -433,7 +444,7 @@ class OllamaAgent:
 
     def messages(self, text: str) -> list[dict[str, str]]:
         rounds = self.history[-2 * HA_OLLAMA_MAX_HISTORY :]
-        system = {"role": "system", "content": HA_OLLAMA_PROMPT}
+        system = {"role": "system", "content": ha_ollama_system(datetime.datetime.now())}
         return [system, *rounds, {"role": "user", "content": text}]
 
     async def reply(self, text: str, out: ObjectSendStream[str], marks: Marks) -> None:

@@ -170,7 +170,9 @@ CLIENTS: dict[str, dict[str, str]] = {
         "asr": _HA_ASR + ", from 127.0.0.2 (a Home Assistant that never asks our handle)",
         "conversation": "the ollama client as Home Assistant's Ollama integration calls it: "
         "POST /api/chat, stream true, keep_alive -1, options num_ctx 8192, no tools, the "
-        "integration's default prompt, up to 20 earlier rounds and the question, with the "
+        "integration's default prompt ending in the time to the second, as Home "
+        "Assistant's chat log renders it for each request of an agent with no date-time "
+        "tool, up to 20 earlier rounds and the question, with the "
         "device token as Bearer key over TLS; reads the NDJSON chunks' message.content, "
         f"streamed to the TTS once over {HA_STREAM_RESPONSE_CHARS} characters (a shorter "
         "reply whole)",

@@ -319,3 +319,36 @@ async def test_an_answers_prompt_and_first_words_go_first_in_the_compute_gate(
         ask("Describe the rooms."), max_tokens=5, priority=Priority.BACKGROUND, cache_key="bg"
     )
     assert [d async for d in background] and set(levels) == {NORMAL}
+
+
+async def test_home_assistants_clock_line_moved_last_keeps_its_history_reused(
+    llm: LlamaCppLLM,
+) -> None:
+    """The default model's template renders a system message before the newest one, so
+    the API moves Home Assistant's clock line there (edge.api._clock): a turn then
+    evaluates its last round, not the whole history again as it does with the line left
+    in the system prompt (six turns in, less than half as many tokens)."""
+    from edge.api._clock import clock_lines_last, renders_late_system
+    from edge.llm import ChatMessage
+
+    assert renders_late_system(llm)
+    questions = [
+        "What is the capital of France?",
+        "Who wrote Hamlet?",
+        "Why is the sky blue?",
+        "How many legs does a spider have?",
+        "What do bees make?",
+        "What is the boiling point of water?",
+    ]
+    evaluated = {}
+    for layout, key in (("moved", "ha-moved"), ("as sent", "ha-sent")):
+        history: list[ChatMessage] = []
+        for second, question in enumerate(questions):
+            clock = f"Current time is 14:03:{27 + 4 * second:02d}. Today's date is 2026-12-05."
+            system = ChatMessage(role="system", content=f"{SYSTEM}\n\n{clock}\n")
+            sent = [system, *history, ChatMessage(role="user", content=question)]
+            asked = clock_lines_last(sent, llm) if layout == "moved" else sent
+            reply = await llm.chat(asked, max_tokens=16, cache_key=key)
+            history += [sent[-1], ChatMessage(role="assistant", content=reply.content)]
+        evaluated[layout] = reply.metrics.evaluated_tokens
+    assert evaluated["moved"] * 2 < evaluated["as sent"], evaluated

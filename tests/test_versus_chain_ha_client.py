@@ -226,5 +226,10 @@ async def test_path_e_calls_api_chat_as_home_assistants_ollama_integration() -> 
     assert not body.get("tools") and "format" not in body and "think" not in body
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["system", "user", "assistant", "user"]  # the chat log, whole
-    assert body["messages"][0]["content"] == chain_paths.HA_OLLAMA_PROMPT
+    system = body["messages"][0]["content"]  # the instructions, then the time to the second
+    assert system.startswith(chain_paths.HA_OLLAMA_PROMPT + "\nCurrent time is ")
+    assert re.fullmatch(
+        r"Current time is \d\d:\d\d:\d\d\. Today's date is \d{4}-\d\d-\d\d\.\n",
+        system.split("\n")[-2] + "\n",
+    )
     assert body["messages"][2]["content"] == "Paris is the capital."

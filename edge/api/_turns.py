@@ -4,7 +4,8 @@
   are, by the gateway's :meth:`~edge.server.Gateway.complete` (the one model scheduler,
   interactive priority); nothing is recorded. Requests that open with the same first
   message share its model state (``cache_key`` ``api:prefix:<hash>``), so a client's
-  system prompt is evaluated once.
+  system prompt is evaluated once; a clock line in it (Home Assistant's) moves to the end
+  first (:mod:`edge.api._clock`), so the history after it is reused too.
 * **A participant** (``user``, ``X-Edge-Participant``, a Realtime session): the participant
   ``api:<name>`` (the colon is outside the WebSocket id rule, so only the API reaches them)
   joins at its first request and stays (context loaded) until idle for ``idle_s``. Its
@@ -20,10 +21,11 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 
-from edge.llm import ChatMessage, GenerationOptions, Messages, TextStream
+from edge.llm import ChatFormatter, ChatMessage, GenerationOptions, Messages, TextStream
 from edge.server import (
     BACKEND_FAILED,
     PARTICIPANT_ID_RULE,
@@ -39,6 +41,7 @@ from edge.server import (
     check_participant_id,
 )
 
+from ._clock import clock_lines_last
 from ._errors import ApiError
 
 SOURCE = "api"
@@ -88,6 +91,9 @@ def prefix_key(messages: Messages) -> str | None:
 
 
 def stateless(gateway: Gateway, messages: Messages, options: GenerationOptions) -> Answer:
+    if all(isinstance(m, ChatMessage) for m in messages):
+        formatter = gateway.llm if isinstance(gateway.llm, ChatFormatter) else None
+        messages = clock_lines_last(cast(list[ChatMessage], list(messages)), formatter)
     try:
         stream = gateway.complete(
             messages, GenerationOptions.of(options, cache_key=prefix_key(messages))

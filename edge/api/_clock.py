@@ -1,0 +1,72 @@
+"""A client's clock line kept out of the prompt prefix its model state reuses.
+
+Home Assistant's conversation agents end their system prompt with the time to the second
+("Current time is 14:03:27. Today's date is 2026-12-05."), rendered afresh for every
+request when the agent has no date-time tool (its Ollama integration's default). In the
+first message, that line made every request a new prompt from there on, so the whole
+history after it was evaluated again each turn, and each turn's first token came later
+than the one before (``benchmarks/versus_chain.py`` path (e) sends that prompt).
+
+Here the lines of the first system message that hold a time of day move to a system
+message just before the newest message, so the system prompt and the history stay the
+prefix the model's state already holds, and only the newest round is evaluated. The model
+reads the same words. This happens only where the model's own chat template renders a
+system message there (ChatML does; some templates refuse one after the first message),
+and never for a remote backend, whose template is not ours to check: otherwise the
+messages go as sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from edge.llm import ChatFormatter, ChatMessage
+
+CLOCK = re.compile(
+    r"\b\d{1,2}:\d{2}:\d{2}\b|(?i:\b(?:current|currently|now|today)\b)[^\n]*\b\d{1,2}:\d{2}\b"
+)
+"""The time now in a line: to the second (14:03:27), or to the minute in a line that says
+it is the current time ("It is now 14:03"). A time the prompt states as a fact
+("calibration is at 10:00") stays where it is."""
+
+_LATE_SYSTEM: dict[int, tuple[ChatFormatter, bool]] = {}
+"""id(formatter) -> (formatter, whether its template takes one); the formatter is held so
+its id is never another's."""
+
+
+def clock_lines_last(
+    messages: Sequence[ChatMessage], formatter: ChatFormatter | None
+) -> list[ChatMessage]:
+    """``messages`` with the clock lines of their first (system) message moved into a
+    system message before the last message, where ``formatter``'s template renders one."""
+    out = list(messages)
+    if len(out) < 2 or out[0].role != "system" or not CLOCK.search(out[0].content):
+        return out
+    if formatter is None or not renders_late_system(formatter):
+        return out
+    lines = out[0].content.splitlines(keepends=True)
+    clock = "".join(line for line in lines if CLOCK.search(line)).strip()
+    stable = "".join(line for line in lines if not CLOCK.search(line)).rstrip()
+    head = [ChatMessage(role="system", content=stable)] if stable else []
+    return [*head, *out[1:-1], ChatMessage(role="system", content=clock), out[-1]]
+
+
+def renders_late_system(formatter: ChatFormatter) -> bool:
+    """Whether ``formatter``'s chat template renders a system message after the first
+    turn (asked once per model)."""
+    held, known = _LATE_SYSTEM.get(id(formatter), (None, None))
+    if held is not formatter or known is None:
+        probe = [
+            ChatMessage(role="system", content="s"),
+            ChatMessage(role="user", content="u"),
+            ChatMessage(role="assistant", content="a"),
+            ChatMessage(role="system", content="late system line"),
+            ChatMessage(role="user", content="v"),
+        ]
+        try:
+            known = "late system line" in formatter.format_chat(probe)
+        except Exception:  # a template that refuses it raises its own error type
+            known = False
+        _LATE_SYSTEM[id(formatter)] = (formatter, known)
+    return known
