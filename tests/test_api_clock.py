@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import pytest
 
 from edge.api._clock import clock_lines_last, renders_late_system
-from edge.llm import ChatMessage, Messages, ScriptedLLM
+from edge.llm import ChatMessage, Messages, Priority, RequestMetrics, ScriptedLLM, as_messages
 from tests.api_helpers import api_service, ollama_client, web_url
 
 pytestmark = pytest.mark.anyio
@@ -90,15 +91,36 @@ def test_prompts_without_a_clock_or_templates_without_room_for_it_go_as_sent() -
 
 @dataclass
 class FormattingLLM(ScriptedLLM):
-    """A scripted model with ChatML's template, as the default model has."""
+    """A scripted model with ChatML's template, as the default model has, that records
+    the states it is asked to warm."""
+
+    warmed: list[tuple[list[ChatMessage], str, Priority]] = field(default_factory=list)
 
     def format_chat(self, messages: Messages, add_generation_prompt: bool = True) -> str:
         return ChatML().format_chat(messages, add_generation_prompt)
 
+    async def warm(
+        self, messages: Messages, *, cache_key: str, priority: Any = Priority.BACKGROUND, **_: Any
+    ) -> RequestMetrics:
+        self.warmed.append((as_messages(messages), cache_key, Priority(priority)))
+        return RequestMetrics(priority=Priority(priority), cache_key=cache_key)
+
+
+async def settles(llm: FormattingLLM, count: int) -> list[tuple[list[ChatMessage], str, Any]]:
+    """The API's settles (its keys start with ``api:``) once there are ``count``."""
+    for _ in range(250):
+        found = [w for w in llm.warmed if w[1].startswith("api:")]
+        if len(found) >= count:
+            return found
+        await anyio.sleep(0.02)
+    raise AssertionError(f"{count} settles expected, {len(found)} came")
+
 
 async def test_home_assistants_ollama_turns_a_second_apart_share_one_model_state() -> None:
     """Two turns of Home Assistant's Ollama agent, each with the time of its request, ask
-    the model with the same cache key, and the system prompt and history come first."""
+    the model with the same cache key, the system prompt and history first; after each
+    answer the state is settled as the next request starts: without the clock line, with
+    the answer."""
     llm = FormattingLLM(replies=["Paris.", "Rome."])
     now = datetime.datetime(2026, 12, 5, 14, 3, 27)
     async with api_service(llm) as service:
@@ -117,10 +139,37 @@ async def test_home_assistants_ollama_turns_a_second_apart_share_one_model_state
                     {"role": "user", "content": "And of Italy?"},
                 ]
             )
-            for messages in asked:
+            for turn, messages in enumerate(asked, 1):
                 await client.chat(model="edge", messages=list(messages))
+                settled = await settles(llm, turn)  # once the device is quiet
     first, second = llm.requests[-2:]
     assert first.cache_key == second.cache_key is not None
     assert [x.role for x in second.messages] == ["system", "user", "assistant", "system", "user"]
     assert second.messages[3].content.startswith("Current time is 14:03:31.")
     assert "Current time" not in second.messages[0].content
+    (exchange, key, priority), (later, _, _) = settled
+    assert key == first.cache_key and priority is Priority.BACKGROUND
+    assert exchange == [second.messages[0], *second.messages[1:3]]
+    assert later[-1] == m("assistant", "Rome.")
+
+
+async def test_a_request_supersedes_the_settle_still_pending_for_its_key() -> None:
+    """Requests back to back: the second brings the state up to date itself, so the first
+    answer's settle (still waiting for quiet) is dropped, and only the newest one runs."""
+    llm = FormattingLLM(replies=["Paris.", "Rome."])
+    now = datetime.datetime(2026, 12, 5, 14, 3, 27)
+    first = [
+        {"role": "system", "content": home_assistant_system(now)},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
+    second = [first[0], first[1], {"role": "assistant", "content": "Paris."}]
+    second.append({"role": "user", "content": "And of Italy?"})
+    async with api_service(llm) as service:
+        service.llm.activity.touch()  # type: ignore[union-attr]  # keep the device busy
+        async with ollama_client(web_url(service)) as client:
+            await client.chat(model="edge", messages=first)
+            await client.chat(model="edge", messages=second)
+            await settles(llm, 1)
+            await anyio.sleep(0.5)  # past the quiet the first one would have waited for
+            (only,) = await settles(llm, 1)
+    assert only[0][-1] == m("assistant", "Rome.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -325,10 +326,10 @@ async def test_home_assistants_clock_line_moved_last_keeps_its_history_reused(
     llm: LlamaCppLLM,
 ) -> None:
     """The default model's template renders a system message before the newest one, so
-    the API moves Home Assistant's clock line there (edge.api._clock): a turn then
-    evaluates its last round, not the whole history again as it does with the line left
-    in the system prompt (six turns in, less than half as many tokens)."""
-    from edge.api._clock import clock_lines_last, renders_late_system
+    the API moves Home Assistant's clock line there (edge.api._clock) and, after the
+    answer, settles the state without it: a turn then evaluates its clock line and its
+    question, not the whole history again as with the line left in the system prompt."""
+    from edge.api._clock import _SETTLING, clock_lines_last, renders_late_system, settle
     from edge.llm import ChatMessage
 
     assert renders_late_system(llm)
@@ -349,6 +350,10 @@ async def test_home_assistants_clock_line_moved_last_keeps_its_history_reused(
             sent = [system, *history, ChatMessage(role="user", content=question)]
             asked = clock_lines_last(sent, llm) if layout == "moved" else sent
             reply = await llm.chat(asked, max_tokens=16, cache_key=key)
+            if layout == "moved":
+                settle(llm, asked, reply.content, key)
+                await asyncio.gather(*_SETTLING.values())
             history += [sent[-1], ChatMessage(role="assistant", content=reply.content)]
         evaluated[layout] = reply.metrics.evaluated_tokens
-    assert evaluated["moved"] * 2 < evaluated["as sent"], evaluated
+    clock_and_question = llm.count_tokens(f"{clock}\n{questions[-1]}") + 12  # + the markers
+    assert evaluated["moved"] <= clock_and_question < evaluated["as sent"] / 3, evaluated

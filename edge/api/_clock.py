@@ -9,19 +9,32 @@ than the one before (``benchmarks/versus_chain.py`` path (e) sends that prompt).
 
 Here the lines of the first system message that hold a time of day move to a system
 message just before the newest message, so the system prompt and the history stay the
-prefix the model's state already holds, and only the newest round is evaluated. The model
-reads the same words. This happens only where the model's own chat template renders a
-system message there (ChatML does; some templates refuse one after the first message),
-and never for a remote backend, whose template is not ours to check: otherwise the
-messages go as sent.
+prefix the model's state already holds. The model reads the same words. Once the answer
+is out and the device has been quiet for a moment, the state is evaluated again at
+background priority without the clock line and with the answer (:func:`settle`), so the
+next request, which repeats that exchange in its history, evaluates only its clock line
+and its question, however long the answer was.
+
+This happens only where the model's own chat template renders a system message there
+(ChatML does; some templates refuse one after the first message), and never for a remote
+backend, whose template is not ours to check: otherwise the messages go as sent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import Sequence
 
-from edge.llm import ChatFormatter, ChatMessage
+from edge.llm import ChatFormatter, ChatMessage, Priority, ReportsActivity, Warmable
+
+log = logging.getLogger(__name__)
+
+SETTLE_QUIET_S = 0.25
+"""How long the device stays quiet before the state is settled (the conversation's re-warm
+waits as long)."""
+_SETTLING: dict[str, asyncio.Task[None]] = {}  # cache key -> its pending settle
 
 CLOCK = re.compile(
     r"\b\d{1,2}:\d{2}:\d{2}\b|(?i:\b(?:current|currently|now|today)\b)[^\n]*\b\d{1,2}:\d{2}\b"
@@ -70,3 +83,38 @@ def renders_late_system(formatter: ChatFormatter) -> bool:
             known = False
         _LATE_SYSTEM[id(formatter)] = (formatter, known)
     return known
+
+
+def settle(llm: object, asked: Sequence[ChatMessage], answer: str, cache_key: str) -> None:
+    """After an answer to messages whose clock line moved (``asked``), evaluate
+    ``cache_key``'s state as the next request will start: the messages without the clock
+    line, then the answer. Background priority, once the device is quiet; a failure only
+    costs the next request that evaluation."""
+    if not isinstance(llm, Warmable) or len(asked) < 2 or asked[-2].role != "system":
+        return
+    exchange = [*asked[:-2], asked[-1], ChatMessage(role="assistant", content=answer)]
+    unsettle(cache_key)
+    task = asyncio.get_running_loop().create_task(_settle(llm, exchange, cache_key))
+    _SETTLING[cache_key] = task
+
+    def forget(done: asyncio.Task[None]) -> None:
+        if _SETTLING.get(cache_key) is done:
+            del _SETTLING[cache_key]
+
+    task.add_done_callback(forget)
+
+
+def unsettle(cache_key: str | None) -> None:
+    """Drop ``cache_key``'s pending settle: a newer request or answer supersedes it."""
+    task = _SETTLING.pop(cache_key, None) if cache_key is not None else None
+    if task is not None:
+        task.cancel()
+
+
+async def _settle(llm: Warmable, exchange: list[ChatMessage], cache_key: str) -> None:
+    try:
+        if isinstance(llm, ReportsActivity):
+            await llm.activity.wait_quiet(SETTLE_QUIET_S)
+        await llm.warm(exchange, cache_key=cache_key, priority=Priority.BACKGROUND)
+    except Exception as exc:  # the model closed, or the state did not fit: no harm done
+        log.debug("settling %s after a moved clock line: %s", cache_key, exc)

@@ -41,7 +41,7 @@ from edge.server import (
     check_participant_id,
 )
 
-from ._clock import clock_lines_last
+from ._clock import clock_lines_last, settle, unsettle
 from ._errors import ApiError
 
 SOURCE = "api"
@@ -91,27 +91,41 @@ def prefix_key(messages: Messages) -> str | None:
 
 
 def stateless(gateway: Gateway, messages: Messages, options: GenerationOptions) -> Answer:
+    moved: list[ChatMessage] | None = None
     if all(isinstance(m, ChatMessage) for m in messages):
+        sent = cast(list[ChatMessage], list(messages))
         formatter = gateway.llm if isinstance(gateway.llm, ChatFormatter) else None
-        messages = clock_lines_last(cast(list[ChatMessage], list(messages)), formatter)
+        moved = clock_lines_last(sent, formatter)
+        messages, moved = moved, (moved if moved != sent else None)
+    key = prefix_key(messages)
+    unsettle(key)  # this request brings the state up to date itself
     try:
-        stream = gateway.complete(
-            messages, GenerationOptions.of(options, cache_key=prefix_key(messages))
-        )
+        stream = gateway.complete(messages, GenerationOptions.of(options, cache_key=key))
     except ClientError as exc:
         raise ApiError(503, str(exc)) from None
+
+    def settled(text: str) -> None:
+        if moved is not None and key is not None:
+            settle(gateway.llm, moved, text, key)
+
     answer = Answer(pieces=_pieces(stream, None))
-    answer.pieces = _pieces(stream, answer)
+    answer.pieces = _pieces(stream, answer, settled)
     return answer
 
 
-async def _pieces(stream: TextStream, answer: Answer | None) -> AsyncIterator[str]:
+async def _pieces(
+    stream: TextStream, answer: Answer | None, done: Callable[[str], None] | None = None
+) -> AsyncIterator[str]:
+    text: list[str] = []
     async with stream:
         async for piece in stream:
+            text.append(piece)
             yield piece
     if answer is not None:
         answer.usage = Usage(stream.metrics.prompt_tokens, stream.metrics.generated_tokens)
         answer.finish_reason = getattr(stream, "finish_reason", None) or "stop"
+    if done is not None:
+        done("".join(text))
 
 
 class TurnFeed:
