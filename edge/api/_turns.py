@@ -91,12 +91,13 @@ def prefix_key(messages: Messages) -> str | None:
 
 
 def stateless(gateway: Gateway, messages: Messages, options: GenerationOptions) -> Answer:
-    moved: list[ChatMessage] | None = None
+    moved: list[ChatMessage] | None = None  # the messages asked, when a clock line moved
     if all(isinstance(m, ChatMessage) for m in messages):
         sent = cast(list[ChatMessage], list(messages))
         formatter = gateway.llm if isinstance(gateway.llm, ChatFormatter) else None
-        moved = clock_lines_last(sent, formatter)
-        messages, moved = moved, (moved if moved != sent else None)
+        asked = clock_lines_last(sent, formatter)
+        if asked != sent:
+            messages = moved = asked
     key = prefix_key(messages)
     unsettle(key)  # this request brings the state up to date itself
     try:
