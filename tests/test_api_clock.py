@@ -173,3 +173,26 @@ async def test_a_request_supersedes_the_settle_still_pending_for_its_key() -> No
             await anyio.sleep(0.5)  # past the quiet the first one would have waited for
             (only,) = await settles(llm, 1)
     assert only[0][-1] == m("assistant", "Rome.")
+
+
+class StuckWarm:
+    """A model whose warm never finishes: its settles stay pending."""
+
+    async def warm(self, messages: Messages, *, cache_key: str, **_: Any) -> RequestMetrics:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_pending_settles_are_bounded_per_model_and_dropped_when_the_service_closes() -> None:
+    """A client sending ever new system prompts leaves at most MAX_SETTLING settles
+    pending (the oldest dropped); closing drops the rest."""
+    from edge.api._clock import _SETTLING, MAX_SETTLING, settle, unsettle
+
+    llm = StuckWarm()
+    asked = [m("system", "s"), m("system", "Current time is 14:03:27."), m("user", "Hi")]
+    for n in range(MAX_SETTLING + 3):
+        settle(llm, asked, "Hello.", f"api:prefix:{n}")
+    pending = [key for (owner, key) in _SETTLING if owner == id(llm)]
+    assert pending == [f"api:prefix:{n}" for n in range(3, MAX_SETTLING + 3)]
+    unsettle(llm)
+    assert not [slot for slot in _SETTLING if slot[0] == id(llm)]

@@ -34,7 +34,11 @@ log = logging.getLogger(__name__)
 SETTLE_QUIET_S = 0.25
 """How long the device stays quiet before the state is settled (the conversation's re-warm
 waits as long)."""
-_SETTLING: dict[str, asyncio.Task[None]] = {}  # cache key -> its pending settle
+MAX_SETTLING = 8
+"""Settles pending at once per model: each key's newest only, and beyond this many the
+oldest is dropped, so clients sending ever new system prompts cannot pile up background
+work for the next quiet moment."""
+_SETTLING: dict[tuple[int, str], asyncio.Task[None]] = {}  # (id(llm), cache key) -> settle
 
 CLOCK = re.compile(
     r"\b\d{1,2}:\d{2}:\d{2}\b|(?i:\b(?:current|currently|now|today)\b)[^\n]*\b\d{1,2}:\d{2}\b"
@@ -93,22 +97,26 @@ def settle(llm: object, asked: Sequence[ChatMessage], answer: str, cache_key: st
     if not isinstance(llm, Warmable) or len(asked) < 2 or asked[-2].role != "system":
         return
     exchange = [*asked[:-2], asked[-1], ChatMessage(role="assistant", content=answer)]
-    unsettle(cache_key)
+    unsettle(llm, cache_key)
+    mine = [k for k in _SETTLING if k[0] == id(llm)]
+    for oldest in mine[: max(0, len(mine) + 1 - MAX_SETTLING)]:
+        _SETTLING.pop(oldest).cancel()
+    slot = (id(llm), cache_key)
     task = asyncio.get_running_loop().create_task(_settle(llm, exchange, cache_key))
-    _SETTLING[cache_key] = task
+    _SETTLING[slot] = task
 
     def forget(done: asyncio.Task[None]) -> None:
-        if _SETTLING.get(cache_key) is done:
-            del _SETTLING[cache_key]
+        if _SETTLING.get(slot) is done:
+            del _SETTLING[slot]
 
     task.add_done_callback(forget)
 
 
-def unsettle(cache_key: str | None) -> None:
-    """Drop ``cache_key``'s pending settle: a newer request or answer supersedes it."""
-    task = _SETTLING.pop(cache_key, None) if cache_key is not None else None
-    if task is not None:
-        task.cancel()
+def unsettle(llm: object, cache_key: str | None = None) -> None:
+    """Drop ``llm``'s pending settle for ``cache_key`` (a newer request or answer
+    supersedes it), or all of them (``None``: the service is closing)."""
+    for slot in [k for k in _SETTLING if k[0] == id(llm) and cache_key in (None, k[1])]:
+        _SETTLING.pop(slot).cancel()
 
 
 async def _settle(llm: Warmable, exchange: list[ChatMessage], cache_key: str) -> None:

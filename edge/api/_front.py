@@ -10,6 +10,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 
 from ._app import ApiApp
+from ._clock import unsettle
 from ._faces import Faces
 from ._limits import ApiLimits
 from ._port import HttpPort
@@ -35,9 +36,11 @@ class ApiFront:
         await RealtimeSession(ws, self.faces).run()
 
     async def aclose(self) -> None:
-        """Requests still running get a moment, then end; API participants leave."""
+        """Requests still running get a moment, then end; API participants leave; no
+        settle of a stateless request's state is left to run against a closing model."""
         await self.http.aclose()
         await self.faces.participants.close()
+        unsettle(self.faces.gateway.llm)
 
 
 def _limits(settings: Any) -> ApiLimits:

@@ -99,7 +99,8 @@ def stateless(gateway: Gateway, messages: Messages, options: GenerationOptions) 
         if asked != sent:
             messages = moved = asked
     key = prefix_key(messages)
-    unsettle(key)  # this request brings the state up to date itself
+    if key is not None:
+        unsettle(gateway.llm, key)  # this request brings the state up to date itself
     try:
         stream = gateway.complete(messages, GenerationOptions.of(options, cache_key=key))
     except ClientError as exc:
@@ -120,7 +121,8 @@ async def _pieces(
     text: list[str] = []
     async with stream:
         async for piece in stream:
-            text.append(piece)
+            if done is not None:
+                text.append(piece)
             yield piece
     if answer is not None:
         answer.usage = Usage(stream.metrics.prompt_tokens, stream.metrics.generated_tokens)
