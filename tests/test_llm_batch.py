@@ -273,3 +273,31 @@ async def test_every_model_step_runs_on_one_thread(
     await serial.close()
     assert all(answers.values()) and r.content
     assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+async def test_a_history_trimmed_by_its_client_is_reused_shifted(batched: LlamaCppLLM) -> None:
+    """A client that drops its oldest round each turn (Home Assistant's ``max_history``)
+    sends a prompt that differs from the held state right after the system prompt. With
+    ``shift_reuse`` the dropped round's cells go and the rest is shifted back, so only the
+    new question is evaluated, and the greedy answer is the exact evaluation's; without
+    it, everything after the system prompt is evaluated again."""
+    history: list[dict[str, str]] = []
+    for question in QUESTIONS[:4]:
+        sent = [*ask(question)[:1], *history, ask(question)[1]]
+        for key in ("shifted", "exact"):
+            await batched.chat(sent, max_tokens=16, cache_key=key, shift_reuse=key == "shifted")
+        reply = await batched.chat(sent, max_tokens=16, cache_key=None)
+        history += [sent[-1], {"role": "assistant", "content": reply.content}]
+    trimmed = [*ask(QUESTIONS[4])[:1], *history[2:], ask(QUESTIONS[4])[1]]
+    shifted = await batched.chat(trimmed, max_tokens=16, cache_key="shifted", shift_reuse=True)
+    exact = await batched.chat(trimmed, max_tokens=16, cache_key="exact")
+    fresh = await batched.chat(trimmed, max_tokens=16, cache_key=None)
+    # evaluated: the new question and the end of the last answer (its state held the
+    # tokens generated, cut at max_tokens, not the answer's text and end marker)
+    assert shifted.metrics.evaluated_tokens <= batched.count_tokens(QUESTIONS[4]) + 24
+    assert exact.metrics.evaluated_tokens > shifted.metrics.prompt_tokens // 2, exact.metrics
+    assert shifted.content == exact.content == fresh.content
+    # the shifted state goes on as any other: the next turn reuses all of it
+    follow = [*trimmed, {"role": "assistant", "content": shifted.content}, ask("Thanks!")[1]]
+    again = await batched.chat(follow, max_tokens=4, cache_key="shifted", shift_reuse=True)
+    assert again.metrics.reused_tokens >= len(shifted.content) // 8 + shifted.metrics.prompt_tokens

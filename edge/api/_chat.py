@@ -67,10 +67,15 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
 
 
-def answer(gateway: Gateway, participants: Participants, request: ChatRequest) -> Answer:
+def answer(
+    gateway: Gateway, participants: Participants, request: ChatRequest, shift_trimmed: bool = True
+) -> Answer:
     if request.participant is None:
         options = GenerationOptions(
-            max_tokens=request.max_tokens, temperature=request.temperature, stop=request.stop
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            stop=request.stop,
+            shift_reuse=shift_trimmed,
         )
         return stateless(gateway, request.messages, options)
     last = request.messages[-1]

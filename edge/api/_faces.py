@@ -25,6 +25,7 @@ class Faces:
     stt: Any = None  # the voice pipeline's recogniser (None without voice)
     tts: Any = None  # and its voice
     llm_path: Path | None = None
+    shift_trimmed: bool = True  # stateless requests: GenerationOptions.shift_reuse
     started: float = field(default_factory=time.time)
     _digest: str | None = None
 

@@ -64,6 +64,7 @@ def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
         stt=voice.stt if voice is not None else None,
         tts=voice.tts if voice is not None else None,
         llm_path=Path(path) if (path := getattr(device, "llm_model_path", None)) else None,
+        shift_trimmed=service.settings.shift_trimmed_history,
     )
     front = ApiFront(faces)
     service.websocket.front = front

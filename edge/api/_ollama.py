@@ -133,7 +133,7 @@ async def chat(faces: Faces, request: Request) -> Response:
         stop=tuple(s for s in options.stop or () if s),
     )
     started = time.perf_counter()
-    reply = answer(faces.gateway, faces.participants, chat_request)
+    reply = answer(faces.gateway, faces.participants, chat_request, faces.shift_trimmed)
     if not body.stream:
         text = "".join([piece async for piece in reply.pieces])
         return JSONResponse(_final(faces, text, reply.finish_reason, reply, started))
@@ -167,8 +167,15 @@ def _final(
         "load_duration": 0,
     }
     if reply is not None:
-        final["prompt_eval_count"] = reply.usage.prompt_tokens
-        final["eval_count"] = reply.usage.completion_tokens
+        usage = reply.usage
+        final["prompt_eval_count"] = usage.prompt_tokens
+        final["eval_count"] = usage.completion_tokens
+        for name, seconds in (
+            ("prompt_eval_duration", usage.prompt_eval_s),
+            ("eval_duration", usage.generation_s),
+        ):
+            if seconds is not None:
+                final[name] = int(seconds * 1e9)
     return final
 
 

@@ -5,7 +5,9 @@
   interactive priority); nothing is recorded. Requests that open with the same first
   message share its model state (``cache_key`` ``api:prefix:<hash>``), so a client's
   system prompt is evaluated once; a clock line in it (Home Assistant's) moves to the end
-  first (:mod:`edge.api._clock`), so the history after it is reused too.
+  first (:mod:`edge.api._clock`), so the history after it is reused too; a history the
+  client trims (its oldest rounds dropped: Home Assistant's ``max_history``) keeps the
+  rest of its state, shifted (``GenerationOptions.shift_reuse``, set by the caller).
 * **A participant** (``user``, ``X-Edge-Participant``, a Realtime session): the participant
   ``api:<name>`` (the colon is outside the WebSocket id rule, so only the API reaches them)
   joins at its first request and stays (context loaded) until idle for ``idle_s``. Its
@@ -53,6 +55,8 @@ TURN_LIMIT_S = 120.0  # a participant's turn (and the wait for the one before it
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_eval_s: float | None = None  # the prompt's evaluation (None: not measured)
+    generation_s: float | None = None  # first token to last
 
     @property
     def total_tokens(self) -> int:
@@ -125,7 +129,13 @@ async def _pieces(
                 text.append(piece)
             yield piece
     if answer is not None:
-        answer.usage = Usage(stream.metrics.prompt_tokens, stream.metrics.generated_tokens)
+        metrics = stream.metrics
+        answer.usage = Usage(
+            metrics.prompt_tokens,
+            metrics.generated_tokens,
+            metrics.prompt_eval_s,
+            metrics.generation_s,
+        )
         answer.finish_reason = getattr(stream, "finish_reason", None) or "stop"
     if done is not None:
         done("".join(text))

@@ -32,7 +32,7 @@ import anyio
 
 from edge.runtime import NORMAL, URGENT, place_in_line, turn_started, urgency
 
-from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix
+from ._engine import AbortHook, LlamaEngine, SavedState, common_prefix, shifted_run
 from ._kvstore import KVStore
 from ._runner import Generation, Request, gated, step_urgency
 from ._threads import ThreadPolicy
@@ -51,6 +51,7 @@ def _urgency(job: SeqJob) -> int:
 
 
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
+_SHIFTS = Priority.INTERACTIVE  # its steps are never aborted between a shift and its decode
 
 
 def _earlier_answers_first(ranked: list[tuple[int, SeqJob]]) -> list[tuple[int, SeqJob]]:
@@ -99,6 +100,7 @@ class SeqJob:
     seed: str | None = None
     need_logits: bool = True
     ephemeral: bool = False
+    shift_reuse: bool = False
     on_logits: Callable[[Any, int], None] | None = None
     out: deque[int] = field(default_factory=deque)
     ready: bool = False
@@ -189,6 +191,7 @@ class SeqContext:
         self._capi = capi
         self.ctx = _internals.LlamaContext(model=model, params=params, verbose=False)
         self.mem = capi.llama_get_memory(self.ctx.ctx)
+        self.can_shift = bool(capi.llama_memory_can_shift(self.mem))
         self.n_ctx, self.n_seq, self.n_batch = n_ctx, n_seq, n_batch
         self.n_vocab = model.n_vocab()
         self._batch = capi.llama_batch_init(n_batch, 0, 1)
@@ -310,6 +313,8 @@ class SeqContext:
         if job.reused is not None and len(held) == len(target) - 1 and held[-1:] == target[-2:-1]:
             return target[-1:]  # the common case: the token sampled last step
         reuse = common_prefix(held, target)
+        if job.shift_reuse and job.reused is None and self.can_shift and job.priority is _SHIFTS:
+            reuse = self._shift(job.seq, held, target, reuse)
         if job.need_logits and reuse == len(target):
             reuse -= 1
         if reuse < len(held):
@@ -318,6 +323,20 @@ class SeqContext:
         if job.reused is None:
             job.reused = reuse
         return target[reuse:]
+
+    def _shift(self, seq: int, held: list[int], target: list[int], start: int) -> int:
+        """Reuse the run of ``held`` that ``target`` goes on with after one cut span (a
+        client's oldest messages dropped): the span's cells are removed and the run's moved
+        back over it (llama.cpp rotates their keys at the next decode, which follows in
+        this step). Returns the tokens now reused; what follows the run goes next."""
+        found = shifted_run(held, target, start)
+        if found is None:
+            return start
+        offset, length = found
+        self._capi.llama_memory_seq_rm(self.mem, seq, start, offset)
+        self._capi.llama_memory_seq_add(self.mem, seq, offset, offset + length, start - offset)
+        held[start:] = held[offset:]
+        return start + length
 
     def step(self, jobs: list[SeqJob], chunk: int) -> bool:
         """One ``llama_decode`` for ``jobs`` (already assigned); False when aborted."""
@@ -738,6 +757,7 @@ class BatchRunner:
             metrics=req.metrics,
             seed=req.seed,
             ephemeral=req.ephemeral,
+            shift_reuse=req.shift_reuse,
             **fields,
         )
 

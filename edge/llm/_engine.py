@@ -113,6 +113,29 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+SHIFT_MIN_RUN = 64
+"""Tokens a held run must share with a prompt to be reused by shifting (a cut span's
+worth removing: below this, evaluating the run again costs little)."""
+
+
+def shifted_run(
+    held: Sequence[int], target: Sequence[int], start: int, min_run: int = SHIFT_MIN_RUN
+) -> tuple[int, int] | None:
+    """Where ``target`` goes on as ``held`` does after one cut span: ``(offset, length)``
+    of the first run in ``held`` past ``start`` (the tokens both begin with) that ``target``
+    continues with from ``start``, at least ``min_run`` tokens long; None when there is
+    none. ``held[start:offset]`` is the cut span (a client's oldest messages dropped)."""
+    probe = list(target[start : start + min_run])
+    if len(probe) < min_run:
+        return None
+    first, last = probe[0], len(held) - min_run
+    for offset in range(start + 1, last + 1):
+        if held[offset] == first and list(held[offset : offset + min_run]) == probe:
+            length = min_run + common_prefix(held[offset + min_run :], target[start + min_run :])
+            return offset, length
+    return None
+
+
 class AbortHook:
     """llama.cpp's abort callback on one context, set only while an evaluation may be
     aborted: while :attr:`check` is set (:meth:`watch`), llama.cpp asks it between graph

@@ -53,11 +53,13 @@ class Requests:
         metrics: RequestMetrics,
         cache_key: str | None,
         seed_key: str | None = None,
+        shift_reuse: bool = False,
     ) -> Request:
         if cache_key is not None:
             check_key(cache_key)
         key = f"{JOB_PREFIX}{next(self._jobs)}" if cache_key is None else cache_key
-        return Request(key, tokens, metrics.priority, metrics, seed_key, cache_key is None)
+        ephemeral = cache_key is None
+        return Request(key, tokens, metrics.priority, metrics, seed_key, ephemeral, shift_reuse)
 
     def generation(
         self, messages: list[Any], options: GenerationOptions, metrics: RequestMetrics
@@ -68,7 +70,9 @@ class Requests:
         prompt = engine.tokenize_prompt(engine.format_chat(messages, True))
         check_fits(engine.n_ctx, prompt, "the prompt")
         metrics.prompt_tokens = len(prompt)
-        req = self.request(prompt, metrics, options.cache_key, options.seed_key)
+        req = self.request(
+            prompt, metrics, options.cache_key, options.seed_key, options.shift_reuse
+        )
         temperature = self.temperature if options.temperature is None else options.temperature
         max_tokens = options.max_tokens or self.max_tokens
         budget = min(max_tokens, engine.n_ctx - len(prompt))

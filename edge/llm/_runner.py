@@ -48,7 +48,8 @@ def gated(fn: Callable[..., T], *args: Any) -> T:
 @dataclass
 class Request:
     """One request's use of the model: its tokens under a cache key (a participant; a
-    temporary ``__job:`` key, ``ephemeral``, when the caller named none)."""
+    temporary ``__job:`` key, ``ephemeral``, when the caller named none);
+    ``shift_reuse``: see :class:`~edge.llm.GenerationOptions`."""
 
     key: str
     tokens: list[int]
@@ -56,6 +57,7 @@ class Request:
     metrics: RequestMetrics
     seed: str | None = None
     ephemeral: bool = False
+    shift_reuse: bool = False
 
 
 @dataclass

@@ -49,7 +49,14 @@ class GenerationOptions:
     * ``cache_key``: whose KV prefix to reuse, usually the participant id;
     * ``seed_key``: while ``cache_key`` has no saved state yet (a new participant, or one
       whose state was evicted), start from this key's (a copy: a shared prefix such as the
-      system prompt). Backends without prefix reuse ignore both.
+      system prompt). Backends without prefix reuse ignore both;
+    * ``shift_reuse``: the caller sends a history it trims itself (a client dropping its
+      oldest messages). When ``cache_key``'s state holds the prompt with one span cut out,
+      the span's cells are removed and the tokens after it shifted back (llama.cpp's KV
+      shift), instead of evaluating them again. The kept tokens' cells were computed with
+      the cut span before them, so the answer may differ from an exact evaluation's.
+      Only the batched llama.cpp runner shifts, and only for interactive requests;
+      others evaluate exactly.
     """
 
     max_tokens: int | None = None
@@ -58,6 +65,7 @@ class GenerationOptions:
     priority: Priority = Priority.INTERACTIVE
     cache_key: str | None = None
     seed_key: str | None = None
+    shift_reuse: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

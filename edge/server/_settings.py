@@ -99,6 +99,12 @@ class ServiceSettings(BaseSettings):
         default=True,
         description="start routing and the answer during the end-of-utterance pause",
     )
+    shift_trimmed_history: bool = Field(
+        default=True,
+        description="reuse a stateless API client's model state when it drops its oldest "
+        "messages, the rest shifted back (--no-shift-trimmed-history: evaluate it all "
+        "again, exactly, as Ollama does)",
+    )
     instructions: str = Field(
         default=DEFAULT_INSTRUCTIONS, description="the conversation's instructions to the model"
     )
