@@ -87,6 +87,7 @@ bench: export EDGE_BENCH_WRITE_RESULTS = 1
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/versus_chain.py --repeat 3
+	$(BIN)/python benchmarks/ha_ollama_history.py --turns 30
 	$(BIN)/python benchmarks/llm_latency.py
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined
 	$(BIN)/python benchmarks/routing_decisions.py --variants combined --set benchmarks/routing_eval_holdout.jsonl
