@@ -212,6 +212,9 @@ async def test_kv_memory_stays_within_the_sequences_and_the_store(batched: Llama
     store = batched._engine.store
     assert store.used_bytes <= store.budget_bytes
     assert max(len(t) for t in ctx.tokens) < 1024
+    stats = batched.cache_stats()  # what /health reports
+    assert stats["sequences"] == 4 and stats["live_sequences"] == len(ctx.live_keys())
+    assert stats["saved_states"] == len(store) and stats["evictions"] == store.evictions
 
 
 async def test_a_question_asked_while_its_prefix_is_warmed_gets_the_same_answer(

@@ -382,6 +382,25 @@ async def test_health_over_plain_http() -> None:
     assert response.headers["content-type"] == "application/json"
     body = response.json()
     assert body["status"] == "ok" and body["participants"] == 1 and body["voice"] is False
+    assert "model_state" not in body  # a model that keeps no KV states reports none
+
+
+class CountingStates(ScriptedLLM):
+    """A scripted model that reports KV states as the local llama.cpp model does."""
+
+    def cache_stats(self) -> dict[str, int]:
+        return {"sequences": 8, "live_sequences": 3, "saved_states": 2, "evictions": 1}
+
+
+async def test_health_says_what_the_models_kv_states_hold_and_how_many_were_dropped() -> None:
+    import httpx
+
+    service = EdgeService(settings(), llm=CountingStates(answer_for), decisions=ScriptedDecisions())
+    async with service:
+        url = service.websocket_url.replace("ws://", "http://") + "/health"
+        async with httpx.AsyncClient() as http:
+            body = (await http.get(url)).json()
+    assert body["model_state"] == CountingStates(answer_for).cache_stats()
 
 
 async def test_the_service_clock_stamps_every_turn_the_model_is_shown() -> None:

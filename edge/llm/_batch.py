@@ -718,14 +718,14 @@ class BatchRunner:
         live = [] if ctx is None else [k for k in ctx.live_keys() if not k.startswith("__job:")]
         return self._engine.store.keys() + live
 
-    def cache_detail(self) -> str:
-        store = self._engine.store
+    def cache_stats(self) -> dict[str, int]:
         ctx = self.scheduler.ctx
         live = 0 if ctx is None else len(ctx.live_keys())
-        return (
-            f"{live} live of {self.scheduler.n_seq} sequences, "
-            f"{len(store)} saved keys ({store.used_bytes} B)"
-        )
+        return {
+            "sequences": self.scheduler.n_seq,
+            "live_sequences": live,
+            **self._engine.store.stats(),
+        }
 
     def _check_open(self) -> None:
         if self._is_closed():

@@ -90,6 +90,13 @@ class Scorer(ChatFormatter, Protocol):
 
 
 @runtime_checkable
+class ReportsCache(Protocol):
+    """Counts its KV states (see :meth:`~edge.llm.LlamaCppLLM.cache_stats`)."""
+
+    def cache_stats(self) -> dict[str, int]: ...
+
+
+@runtime_checkable
 class ReportsActivity(Protocol):
     """Tracks its interactive work, so background work can wait for quiet."""
 

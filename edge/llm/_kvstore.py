@@ -63,6 +63,15 @@ class KVStore:
             self.used_bytes -= int(old.llama_state_size)
         return old
 
+    def stats(self) -> dict[str, int]:
+        """What it holds, of what budget, and how many states it has dropped to make room."""
+        return {
+            "saved_states": len(self._states),
+            "saved_bytes": self.used_bytes,
+            "budget_bytes": self.budget_bytes,
+            "evictions": self.evictions,
+        }
+
     def clear(self) -> None:
         self._states.clear()
         self.used_bytes = 0

@@ -226,7 +226,7 @@ class LlamaCppLLM(StreamingLLM):
             self._engine.model_name,
             context_length=self._engine.n_ctx,
             detail=f"{self.model_path} · {self._runner.queued} queued · "
-            f"{self._runner.cache_detail()}",
+            + ", ".join(f"{k} {v}" for k, v in self.cache_stats().items()),
         )
 
     # -- text helpers --------------------------------------------------------------------
@@ -253,6 +253,12 @@ class LlamaCppLLM(StreamingLLM):
     def cached_keys(self) -> list[str]:
         """Cache keys with a KV state (saved ones least recently used first)."""
         return self._runner.cached_keys()
+
+    def cache_stats(self) -> dict[str, int]:
+        """The model's sequences (and how many hold a key's tokens), the states saved
+        beside them within the KV budget, and how many were dropped to make room (each
+        dropped key's next request evaluates its prompt again)."""
+        return self._runner.cache_stats()
 
     async def forget_cache(self, *keys: str) -> None:
         """Drop the KV states of ``keys``, after any request using the model; none of

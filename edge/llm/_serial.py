@@ -51,9 +51,8 @@ class SerialRunner:
     def cached_keys(self) -> list[str]:
         return self._engine.store.keys()
 
-    def cache_detail(self) -> str:
-        store = self._engine.store
-        return f"{len(store)} cached keys ({store.used_bytes} B)"
+    def cache_stats(self) -> dict[str, int]:
+        return {"sequences": 1, **self._engine.store.stats()}
 
     async def _step(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._thread.run(gated, fn, *args)

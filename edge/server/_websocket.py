@@ -28,6 +28,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from edge.llm import ReportsCache
+
 from ._access import TokenFile, bearer_token, origin_allowed, token_matches
 from ._console import ConsolePages
 from ._gateway import ClientError, Gateway
@@ -479,6 +481,7 @@ class WebSocketServer:
             **({"store": g.sessions.health()} if g.sessions is not None else {}),
             **({"tls": self.tls.certificate.describe()} if self.tls is not None else {}),
             **({"backends": backends} if backends is not None else {}),
+            **({"model_state": g.llm.cache_stats()} if isinstance(g.llm, ReportsCache) else {}),
         }
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
