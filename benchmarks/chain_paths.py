@@ -466,6 +466,8 @@ class OllamaAgent:
                     marks.first("reply_text")
                     parts.append(piece)
                     await deliver(out, piece)
+                if chunk.done and chunk.prompt_eval_duration:  # the integration ignores it
+                    marks.notes["prompt_eval_s"] = round(chunk.prompt_eval_duration / 1e9, 4)
         marks.notes["answer"] = "".join(parts)
         self.history += [
             {"role": "user", "content": text},
@@ -541,6 +543,7 @@ async def wyoming_turn(path: WyomingPath, utt: Utterance) -> dict[str, Any]:
         "heard": [text],
         "handled": marks.notes.get("handled"),
         "answer": marks.notes.get("answer"),
+        "prompt_eval_s": marks.notes.get("prompt_eval_s"),  # (e): the Ollama API's figure
         "tts_streamed": bool(marks.notes.get("tts_streamed")),
         "events_read": sorted(set(marks.notes.get("read", []))),
         "events_skipped": sorted(set(marks.notes.get("skipped", []))),

@@ -343,22 +343,25 @@ class Bench:
     async def turn(self, path: str, utt: Utterance) -> dict[str, Any]:
         if path == "d":
             return await wyoming_turn(self.wyoming(path), utt)
-        before = await self.speculation()
+        before = await self.health()
         if path in ("a", "b"):
             sample = await ws_turn(self.clients[path], utt, push_to_talk=path == "b")
         else:
             sample = await wyoming_turn(self.wyoming(path), utt)
         await anyio.sleep(0.3)  # a discard may follow the first audio (the reply goes on)
+        after = await self.health()
         sample["speculation"] = speculation_delta(
-            before, await self.speculation(), sample["origin_unix"]
+            before.get("speculation", {}), after.get("speculation", {}), sample["origin_unix"]
         )
+        states = before.get("model_state", {}), after.get("model_state", {})
+        sample["kv_evictions"] = states[1].get("evictions", 0) - states[0].get("evictions", 0)
         return sample
 
-    async def speculation(self) -> dict[str, float]:
-        """edge serve's speculation counters (``GET /health``)."""
+    async def health(self) -> dict[str, Any]:
+        """edge serve's ``GET /health``: its speculation counters and model states."""
         async with httpx.AsyncClient(timeout=10, verify=edge_trust()) as http:
             response = await http.get(f"https://{svc.HOST}:{self.services['edge'].port}/health")
-            return response.json().get("speculation", {})
+            return dict(response.json())
 
 
 def edge_trust() -> ssl.SSLContext:
@@ -476,8 +479,9 @@ def p50_ratio_interval(samples: list[dict[str, Any]], path: str) -> list[float] 
 
 
 def slow_turns(good: list[dict[str, Any]], p50: float) -> list[dict[str, Any]]:
-    """The turns slower than SLOW_FACTOR × the path's p50, each with its stages and
-    speculation, so the cause of a tail can be read from the results."""
+    """The turns slower than SLOW_FACTOR × the path's p50, each with its stages,
+    speculation, the model states edge serve dropped meanwhile and (path (e)) the Ollama
+    API's prompt evaluation, so the cause of a tail can be read from the results."""
     return [
         {
             "qid": s.get("qid"),
@@ -486,6 +490,8 @@ def slow_turns(good: list[dict[str, Any]], p50: float) -> list[dict[str, Any]]:
             "times_p50": round(s["total_s"] / p50, 2),
             "stages": s.get("stages"),
             "speculation": s.get("speculation"),
+            "kv_evictions": s.get("kv_evictions"),
+            "prompt_eval_s": s.get("prompt_eval_s"),
             "load_1m": s.get("load_1m"),
         }
         for s in good
