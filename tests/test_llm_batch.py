@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -300,7 +301,44 @@ async def test_a_history_trimmed_by_its_client_is_reused_shifted(batched: LlamaC
     assert shifted.metrics.evaluated_tokens <= batched.count_tokens(QUESTIONS[4]) + 24
     assert exact.metrics.evaluated_tokens > shifted.metrics.prompt_tokens // 2, exact.metrics
     assert shifted.content == exact.content == fresh.content
+    # the kept cells sit right after the system prompt: positions 0..n-1, none left over
+    from llama_cpp import llama_cpp as capi
+
+    ctx = batched._runner.scheduler.ctx  # type: ignore[attr-defined]
+    seq = ctx.seq_of("shifted")
+    assert capi.llama_memory_seq_pos_min(ctx.mem, seq) == 0
+    assert capi.llama_memory_seq_pos_max(ctx.mem, seq) == len(ctx.tokens[seq]) - 1
     # the shifted state goes on as any other: the next turn reuses all of it
     follow = [*trimmed, {"role": "assistant", "content": shifted.content}, ask("Thanks!")[1]]
     again = await batched.chat(follow, max_tokens=4, cache_key="shifted", shift_reuse=True)
     assert again.metrics.reused_tokens >= len(shifted.content) // 8 + shifted.metrics.prompt_tokens
+
+
+async def test_a_shifted_state_saved_and_restored_goes_on_as_it_would_have(
+    batched: LlamaCppLLM,
+) -> None:
+    """A shifted state handed from its sequence to the KV store (more keys than sequences)
+    and back holds its cells at their new positions: its next turn reuses all of it and
+    answers as the same state does when it stayed in its sequence."""
+
+    async def trimmed_conversation(key: str) -> tuple[list[dict[str, str]], Any]:
+        history: list[dict[str, str]] = []
+        for question in QUESTIONS[:4]:
+            sent = [*ask(question)[:1], *history, ask(question)[1]]
+            reply = await batched.chat(sent, max_tokens=24, cache_key=key, shift_reuse=True)
+            history += [sent[-1], {"role": "assistant", "content": reply.content}]
+        trimmed = [*ask(QUESTIONS[4])[:1], *history[2:], ask(QUESTIONS[4])[1]]
+        shifted = await batched.chat(trimmed, max_tokens=12, cache_key=key, shift_reuse=True)
+        assert shifted.metrics.reused_tokens > shifted.metrics.prompt_tokens // 2
+        follow = [*trimmed, {"role": "assistant", "content": shifted.content}]
+        return [*follow, ask("Thanks!")[1]], shifted
+
+    follow, _ = await trimmed_conversation("stays")
+    stayed = await batched.chat(follow, max_tokens=16, cache_key="stays")
+    again_follow, shifted = await trimmed_conversation("moves")
+    assert again_follow == follow
+    await answers_at_once(batched, [f"{q} (away)" for q in QUESTIONS], 4)  # push it out
+    assert "moves" in batched._engine.store  # saved, not live
+    moved = await batched.chat(follow, max_tokens=16, cache_key="moves")
+    assert moved.metrics.reused_tokens >= shifted.metrics.prompt_tokens
+    assert moved.content == stayed.content
