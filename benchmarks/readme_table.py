@@ -227,6 +227,17 @@ def api_latency(m: str) -> str:
     return "; ".join(cells)
 
 
+def ha_ollama_history(m: str) -> str:
+    d = load_results("ha_ollama_history", m)
+    shifted, exact = d["summary"]["shifted"], d["summary"]["exact"]
+    return (
+        f"turns 2-21 {s(shifted['first_text_p50_s_before_trimming'])}; "
+        f"22 on (oldest round dropped) {s(shifted['first_text_p50_s_trimmed'])}, against "
+        f"{s(exact['first_text_p50_s_trimmed'])} evaluated again "
+        f"({d['exact_over_shifted_trimmed_p50']:.1f}× slower)"
+    )
+
+
 def mixed_protocols(m: str) -> str:
     d = load_results("mixed_protocols", m)
     cells = []
@@ -398,6 +409,14 @@ ROWS: list[Row] = [
         api_latency,
         "`benchmarks/api_latency.py --repeat 8 --spoken 3`",
         ("api_latency",),
+    ),
+    (
+        "Home Assistant's Ollama agent in one 30-turn conversation (its prompt with the time, "
+        "its 20-round history), first reply text p50: before its history is trimmed / after, "
+        "the kept rounds' state shifted, against `--no-shift-trimmed-history`",
+        ha_ollama_history,
+        "`benchmarks/ha_ollama_history.py --turns 30`",
+        ("ha_ollama_history",),
     ),
     (
         "spoken WebSocket turns (fresh participant each) while Home Assistant-style Wyoming "
