@@ -18,6 +18,9 @@ same thread counts (``chain_services.chain_settings``). Both are driven by the o
   only the new message: the service keeps each participant's context and model state.
   Time to first token of the follow-ups; our p50 over theirs (target ≤ 0.5).
   ``follow_up_alone`` is the same with one client only (no one else's turn between).
+  ``follow_up_stateless``: two clients take turns, and ours too is sent each client's
+  whole history with the same system prompt, no participant named (what an app written
+  for any OpenAI server sends): each conversation keeps its own model state.
 * ``spoken``: Piper's question streamed in real time (100 ms frames, then silence) over
   the Realtime API (``/v1/realtime``, 24 kHz) and over our WebSocket protocol (hands-free,
   its native rate): end of speech → first reply audio (as ``benchmarks/README.md`` defines
@@ -123,9 +126,15 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def bench_follow_up(
-    ours: openai.AsyncOpenAI, theirs: openai.AsyncOpenAI, rounds: int, clients: int, tag: str
+    ours: openai.AsyncOpenAI,
+    theirs: openai.AsyncOpenAI,
+    rounds: int,
+    clients: int,
+    tag: str,
+    stateless: bool = False,
 ) -> dict[str, Any]:
-    """``clients`` people take turns; each round every one of them asks a follow-up."""
+    """``clients`` people take turns; each round every one of them asks a follow-up (to
+    ours as a named participant, or ``stateless``: its whole history, as to theirs)."""
     names = [f"{tag}-{c}" for c in range(clients)]
     history: dict[str, list[dict[str, str]]] = {
         name: [{"role": "system", "content": SYSTEM}] for name in names
@@ -135,7 +144,10 @@ async def bench_follow_up(
         for c, name in enumerate(names):
             text = QUESTIONS[c] if r == 0 else FOLLOW_UPS[(r - 1) % len(FOLLOW_UPS)]
             history[name].append({"role": "user", "content": text})
-            ours_s, _ = await ttft(ours, [{"role": "user", "content": text}], user=name)
+            if stateless:
+                ours_s, _ = await ttft(ours, history[name])
+            else:
+                ours_s, _ = await ttft(ours, [{"role": "user", "content": text}], user=name)
             theirs_s, reply = await ttft(theirs, history[name])
             history[name].append({"role": "assistant", "content": reply})
             if r > 0:
@@ -251,6 +263,9 @@ async def run(
         console.print(f"follow-up, two clients taking turns: {_line(result['follow_up'])}")
         result["follow_up_alone"] = await bench_follow_up(ours, theirs, 3, 1, "alone")
         console.print(f"follow-up, one client alone: {_line(result['follow_up_alone'])}")
+        both = await bench_follow_up(ours, theirs, 3, 2, "stateless", stateless=True)
+        result["follow_up_stateless"] = both
+        console.print(f"follow-up, two stateless clients taking turns: {_line(both)}")
         url = f"wss://{svc.HOST}:{services['edge'].port}"
         result["spoken"] = await bench_spoken(url, ours, trust, args.spoken)
         s = result["spoken"]
@@ -289,6 +304,7 @@ def plot(result: dict[str, Any]):  # type: ignore[no-untyped-def]
         ("stateless", "stateless"),
         ("follow_up", "follow-up (2 clients)"),
         ("follow_up_alone", "follow-up (alone)"),
+        ("follow_up_stateless", "follow-up (2 stateless clients)"),
     ):
         labels.append(label)
         ours.append(result[key]["ours_p50_s"])

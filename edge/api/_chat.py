@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from edge.llm import ChatMessage, GenerationOptions, TokenCounter
-from edge.server import MAX_TEXT_CHARS, Gateway
+from edge.server import MAX_TEXT_CHARS
 
 from ._errors import ApiError
-from ._turns import Answer, Participants, stateless
+from ._faces import Faces
+from ._stateless import stateless
+from ._turns import Answer
 
 PARTICIPANT_HEADER = "x-edge-participant"
 ROLES: dict[str, Literal["system", "user", "assistant"]] = {
@@ -67,17 +69,16 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
 
 
-def answer(
-    gateway: Gateway, participants: Participants, request: ChatRequest, shift_trimmed: bool = True
-) -> Answer:
+def answer(faces: Faces, request: ChatRequest) -> Answer:
+    gateway = faces.gateway
     if request.participant is None:
         options = GenerationOptions(
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             stop=request.stop,
-            shift_reuse=shift_trimmed,
+            shift_reuse=faces.shift_trimmed,
         )
-        return stateless(gateway, request.messages, options)
+        return stateless(gateway, request.messages, options, faces.slots)
     last = request.messages[-1]
     if last.role != "user" or not last.content.strip():
         raise ApiError(
@@ -87,7 +88,7 @@ def answer(
         raise ApiError(400, f"the message is over {MAX_TEXT_CHARS:,} characters", param="messages")
     llm = gateway.llm
     count = llm.count_tokens if isinstance(llm, TokenCounter) else None
-    turn = participants.answer(request.participant, last.content, count)
+    turn = faces.participants.answer(request.participant, last.content, count)
     if request.stop:
         turn.pieces = cut_at_stop(turn.pieces, request.stop, turn)
     return turn

@@ -13,6 +13,7 @@ from edge.llm import TokenCounter
 from edge.server import AccessPolicy, Gateway
 
 from ._limits import ApiLimits
+from ._slots import ConversationSlots
 from ._turns import Participants
 
 
@@ -26,6 +27,7 @@ class Faces:
     tts: Any = None  # and its voice
     llm_path: Path | None = None
     shift_trimmed: bool = True  # stateless requests: GenerationOptions.shift_reuse
+    slots: ConversationSlots = field(default_factory=ConversationSlots)  # their cache keys
     started: float = field(default_factory=time.time)
     _digest: str | None = None
 

@@ -133,7 +133,7 @@ async def chat(faces: Faces, request: Request) -> Response:
         stop=tuple(s for s in options.stop or () if s),
     )
     started = time.perf_counter()
-    reply = answer(faces.gateway, faces.participants, chat_request, faces.shift_trimmed)
+    reply = answer(faces, chat_request)
     if not body.stream:
         text = "".join([piece async for piece in reply.pieces])
         return JSONResponse(_final(faces, text, reply.finish_reason, reply, started))

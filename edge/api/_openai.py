@@ -70,7 +70,7 @@ async def chat_completions(faces: Faces, request: Request) -> Response:
         temperature=body.temperature,
         stop=stop,
     )
-    reply = answer(faces.gateway, faces.participants, chat, faces.shift_trimmed)
+    reply = answer(faces, chat)
     completion = _Completion(faces.llm_id(), reply)
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage

@@ -1,13 +1,7 @@
 """Who is talking: an API request's answer, stateless or as a participant's turn.
 
 * **Stateless** (no participant named): the client's own messages are answered as they
-  are, by the gateway's :meth:`~edge.server.Gateway.complete` (the one model scheduler,
-  interactive priority); nothing is recorded. Requests that open with the same first
-  message share its model state (``cache_key`` ``api:prefix:<hash>``), so a client's
-  system prompt is evaluated once; a clock line in it (Home Assistant's) moves to the end
-  first (:mod:`edge.api._clock`), so the history after it is reused too; a history the
-  client trims (its oldest rounds dropped: Home Assistant's ``max_history``) keeps the
-  rest of its state, shifted (``GenerationOptions.shift_reuse``, set by the caller).
+  are, nothing recorded (:mod:`edge.api._stateless`).
 * **A participant** (``user``, ``X-Edge-Participant``, a Realtime session): the participant
   ``api:<name>`` (the colon is outside the WebSocket id rule, so only the API reaches them)
   joins at its first request and stays (context loaded) until idle for ``idle_s``. Its
@@ -19,15 +13,12 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import cast
 
 import anyio
 
-from edge.llm import ChatFormatter, ChatMessage, GenerationOptions, Messages, TextStream
 from edge.server import (
     BACKEND_FAILED,
     PARTICIPANT_ID_RULE,
@@ -43,7 +34,6 @@ from edge.server import (
     check_participant_id,
 )
 
-from ._clock import clock_lines_last, settle, unsettle
 from ._errors import ApiError
 
 SOURCE = "api"
@@ -83,62 +73,6 @@ def participant_id(name: str) -> str:
         message = f"a participant name (user) must be {PARTICIPANT_ID_RULE}"
         raise ApiError(400, message, param="user") from None
     return PREFIX + name
-
-
-def prefix_key(messages: Messages) -> str | None:
-    first = messages[0] if messages else None
-    if first is None:
-        return None
-    content = first.content if isinstance(first, ChatMessage) else first["content"]
-    digest = hashlib.sha256(str(content).encode()).hexdigest()[:16]
-    return f"{PREFIX}prefix:{digest}"
-
-
-def stateless(gateway: Gateway, messages: Messages, options: GenerationOptions) -> Answer:
-    moved: list[ChatMessage] | None = None  # the messages asked, when a clock line moved
-    if all(isinstance(m, ChatMessage) for m in messages):
-        sent = cast(list[ChatMessage], list(messages))
-        formatter = gateway.llm if isinstance(gateway.llm, ChatFormatter) else None
-        asked = clock_lines_last(sent, formatter)
-        if asked != sent:
-            messages = moved = asked
-    key = prefix_key(messages)
-    if key is not None:
-        unsettle(gateway.llm, key)  # this request brings the state up to date itself
-    try:
-        stream = gateway.complete(messages, GenerationOptions.of(options, cache_key=key))
-    except ClientError as exc:
-        raise ApiError(503, str(exc)) from None
-
-    def settled(text: str) -> None:
-        if moved is not None and key is not None:
-            settle(gateway.llm, moved, text, key)
-
-    answer = Answer(pieces=_pieces(stream, None))
-    answer.pieces = _pieces(stream, answer, settled)
-    return answer
-
-
-async def _pieces(
-    stream: TextStream, answer: Answer | None, done: Callable[[str], None] | None = None
-) -> AsyncIterator[str]:
-    text: list[str] = []
-    async with stream:
-        async for piece in stream:
-            if done is not None:
-                text.append(piece)
-            yield piece
-    if answer is not None:
-        metrics = stream.metrics
-        answer.usage = Usage(
-            metrics.prompt_tokens,
-            metrics.generated_tokens,
-            metrics.prompt_eval_s,
-            metrics.generation_s,
-        )
-        answer.finish_reason = getattr(stream, "finish_reason", None) or "stop"
-    if done is not None:
-        done("".join(text))
 
 
 class TurnFeed:
