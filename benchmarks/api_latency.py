@@ -134,22 +134,26 @@ async def bench_follow_up(
     stateless: bool = False,
 ) -> dict[str, Any]:
     """``clients`` people take turns; each round every one of them asks a follow-up (to
-    ours as a named participant, or ``stateless``: its whole history, as to theirs)."""
+    ours as a named participant, or ``stateless``: its whole history, as to theirs; each
+    server's history holds its own answers, as a client's would)."""
     names = [f"{tag}-{c}" for c in range(clients)]
-    history: dict[str, list[dict[str, str]]] = {
-        name: [{"role": "system", "content": SYSTEM}] for name in names
-    }
+    start = [{"role": "system", "content": SYSTEM}]
+    theirs_history = {name: list(start) for name in names}
+    ours_history = {name: list(start) for name in names}
     rows = []
     for r in range(rounds + 1):
         for c, name in enumerate(names):
             text = QUESTIONS[c] if r == 0 else FOLLOW_UPS[(r - 1) % len(FOLLOW_UPS)]
-            history[name].append({"role": "user", "content": text})
+            asked = {"role": "user", "content": text}
+            ours_history[name].append(asked)
+            theirs_history[name].append(asked)
             if stateless:
-                ours_s, _ = await ttft(ours, history[name])
+                ours_s, mine = await ttft(ours, ours_history[name])
+                ours_history[name].append({"role": "assistant", "content": mine})
             else:
-                ours_s, _ = await ttft(ours, [{"role": "user", "content": text}], user=name)
-            theirs_s, reply = await ttft(theirs, history[name])
-            history[name].append({"role": "assistant", "content": reply})
+                ours_s, _ = await ttft(ours, [asked], user=name)
+            theirs_s, reply = await ttft(theirs, theirs_history[name])
+            theirs_history[name].append({"role": "assistant", "content": reply})
             if r > 0:
                 rows.append(
                     {"participant": name, "round": r, "ours_s": ours_s, "theirs_s": theirs_s}
