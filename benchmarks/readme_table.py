@@ -221,6 +221,10 @@ def api_latency(m: str) -> str:
         f"{s(d['follow_up']['theirs_p50_s'])} ({d['follow_up']['ratio']:.2f}×)",
         f"one client alone {s(d['follow_up_alone']['ours_p50_s'])} / "
         f"{s(d['follow_up_alone']['theirs_p50_s'])} ({d['follow_up_alone']['ratio']:.2f}×)",
+        f"two stateless clients (whole histories, one system prompt) "
+        f"{s(d['follow_up_stateless']['ours_p50_s'])} / "
+        f"{s(d['follow_up_stateless']['theirs_p50_s'])} "
+        f"({d['follow_up_stateless']['ratio']:.2f}×)",
         f"Realtime first audio {s(d['spoken']['realtime_p50_s'])} against WebSocket "
         f"{s(d['spoken']['websocket_p50_s'])} ({d['spoken']['ratio']:.2f}×)",
     ]
