@@ -101,3 +101,16 @@ async def test_two_chats_taking_turns_each_evaluate_only_their_newest_messages()
         question_tokens = llm.count_tokens(f"{questions[-1]} (B)") + 12  # + the markers
     for name in chats:  # each later turn: its question and the end of its last answer
         assert max(evaluated[name][1:]) <= question_tokens + 8, evaluated
+
+
+def test_ever_new_first_messages_do_not_grow_the_slots_without_bound() -> None:
+    from edge.api._slots import MAX_PREFIXES
+
+    slots = ConversationSlots()
+    running, _ = slots.take("p-running", (u("q"),))  # a request still running
+    for i in range(3 * MAX_PREFIXES):
+        slot, _ = slots.take(f"p{i}", (u("q"),))
+        slots.done(slot, (u("q"), a("x")))
+    assert len(slots._slots) == MAX_PREFIXES
+    assert "p-running" in slots._slots and f"p{3 * MAX_PREFIXES - 1}" in slots._slots
+    slots.done(running, None)

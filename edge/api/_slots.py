@@ -22,6 +22,10 @@ from edge.llm import ChatMessage
 
 SLOTS_PER_PREFIX = 4
 """Conversations of one first message whose states are kept apart."""
+MAX_PREFIXES = 64
+"""First messages remembered; beyond this, the one used least recently (none of its
+requests running) is forgotten: a client sending ever new first messages (chats without
+a system prompt) does not grow the service's memory."""
 
 Dialogue = tuple[tuple[str, str], ...]
 """A conversation's messages after its first one, as (role, content)."""
@@ -67,6 +71,7 @@ class ConversationSlots:
         """The slot for a request under ``prefix`` asking ``asked`` (history and newest
         message), and the key to seed a new slot's state from (None: none needed)."""
         slots = self._slots.setdefault(prefix, [])
+        self._forget_oldest(keep=prefix)
         slot, seed = self._holding(slots, asked), None
         if slot is None:
             slot, seed = self._own(prefix, slots)
@@ -79,6 +84,15 @@ class ConversationSlots:
         the request failed, so nothing is continued from it)."""
         slot.busy -= 1
         slot.held = held if held is not None else ()
+
+    def _forget_oldest(self, keep: str) -> None:
+        idle = [
+            p for p, slots in self._slots.items() if p != keep and not any(s.busy for s in slots)
+        ]
+        while len(self._slots) > MAX_PREFIXES and idle:
+            oldest = min(idle, key=lambda p: max((s.used for s in self._slots[p]), default=0))
+            idle.remove(oldest)
+            del self._slots[oldest]
 
     def _holding(self, slots: list[Slot], asked: Dialogue) -> Slot | None:
         """The slot whose state holds ``asked``'s whole history, longest run first, then
