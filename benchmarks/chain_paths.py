@@ -447,20 +447,30 @@ class OllamaAgent:
         system = {"role": "system", "content": ha_ollama_system(datetime.datetime.now())}
         return [system, *rounds, {"role": "user", "content": text}]
 
+    async def chunks(self, text: str) -> Any:
+        """The integration's streamed ``/api/chat`` call asking ``text``, as it sends it."""
+        return await self.client.chat(
+            model=self.model,
+            messages=self.messages(text),
+            tools=None,
+            stream=True,
+            keep_alive=HA_OLLAMA_KEEP_ALIVE,
+            options=HA_OLLAMA_OPTIONS,
+            think=None,
+            format=None,
+        )
+
+    def remember(self, text: str, answer: str) -> None:
+        """The round joins the chat log (the next requests send it)."""
+        self.history += [
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": answer},
+        ]
+
     async def reply(self, text: str, out: ObjectSendStream[str], marks: Marks) -> None:
         parts: list[str] = []
         async with out:
-            stream = await self.client.chat(
-                model=self.model,
-                messages=self.messages(text),
-                tools=None,
-                stream=True,
-                keep_alive=HA_OLLAMA_KEEP_ALIVE,
-                options=HA_OLLAMA_OPTIONS,
-                think=None,
-                format=None,
-            )
-            async for chunk in stream:
+            async for chunk in await self.chunks(text):
                 piece = chunk.message.content or ""
                 if piece:
                     marks.first("reply_text")
@@ -469,10 +479,7 @@ class OllamaAgent:
                 if chunk.done and chunk.prompt_eval_duration:  # the integration ignores it
                     marks.notes["prompt_eval_s"] = round(chunk.prompt_eval_duration / 1e9, 4)
         marks.notes["answer"] = "".join(parts)
-        self.history += [
-            {"role": "user", "content": text},
-            {"role": "assistant", "content": "".join(parts)},
-        ]
+        self.remember(text, marks.notes["answer"])
 
 
 async def chat_reply(

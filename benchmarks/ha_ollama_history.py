@@ -60,23 +60,13 @@ async def turn(agent: OllamaAgent, question: str) -> dict[str, Any]:
     first: float | None = None
     parts: list[str] = []
     last: Any = None
-    stream = await agent.client.chat(
-        model=agent.model,
-        messages=agent.messages(question),
-        stream=True,
-        keep_alive=HA_OLLAMA_KEEP_ALIVE,
-        options=HA_OLLAMA_OPTIONS,
-    )
-    async for chunk in stream:
+    async for chunk in await agent.chunks(question):
         if chunk.message.content:
             first = first if first is not None else time.perf_counter() - started
             parts.append(chunk.message.content)
         last = chunk
     answer = "".join(parts)
-    agent.history += [
-        {"role": "user", "content": question},
-        {"role": "assistant", "content": answer},
-    ]
+    agent.remember(question, answer)
     eval_ns = getattr(last, "prompt_eval_duration", None)
     return {
         "first_text_s": round(first if first is not None else float("nan"), 4),
