@@ -114,3 +114,22 @@ def test_ever_new_first_messages_do_not_grow_the_slots_without_bound() -> None:
     assert len(slots._slots) == MAX_PREFIXES
     assert "p-running" in slots._slots and f"p{3 * MAX_PREFIXES - 1}" in slots._slots
     slots.done(running, None)
+
+
+async def test_an_answer_its_client_never_read_releases_its_slot() -> None:
+    """A client gone before its reply streamed: the reply is never read, and its slot is
+    not left marked busy (which would keep its first message remembered for good)."""
+    import gc
+
+    from edge.api._stateless import stateless
+    from edge.llm import ChatMessage, GenerationOptions
+
+    slots = ConversationSlots()
+    async with api_service(ScriptedLLM(replies=["Paris."])) as service:
+        sent = [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content="Hi")]
+        answer = stateless(service.gateway, sent, GenerationOptions(), slots)
+        (slot,) = next(iter(slots._slots.values()))
+        assert slot.busy == 1
+        del answer
+        gc.collect()
+        assert slot.busy == 0

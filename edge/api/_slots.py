@@ -15,8 +15,9 @@ one no request is using goes first, so concurrent conversations also batch.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 
 from edge.llm import ChatMessage
 
@@ -27,26 +28,26 @@ MAX_PREFIXES = 64
 requests running) is forgotten: a client sending ever new first messages (chats without
 a system prompt) does not grow the service's memory."""
 
-Dialogue = tuple[tuple[str, str], ...]
-"""A conversation's messages after its first one, as (role, content)."""
+Dialogue = tuple[Hashable, ...]
+"""A conversation's messages after its first one, each as a hash of its role and text (a
+slot remembers a conversation in a few bytes a message, however long its texts)."""
 
 
 def dialogue(messages: Sequence[ChatMessage]) -> Dialogue:
     """``messages`` after the first (its system prompt, where a clock line stays: the
     messages as the client sent them)."""
-    return tuple((m.role, m.content) for m in messages[1:])
+    return tuple(hash((m.role, m.content)) for m in messages[1:])
 
 
 def held_run(held: Dialogue, asked: Dialogue) -> int:
     """How many of ``asked``'s first messages ``held`` holds in a row, from its start or
     after a cut at its start (a client dropping its oldest rounds)."""
-    best = 0
-    for start in range(len(held)):
-        n = 0
-        while n < len(asked) and start + n < len(held) and held[start + n] == asked[n]:
-            n += 1
-        best = max(best, n)
-    return best
+    starts = [i for i, message in enumerate(held) if asked and message == asked[0]]
+    return max((_common(held[i:], asked) for i in starts), default=0)
+
+
+def _common(a: Dialogue, b: Dialogue) -> int:
+    return sum(1 for _ in takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False)))
 
 
 @dataclass

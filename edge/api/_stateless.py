@@ -14,6 +14,7 @@ caller).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
@@ -64,15 +65,22 @@ def stateless(
             slots.done(slot, None)
         raise ApiError(503, str(exc)) from None
 
+    finished = False
+
     def ended(text: str | None) -> None:
+        nonlocal finished
+        if finished:
+            return
+        finished = True
         if slots is not None and slot is not None and sent is not None:
-            exchange = (("assistant", text),) if text is not None else None
-            slots.done(slot, dialogue(sent) + exchange if exchange is not None else None)
+            answered = (ChatMessage(role="assistant", content=text),) if text is not None else ()
+            slots.done(slot, dialogue([*sent, *answered]) if text is not None else None)
         if text is not None and moved is not None and key is not None:
             settle(gateway.llm, moved, text, key)
 
     answer = Answer(pieces=_pieces(stream, None))
     answer.pieces = _pieces(stream, answer, ended)
+    weakref.finalize(answer, ended, None)  # never read (its client left before the reply)
     return answer
 
 

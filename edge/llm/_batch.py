@@ -51,7 +51,6 @@ def _urgency(job: SeqJob) -> int:
 
 
 _RANK = {Priority.INTERACTIVE: 0, Priority.BACKGROUND: BACKGROUND_RANK}
-_SHIFTS = Priority.INTERACTIVE  # its steps are never aborted between a shift and its decode
 
 
 def _earlier_answers_first(ranked: list[tuple[int, SeqJob]]) -> list[tuple[int, SeqJob]]:
@@ -313,7 +312,8 @@ class SeqContext:
         if job.reused is not None and len(held) == len(target) - 1 and held[-1:] == target[-2:-1]:
             return target[-1:]  # the common case: the token sampled last step
         reuse = common_prefix(held, target)
-        if job.shift_reuse and job.reused is None and self.can_shift and job.priority is _SHIFTS:
+        interactive = job.priority is Priority.INTERACTIVE  # never aborted before its decode
+        if job.shift_reuse and job.reused is None and self.can_shift and interactive:
             reuse = self._shift(job.seq, held, target, reuse)
         if job.need_logits and reuse == len(target):
             reuse -= 1
