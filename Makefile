@@ -8,6 +8,9 @@ STAMP  := $(VENV)/.installed-stamp
 QUESTION ?= In one sentence, what is an edge device?
 
 SERVE_ARGS ?=
+# make test's pytest workers: the real models' tests run in turn on one of them, the rest
+# beside it (tests/conftest.py); 1 runs the suite in one process.
+TEST_WORKERS ?= 2
 
 # llama-cpp-python is built from source once into a wheel cache outside the clone, so fresh
 # clones reuse it. On x86-64 it is built for this CPU but without llama.cpp's AMX kernels:
@@ -72,7 +75,7 @@ test: setup browser
 	$(BIN)/ruff format --check edge tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python tools/structure.py --strict
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(BIN)/ruff check edge tests benchmarks

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import pytest
 
+# Tests that share what one machine has only one of run one at a time when `make test`
+# spreads the suite over workers (pytest-xdist, ``--dist loadgroup``): the real models'
+# tests (each keeps the cores busy, and some time a spoken turn), and mDNS on loopback
+# (a browser there sees every service advertised on it).
+SERIAL_GROUPS = {"model": "model", "mdns": "mdns"}
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` need CUDA (an NVIDIA GPU and the CUDA build of llama.cpp,
+    """Tests marked ``model`` or ``mdns`` join one xdist group each (run in turn by one
+    worker); tests marked ``gpu`` need CUDA (an NVIDIA GPU and the CUDA build of llama.cpp,
     ``make gpu-check``): skipped, saying why, everywhere else."""
+    for item in items:
+        for marker, group in SERIAL_GROUPS.items():
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
     gpu = [item for item in items if "gpu" in item.keywords]
     if not gpu:
         return

@@ -200,6 +200,7 @@ async def test_fallback_local_answers_while_the_remote_is_down(
     assert report["tts"]["fallback"] == "local" and report["tts"]["fallback_uses"] >= 1
 
 
+@pytest.mark.mdns
 async def test_auto_finds_the_speech_servers_over_mdns_and_never_an_edge_service(
     servers: Servers, question: bytes
 ) -> None:

@@ -78,6 +78,7 @@ async def test_wyoming_describe_and_handle_with_bad_input_in_between() -> None:
         assert pid not in service.context.participants()
 
 
+@pytest.mark.mdns
 async def test_mdns_advertises_both_services_on_loopback() -> None:
     # A name of its own: another service advertising on loopback (a parallel test run) must
     # neither rename this one through mDNS conflict resolution nor appear in its results.
