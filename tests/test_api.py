@@ -194,6 +194,67 @@ async def test_ollama_list_show_and_chat_streamed_and_whole() -> None:
         assert version.json()["version"]
 
 
+async def test_ollama_generate_streamed_and_whole_with_a_system_prompt() -> None:
+    llm = ScriptedLLM(replies=answer_for)
+    async with AsyncExitStack() as stack, api_service(llm) as service:
+        client = await stack.enter_async_context(ollama_client(web_url(service)))
+        parts = [
+            part
+            async for part in await client.generate(
+                model="edge:latest",
+                prompt="What is an edge device?",
+                system="Be brief.",
+                stream=True,
+                options={"temperature": 0.1, "num_predict": 30},
+                keep_alive="5m",
+            )
+        ]
+        assert parts[-1].done and parts[-1].done_reason == "stop"
+        assert parts[-1].eval_count and parts[-1].prompt_eval_count is not None
+        text = "".join(p.response for p in parts)
+        assert text == "You said: What is an edge device?. That is all."
+        assert len(parts) > 3 and all(p.response for p in parts[:-1])
+        asked = llm.requests[-1]
+        assert [(m.role, m.content) for m in asked.messages] == [
+            ("system", "Be brief."),
+            ("user", "What is an edge device?"),
+        ]
+        assert asked.options.max_tokens == 30 and asked.options.temperature == 0.1
+        whole = await client.generate(model="edge", prompt="What is an edge device?", stream=False)
+        assert whole.response == text and whole.done and whole.context is None
+        assert [m.role for m in llm.requests[-1].messages] == ["user"]  # no system given
+        loaded = await client.generate(model="edge")
+        assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+        unloaded = await client.generate(model="edge", keep_alive=0)
+        assert unloaded.done_reason == "unload"
+
+
+async def test_ollama_generate_refuses_what_it_cannot_honour_and_names_it() -> None:
+    llm = ScriptedLLM(replies=answer_for)
+    async with AsyncExitStack() as stack, api_service(llm) as service:
+        client = await stack.enter_async_context(ollama_client(web_url(service)))
+        asked = len(llm.requests)
+        for field, value, named in (
+            ("suffix", "return a", "fill-in-the-middle"),
+            ("raw", True, "raw prompts"),
+            ("template", "{{ .Prompt }}", "template"),
+            ("context", [1, 2, 3], "/api/chat"),
+        ):
+            with pytest.raises(ollama.ResponseError) as refused:
+                await client.generate(model="edge", prompt="def f():", **{field: value})
+            assert refused.value.status_code == 400 and named in refused.value.error, field
+        with pytest.raises(ollama.ResponseError) as bad:
+            await client.generate(model="edge", prompt="Hi", options={"num_predict": "many"})
+        assert bad.value.status_code == 400
+        assert len(llm.requests) == asked  # nothing reached the model
+        named = await stack.enter_async_context(
+            ollama_client(web_url(service), headers={"X-Edge-Participant": "kai"})
+        )
+        turn = await named.generate(model="edge", prompt="What is an edge device?")
+        assert turn.response and turn.done  # a participant's turn, as /api/chat makes it
+        assert "api:kai" in service.context.participants()
+
+
 async def test_the_api_shares_the_tls_port_with_sessions_and_health() -> None:
     async with AsyncExitStack() as stack, api_service(tls=True) as service:
         verify = trust(service.settings.data_dir)

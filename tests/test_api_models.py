@@ -174,6 +174,24 @@ async def test_ollama_list_show_and_chat_streamed(served: Served) -> None:
         assert parts[-1].done and any(w in text for w in ("Paris", "France"))  # see above
 
 
+async def test_ollama_generate_streamed_and_whole(served: Served) -> None:
+    async with ollama_client(served.base, served.token, served.verify) as client:
+        name = (await client.list()).models[0].model
+        parts = [
+            part
+            async for part in await client.generate(
+                model=name, prompt=QUESTION, system="Answer in one short sentence.", stream=True
+            )
+        ]
+        text = "".join(p.response for p in parts)
+        final = parts[-1]
+        assert final.done and final.done_reason in ("stop", "length")
+        assert any(w in text for w in ("Paris", "France"))  # see above
+        assert final.prompt_eval_count and final.eval_count and final.eval_duration
+        whole = await client.generate(model=name, prompt=QUESTION, stream=False)
+        assert whole.done and any(w in whole.response for w in ("Paris", "France"))
+
+
 def pcm24(wav: bytes) -> bytes:
     """A WAV recording as the Realtime API's input: PCM16 mono at 24 kHz."""
     from edge.voice import float_to_pcm16, read_wav, resample

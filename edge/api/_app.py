@@ -57,6 +57,7 @@ def routes(faces: Faces) -> list[Route]:
         get("/api/ps", _ollama.running),
         post("/api/show", _ollama.show),
         post("/api/chat", _ollama.chat),
+        post("/api/generate", _ollama.generate),
     ]
 
 

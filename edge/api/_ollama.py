@@ -1,12 +1,13 @@
-"""Ollama's API, the calls Home Assistant's Ollama integration and Open WebUI make:
-``GET /api/version``, ``GET /api/tags``, ``POST /api/show``, ``GET /api/ps`` and
-``POST /api/chat`` (newline-delimited JSON while streaming, the default)."""
+"""Ollama's API, the calls Home Assistant's Ollama integration, Open WebUI and Ollama's
+own clients make: ``GET /api/version``, ``GET /api/tags``, ``POST /api/show``,
+``GET /api/ps``, ``POST /api/chat`` and ``POST /api/generate`` (newline-delimited JSON
+while streaming, the default)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,11 +15,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from edge.llm import ChatMessage
+
 from ._chat import PARTICIPANT_HEADER, ChatRequest, answer, chat_messages
 from ._errors import ApiError, invalid
 from ._faces import Faces
 from ._turns import Answer
 
+_Shape = Callable[[str], dict[str, Any]]  # an answer's text as a reply line carries it
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama release whose calls these follow
 NDJSON = "application/x-ndjson"
 
@@ -44,6 +48,31 @@ class OllamaChat(_Lenient):
     stream: bool = True
     options: OllamaOptions | None = None
     keep_alive: str | int | float | None = None
+
+
+class OllamaGenerate(_Lenient):
+    model: str = ""
+    prompt: str = ""
+    system: str | None = None
+    suffix: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool = False
+    stream: bool = True
+    options: OllamaOptions | None = None
+    keep_alive: str | int | float | None = None
+
+
+# What /api/generate cannot do with this model and service, refused rather than ignored:
+# each would change what the answer means.
+_GENERATE_REFUSED = {
+    "suffix": "suffix (fill-in-the-middle) is not served: the model has no insert template",
+    "template": "template is not served: the model's own chat template applies",
+    "context": "context (deprecated by Ollama) is not served: send the conversation's "
+    "messages to /api/chat",
+    "raw": "raw prompts are not served: the prompt is answered through the model's "
+    "chat template (send raw false)",
+}
 
 
 def _now() -> str:
@@ -115,52 +144,96 @@ async def show(faces: Faces, request: Request) -> JSONResponse:
     )
 
 
+def _message(text: str) -> dict[str, Any]:
+    """A chat answer's text, as /api/chat sends it."""
+    return {"message": {"role": "assistant", "content": text}}
+
+
+def _response(text: str) -> dict[str, Any]:
+    """A completion's text, as /api/generate sends it."""
+    return {"response": text}
+
+
+def _unloaded(keep_alive: object) -> str:
+    """A request with nothing to answer loads the model (or unloads it, for keep_alive 0):
+    it is always loaded here, so only the reason is told."""
+    return "unload" if keep_alive in (0, "0", "0s") else "load"
+
+
 async def chat(faces: Faces, request: Request) -> Response:
     try:
         body = OllamaChat.model_validate_json(await request.body())
     except ValidationError as exc:
         raise invalid(exc) from None
-    if not body.messages:  # a load or unload request: the model is always loaded here
-        reason = "unload" if body.keep_alive in (0, "0", "0s") else "load"
-        return JSONResponse(_final(faces, "", reason, None, 0.0))
-    options = body.options or OllamaOptions()
+    if not body.messages:
+        return JSONResponse(_final(faces, _message(""), _unloaded(body.keep_alive)))
+    chat_request = _request(chat_messages(body.messages), request, body.options)
+    return await _answered(faces, chat_request, body.stream, _message)
+
+
+async def generate(faces: Faces, request: Request) -> Response:
+    """A completion of ``prompt`` (after ``system``, if given), answered as a chat turn."""
+    try:
+        body = OllamaGenerate.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    for field, why in _GENERATE_REFUSED.items():
+        if getattr(body, field):
+            raise ApiError(400, why, param=field)
+    if not body.prompt:
+        return JSONResponse(_final(faces, _response(""), _unloaded(body.keep_alive)))
+    messages = [ChatMessage(role="system", content=body.system)] if body.system else []
+    messages.append(ChatMessage(role="user", content=body.prompt))
+    return await _answered(faces, _request(messages, request, body.options), body.stream, _response)
+
+
+def _request(
+    messages: list[ChatMessage], request: Request, options: OllamaOptions | None
+) -> ChatRequest:
+    options = options or OllamaOptions()
     limit = options.num_predict if options.num_predict and options.num_predict > 0 else None
-    chat_request = ChatRequest(
-        messages=chat_messages(body.messages),
+    return ChatRequest(
+        messages=messages,
         participant=request.headers.get(PARTICIPANT_HEADER),
         max_tokens=limit,
         temperature=options.temperature,
         stop=tuple(s for s in options.stop or () if s),
     )
+
+
+async def _answered(
+    faces: Faces, chat_request: ChatRequest, stream: bool, shape: _Shape
+) -> Response:
     started = time.perf_counter()
     reply = answer(faces, chat_request)
-    if not body.stream:
+    if not stream:
         text = "".join([piece async for piece in reply.pieces])
-        return JSONResponse(_final(faces, text, reply.finish_reason, reply, started))
-    return StreamingResponse(_lines(faces, reply, started), media_type=NDJSON)
+        return JSONResponse(_final(faces, shape(text), reply.finish_reason, reply, started))
+    return StreamingResponse(_lines(faces, reply, started, shape), media_type=NDJSON)
 
 
-async def _lines(faces: Faces, reply: Answer, started: float) -> AsyncIterator[str]:
+async def _lines(faces: Faces, reply: Answer, started: float, shape: _Shape) -> AsyncIterator[str]:
     try:
         async for piece in reply.pieces:
-            message = {"role": "assistant", "content": piece}
-            yield _line(
-                {"model": _tag(faces), "created_at": _now(), "message": message, "done": False}
-            )
+            yield _line({"model": _tag(faces), "created_at": _now(), **shape(piece), "done": False})
     except ApiError as exc:  # the headers are out: the error is the stream's last line
         yield _line({"error": exc.message})
         return
-    yield _line(_final(faces, "", reply.finish_reason, reply, started))
+    yield _line(_final(faces, shape(""), reply.finish_reason, reply, started))
 
 
 def _final(
-    faces: Faces, text: str, reason: str, reply: Answer | None, started: float
+    faces: Faces,
+    text: dict[str, Any],
+    reason: str,
+    reply: Answer | None = None,
+    started: float = 0.0,
 ) -> dict[str, Any]:
     total = int((time.perf_counter() - started) * 1e9) if started else 0
     final: dict[str, Any] = {
         "model": _tag(faces),
         "created_at": _now(),
-        "message": {"role": "assistant", "content": text},
+        **text,
         "done": True,
         "done_reason": reason,
         "total_duration": total,
