@@ -117,6 +117,32 @@ async def test_chat_whole_and_streamed_stateless_and_as_a_participant(served: Se
         assert len([p for p in pieces if p]) > 1
 
 
+async def test_responses_streamed_then_continued_by_previous_response_id(served: Served) -> None:
+    async with openai_client(served.base, served.token, served.verify) as client:
+        events = [
+            event
+            async for event in await client.responses.create(
+                model="edge", input=QUESTION, temperature=0, stream=True
+            )
+        ]
+        done = events[-1]
+        assert done.type in ("response.completed", "response.incomplete")
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text and done.response.output_text == text
+        assert any(w in text for w in ("Paris", "France"))  # see above
+        assert done.response.usage is not None and done.response.usage.input_tokens > 5
+        follow_up = await client.responses.create(
+            model="edge",
+            input="Say that again.",
+            previous_response_id=done.response.id,
+            temperature=0,
+        )
+        assert follow_up.output_text and follow_up.previous_response_id == done.response.id
+        # the follow-up was asked with the first exchange before it: its prompt holds both
+        assert follow_up.usage is not None
+        assert follow_up.usage.input_tokens > done.response.usage.input_tokens
+
+
 async def test_transcription_of_a_piper_recording(served: Served, recording: bytes) -> None:
     async with openai_client(served.base, served.token, served.verify) as client:
         heard = await client.audio.transcriptions.create(

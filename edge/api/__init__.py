@@ -1,6 +1,6 @@
 """The APIs people already use, on the service's own port: OpenAI's REST API (chat
-completions, models, transcriptions, speech), OpenAI's Realtime API over WebSocket, and
-Ollama's chat API. They reach the product only through the gateway and the output hub the
+completions, responses, models, transcriptions, speech), OpenAI's Realtime API over
+WebSocket, and Ollama's chat and generate API. They reach the product only through the gateway and the output hub the
 WebSocket protocol uses (docs/api.md).
 
 Example::

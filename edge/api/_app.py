@@ -23,7 +23,7 @@ from starlette.types import Receive, Send
 
 from edge.server import ConnectionSlots, LogLimiter, bearer_token, origin_allowed, token_matches
 
-from . import _audio, _ollama, _openai
+from . import _audio, _ollama, _openai, _responses
 from ._errors import ApiError, error_response
 from ._faces import Faces
 from ._limits import BoundedBody, RateLimiter
@@ -50,6 +50,7 @@ def routes(faces: Faces) -> list[Route]:
     return [
         get("/v1/models", _openai.models),
         post("/v1/chat/completions", _openai.chat_completions),
+        post("/v1/responses", _responses.responses),
         post("/v1/audio/transcriptions", _audio.transcriptions),
         post("/v1/audio/speech", _audio.speech),
         get("/api/version", lambda f: _ollama.version()),

@@ -26,7 +26,8 @@ MAX_MESSAGES = 500
 
 
 def text_of(content: Any, where: str) -> str:
-    """A message's text: a string, or OpenAI's list of parts (only ``text`` parts)."""
+    """A message's text: a string, or OpenAI's list of parts (only text parts: ``text``,
+    and the Responses API's ``input_text`` and ``output_text``)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -35,7 +36,7 @@ def text_of(content: Any, where: str) -> str:
         texts = []
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in ("text", "input_text"):
+            if kind not in ("text", "input_text", "output_text"):
                 raise ApiError(400, f"{where}: only text content is supported, not {kind!r}")
             texts.append(str(part.get("text", "")))
         return "".join(texts)

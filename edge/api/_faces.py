@@ -13,6 +13,7 @@ from edge.llm import TokenCounter
 from edge.server import AccessPolicy, Gateway
 
 from ._limits import ApiLimits
+from ._response_chain import ResponseChain
 from ._slots import ConversationSlots
 from ._turns import Participants
 
@@ -28,6 +29,7 @@ class Faces:
     llm_path: Path | None = None
     shift_trimmed: bool = True  # stateless requests: GenerationOptions.shift_reuse
     slots: ConversationSlots = field(default_factory=ConversationSlots)  # their cache keys
+    responses: ResponseChain = field(default_factory=ResponseChain)  # previous_response_id
     started: float = field(default_factory=time.time)
     _digest: str | None = None
 
