@@ -1,7 +1,7 @@
 """The APIs people already use, on the service's own port: OpenAI's REST API (chat
 completions, responses, models, transcriptions, speech), OpenAI's Realtime API over
-WebSocket, and Ollama's chat and generate API. They reach the product only through the gateway and the output hub the
-WebSocket protocol uses (docs/api.md).
+WebSocket, and Ollama's chat and generate API. They reach the product only through the
+gateway and the output hub the WebSocket protocol uses (docs/api.md).
 
 Example::
 

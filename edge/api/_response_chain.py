@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NoReturn
 
 from edge.llm import ChatMessage
 
@@ -49,14 +50,11 @@ class ResponseChain:
         at: str | None = response_id
         while at is not None:
             stored = self._stored.get(at)
-            if stored is None or len(chain) >= MAX_CHAIN:
+            if stored is None:
                 which = "" if at == response_id else f" (its earlier response {at!r} is not)"
-                raise ApiError(
-                    400,
-                    f"previous response {response_id!r} is not kept here{which}: "
-                    "send the conversation's messages as input",
-                    param="previous_response_id",
-                )
+                _refuse(f"previous response {response_id!r} is not kept here{which}")
+            if len(chain) >= MAX_CHAIN:
+                _refuse(f"the conversation before {response_id!r} is over {MAX_CHAIN} responses")
             chain.append(at)
             at = stored.previous
         for used in reversed(chain):  # used now, the newest last: forgotten after the rest
@@ -71,3 +69,9 @@ class ResponseChain:
         while self._bytes > self.max_bytes:
             _, oldest = self._stored.popitem(last=False)
             self._bytes -= oldest.size
+
+
+def _refuse(why: str) -> NoReturn:
+    raise ApiError(
+        400, f"{why}: send the conversation's messages as input", param="previous_response_id"
+    )
