@@ -192,12 +192,14 @@ async def test_bad_events_get_error_events_and_the_session_goes_on() -> None:
         await connection.send({"type": "input_audio_buffer.append", "audio": "not base64!"})
         await connection.send({"type": "conversation.item.delete", "item_id": "x"})
         await connection.input_audio_buffer.commit()
+        await connection.send_raw("[" * 5000 + "]" * 5000)  # nested past the JSON parser's depth
         errors = []
-        for _ in range(3):
+        for _ in range(4):
             errors.append((await events_until(connection, "error"))[-1].error)
         assert "base64" in errors[0].message
         assert "unsupported event type 'conversation.item.delete'" in errors[1].message
         assert "under 100 ms of audio" in errors[2].message
+        assert "not valid JSON" in errors[3].message
         await connection.session.update(session={"type": "realtime"})
         assert (await events_until(connection, "session.updated"))[-1].type == "session.updated"
 

@@ -120,12 +120,17 @@ def running(faces: Faces) -> JSONResponse:
     return JSONResponse({"models": [{**model, "size_vram": 0}]})
 
 
+class OllamaShow(_Lenient):
+    model: str = ""
+    name: str = ""  # the older clients' field
+
+
 async def show(faces: Faces, request: Request) -> JSONResponse:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        raise ApiError(400, "the body is not valid JSON") from None
-    if not isinstance(body, dict) or not (body.get("model") or body.get("name")):
+    try:  # pydantic's parser, not json.loads: a deeply nested body is a 400, not a crash
+        body = OllamaShow.model_validate_json(await request.body() or b"{}")
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    if not (body.model or body.name):
         raise ApiError(400, "model is required")
     info = {"general.architecture": _details(faces)["family"]}
     if faces.context_length():

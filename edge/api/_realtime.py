@@ -185,7 +185,7 @@ class RealtimeSession:
     async def _handle(self, raw: str | bytes) -> None:
         try:
             message = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self._emit(error_event(f"not valid JSON: {exc}", "invalid_json"))
             return
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):

@@ -69,7 +69,7 @@ def _error_text(body: str) -> str:
     """The readable part of an error body: ``error.message`` or ``detail`` when JSON."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         return body
     if isinstance(data, dict):
         error = data.get("error", data.get("detail"))
@@ -426,7 +426,7 @@ async def _events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
 def _parse_chunk(url: str, event: str, data: str, counted: int) -> dict[str, Any]:
     try:
         chunk = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         chunk = None
     if not isinstance(chunk, dict):
         raise GenerationError(
