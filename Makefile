@@ -117,7 +117,8 @@ bench: setup
 soak: setup
 	EDGE_FUZZ_SCALE=20 EDGE_LOAD_PARTICIPANTS=200 EDGE_LOAD_TURNS=10 EDGE_CRASH_KILLS=40 \
 	  EDGE_CRASH_MODEL_KILLS=3 EDGE_LONG_SESSION_EXCHANGES=120 \
-	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_api_fuzz.py tests/test_server_load.py \
+	  $(BIN)/python -m pytest -q tests/test_server_fuzz.py tests/test_api_fuzz.py \
+	  tests/test_api_realtime_fuzz.py tests/test_server_load.py \
 	  tests/test_sessions_crash.py tests/test_conversation_model.py
 	EDGE_HOSTILE_S=600 EDGE_RELIABILITY_OUT=benchmarks/results/reliability_soak.json \
 	  $(BIN)/python -m pytest -q -s -m model tests/test_server_hostile.py

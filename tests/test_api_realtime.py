@@ -204,6 +204,25 @@ async def test_bad_events_get_error_events_and_the_session_goes_on() -> None:
         assert (await events_until(connection, "session.updated"))[-1].type == "session.updated"
 
 
+async def test_text_waiting_for_response_create_is_bounded_and_the_session_goes_on() -> None:
+    async with voice_service() as service, realtime(service) as connection:
+        await events_until(connection, "session.created")
+        await connection.session.update(session={"audio": True})  # type: ignore[typeddict-item]
+        refused = (await events_until(connection, "error"))[-1].error
+        assert refused.message == "session.audio must be an object"
+        for text in ("Hello.", "word " * 3_199):  # 6 + 15,995 characters
+            part = {"type": "input_text", "text": text}
+            await connection.conversation.item.create(
+                item={"type": "message", "role": "user", "content": [part]}
+            )
+        error = (await events_until(connection, "error"))[-1].error
+        assert "waiting for response.create are over 16,000 characters" in error.message
+        await connection.response.create()
+        seen = await events_until(connection, "response.done")
+        text = "".join(e.delta for e in seen if e.type == "response.output_audio_transcript.delta")
+        assert text == "You said: Hello.. That is all."  # the first message alone
+
+
 async def test_a_wrong_key_is_refused_before_the_session_opens() -> None:
     async with voice_service() as service:
         with pytest.raises(InvalidStatus) as refused:

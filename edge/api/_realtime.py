@@ -25,6 +25,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from edge.server import (
+    MAX_TEXT_CHARS,
     AudioPacer,
     ClientError,
     LogLimiter,
@@ -234,33 +235,37 @@ class RealtimeSession:
         session = message.get("session")
         if not isinstance(session, dict):
             raise ClientError("session.update needs a session object")
+        audio_input = _object(_object(session.get("audio"), "session.audio").get("input"), "input")
+        detection = audio_input.get("turn_detection", self.turn_detection)
+        if detection is not None and (
+            not isinstance(detection, dict)
+            or detection.get("type") not in ("server_vad", "semantic_vad")
+        ):
+            raise ClientError("turn_detection must be server_vad, semantic_vad or null")
+        instructions = session.get("instructions")
+        if isinstance(instructions, str) and len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES:
+            raise ClientError(f"instructions are limited to {MAX_INSTRUCTIONS_BYTES} bytes")
+        # checked: now applied, all of it
         modalities = session.get("output_modalities")
         if isinstance(modalities, list):
             self.events.audio = "audio" in modalities
-        if isinstance(session.get("instructions"), str):
-            if len(session["instructions"].encode()) > MAX_INSTRUCTIONS_BYTES:
-                raise ClientError(f"instructions are limited to {MAX_INSTRUCTIONS_BYTES} bytes")
-            self.instructions = session["instructions"]
-            if self.instructions.strip():  # after the service's own (docs/api.md)
-                self.gateway.instructions[self.pid] = self.instructions
+        if isinstance(instructions, str):
+            self.instructions = instructions
+            if instructions.strip():  # after the service's own (docs/api.md)
+                self.gateway.instructions[self.pid] = instructions
             else:
                 self.gateway.instructions.pop(self.pid, None)
-        audio_input = (session.get("audio") or {}).get("input") or {}
-        if "turn_detection" in audio_input:
-            detection = audio_input["turn_detection"]
-            if detection is not None and detection.get("type") not in (
-                "server_vad",
-                "semantic_vad",
-            ):
-                raise ClientError("turn_detection must be server_vad, semantic_vad or null")
-            self.turn_detection = detection
+        self.turn_detection = detection
         self._emit(event("session.updated", session=self.session()))
 
     async def _append(self, message: dict[str, Any]) -> None:
+        audio = message.get("audio") or ""
         try:
-            pcm = base64.b64decode(message.get("audio") or "", validate=True)
+            if not isinstance(audio, str):
+                raise ValueError(type(audio).__name__)
+            pcm = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
-            raise ClientError("audio must be base64 of PCM16 at 24 kHz") from None
+            raise ClientError("audio must be a string: base64 of PCM16 at 24 kHz") from None
         if self.turn_detection is None and not self._holding:
             await self.gateway.hold(self.pid, SOURCE)  # only commit ends the utterance
             self._holding = True
@@ -294,6 +299,11 @@ class RealtimeSession:
         )
         if item.get("role") != "user" or not text.strip():
             raise ClientError("conversation.item.create: only user messages with input_text")
+        if sum(map(len, self._pending)) + len(text) > MAX_TEXT_CHARS:  # one turn's worth
+            raise ClientError(
+                f"conversation.item.create: the messages waiting for response.create are over "
+                f"{MAX_TEXT_CHARS:,} characters"
+            )
         self._pending.append(text)
         self._emit(*self.events.user_item(item.get("id") or new_id("item"), text, audio=False))
 
@@ -310,6 +320,16 @@ class RealtimeSession:
         if response is None:
             raise ClientError("response.cancel: no response is in progress")
         await self.gateway.interrupt(self.pid, response.turn_id, SOURCE)
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    """An optional object field of an event: ``{}`` when absent, a client error when it
+    is not an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ClientError(f"{where} must be an object")
+    return value
 
 
 HANDLERS = {
