@@ -7,7 +7,6 @@ Examples and deadlines are bounded so the module stays within ~20 s."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from edge.api import ApiLimits, serve_api
@@ -23,16 +22,11 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import EdgeService
 from tests.api_helpers import TOKEN, web_url
+from tests.fuzz_helpers import any_json, fuzz_settings
 from tests.server_helpers import answer_for
 from tests.server_helpers import settings as service_settings
 
-SCALE = int(os.environ.get("EDGE_FUZZ_SCALE", "1"))  # make soak: 20
-LIVE = settings(
-    max_examples=25 * SCALE,
-    deadline=5000,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    database=None,
-)
+LIVE = fuzz_settings(25, 5000)
 FIELDS = {
     "/v1/chat/completions": ("model", "messages", "stream", "max_tokens", "stop", "user", "n"),
     "/v1/responses": (
@@ -58,15 +52,7 @@ GOOD = {
     "/api/show": {"model": "m"},
 }
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
-    max_leaves=20,
-)
+json_values = any_json(wide_numbers=True)
 roles = st.sampled_from(["user", "assistant", "system", "developer", "tool", "", "👀"])
 contents = st.one_of(
     st.text(max_size=50),

@@ -8,34 +8,23 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
 from edge.api._realtime import HANDLERS
 from tests.api_helpers import TOKEN, web_url
+from tests.fuzz_helpers import any_json, fuzz_settings
 from tests.test_api_realtime import voice_service
 
-SCALE = int(os.environ.get("EDGE_FUZZ_SCALE", "1"))  # make soak: 20
-LIVE = settings(
-    max_examples=25 * SCALE,
-    deadline=10_000,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    database=None,
-)
-
-values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
-    max_leaves=12,
-)
+LIVE = fuzz_settings(25, 10_000)
+values = any_json(max_leaves=12, wide_numbers=True)
 audio = st.one_of(
     st.binary(max_size=4800).map(lambda b: base64.b64encode(b).decode()),
     st.text(max_size=40),

@@ -4,17 +4,27 @@ a scripted model: whole and streamed, instructions, conversations continued by
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import openai
 import pytest
+from openai import AsyncOpenAI
 
 from edge.api import _response_chain
 from edge.llm import ChatMessage, ScriptedLLM, ScriptedReply
+from edge.server import EdgeService
 from tests.api_helpers import api_service, openai_client, web_url
 from tests.server_helpers import answer_for
 
 pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def responses_api(llm: ScriptedLLM) -> AsyncIterator[tuple[EdgeService, AsyncOpenAI]]:
+    """A service on ``llm`` with the APIs, and the openai SDK's client for it."""
+    async with api_service(llm) as service, openai_client(web_url(service)) as client:
+        yield service, client
 
 
 def asked(llm: ScriptedLLM) -> list[tuple[str, str]]:
@@ -23,8 +33,7 @@ def asked(llm: ScriptedLLM) -> list[tuple[str, str]]:
 
 async def test_a_whole_response_and_a_streamed_one_with_the_sdks_events() -> None:
     llm = ScriptedLLM(replies=answer_for)
-    async with AsyncExitStack() as stack, api_service(llm) as service:
-        client = await stack.enter_async_context(openai_client(web_url(service)))
+    async with responses_api(llm) as (_, client):
         whole = await client.responses.create(
             model="edge", input="What is an edge device?", instructions="Be brief."
         )
@@ -60,8 +69,7 @@ async def test_a_whole_response_and_a_streamed_one_with_the_sdks_events() -> Non
 
 async def test_previous_response_id_continues_the_conversation_without_its_instructions() -> None:
     llm = ScriptedLLM(replies=answer_for)
-    async with AsyncExitStack() as stack, api_service(llm) as service:
-        client = await stack.enter_async_context(openai_client(web_url(service)))
+    async with responses_api(llm) as (_, client):
         first = await client.responses.create(
             model="edge", input="My name is Ada.", instructions="Be brief."
         )
@@ -98,8 +106,7 @@ async def test_previous_response_id_continues_the_conversation_without_its_instr
 
 async def test_history_sent_as_input_items_and_what_is_refused() -> None:
     llm = ScriptedLLM(replies=answer_for)
-    async with AsyncExitStack() as stack, api_service(llm) as service:
-        client = await stack.enter_async_context(openai_client(web_url(service)))
+    async with responses_api(llm) as (_, client):
         history = [
             {"role": "developer", "content": "Be brief."},
             {"role": "user", "content": "Hi"},
@@ -134,15 +141,13 @@ async def test_history_sent_as_input_items_and_what_is_refused() -> None:
 
 async def test_a_length_cut_answer_is_incomplete_and_a_participant_is_named_by_user() -> None:
     llm = ScriptedLLM(replies=[ScriptedReply("one two three four five", finish_reason="length")])
-    async with AsyncExitStack() as stack, api_service(llm) as service:
-        client = await stack.enter_async_context(openai_client(web_url(service)))
+    async with responses_api(llm) as (_, client):
         cut = await client.responses.create(model="edge", input="Count.", max_output_tokens=16)
         assert cut.status == "incomplete"
         assert cut.incomplete_details is not None
         assert cut.incomplete_details.reason == "max_output_tokens"
     llm = ScriptedLLM(replies=answer_for)
-    async with AsyncExitStack() as stack, api_service(llm) as service:
-        client = await stack.enter_async_context(openai_client(web_url(service)))
+    async with responses_api(llm) as (service, client):
         turn = await client.responses.create(model="edge", input="Hello", user="mia")
         assert turn.output_text and "api:mia" in service.context.participants()
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
@@ -25,28 +24,13 @@ from edge.decisions import ScriptedDecisions
 from edge.llm import ScriptedLLM
 from edge.server import CLIENT_TYPES, EdgeClient, EdgeService, ProtocolError, parse_client_message
 from edge.server._wyoming_read import EventError, FramingError, ReadLimits, read_event
+from tests.fuzz_helpers import any_json, fuzz_settings
 from tests.server_helpers import answer_for
 from tests.server_helpers import settings as service_settings
 
-SCALE = int(os.environ.get("EDGE_FUZZ_SCALE", "1"))  # make soak: 20
-FAST = settings(
-    max_examples=300 * SCALE,
-    deadline=1000,
-    suppress_health_check=[HealthCheck.too_slow],
-    database=None,
-)
-LIVE = settings(
-    max_examples=40 * SCALE,
-    deadline=5000,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    database=None,
-)
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
-    max_leaves=20,
-)
+FAST = fuzz_settings(300, 1000, live=False)
+LIVE = fuzz_settings(40, 5000)
+json_values = any_json()
 FIELDS = ("participant_id", "text", "topic", "audio", "want_audio", "protocol", "token", "type")
 messages = st.builds(
     lambda kind, extra: {"type": kind, **extra},
