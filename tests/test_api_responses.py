@@ -65,6 +65,10 @@ async def test_a_whole_response_and_a_streamed_one_with_the_sdks_events() -> Non
         assert [e.sequence_number for e in events] == list(range(len(events)))
         assert events[-1].response.output_text == "".join(deltas)
         assert llm.requests[-1].options.max_tokens == 40
+        async with client.responses.stream(model="edge", input="Hello there") as stream:
+            streamed = [event.type async for event in stream]  # the SDK's own accumulator
+            final = await stream.get_final_response()
+        assert streamed == kinds and final.output_text == "".join(deltas)
 
 
 async def test_previous_response_id_continues_the_conversation_without_its_instructions() -> None:
@@ -95,7 +99,17 @@ async def test_previous_response_id_continues_the_conversation_without_its_instr
             second.output_text,
             "And then?",
         ]
+        kept = await client.responses.retrieve(first.id)
+        assert kept.output_text == first.output_text and kept.instructions == "Be brief."
+        deleted = await client.responses.delete(second.id)  # the SDK returns nothing
+        assert deleted is None
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(second.id)
+        with pytest.raises(openai.BadRequestError):  # its conversation cannot go on either
+            await client.responses.create(model="edge", input="?", previous_response_id=second.id)
         unstored = await client.responses.create(model="edge", input="Hi", store=False)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(unstored.id)
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(
                 model="edge", input="Again?", previous_response_id=unstored.id

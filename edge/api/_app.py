@@ -42,15 +42,17 @@ def routes(faces: Faces) -> list[Route]:
         return Route(path, endpoint, methods=["GET"])
 
     def post(path: str, handle: Callable[[Faces, Request], Awaitable[Response]]) -> Route:
-        async def endpoint(request: Request) -> Response:
-            return await handle(faces, request)
-
-        return Route(path, endpoint, methods=["POST"])
+        return Route(path, _with(faces, handle), methods=["POST"])
 
     return [
         get("/v1/models", _openai.models),
         post("/v1/chat/completions", _openai.chat_completions),
         post("/v1/responses", _responses.responses),
+        Route(
+            "/v1/responses/{response_id}",
+            _with(faces, _responses.stored),
+            methods=["GET", "DELETE"],
+        ),
         post("/v1/audio/transcriptions", _audio.transcriptions),
         post("/v1/audio/speech", _audio.speech),
         get("/api/version", lambda f: _ollama.version()),
@@ -60,6 +62,15 @@ def routes(faces: Faces) -> list[Route]:
         post("/api/chat", _ollama.chat),
         post("/api/generate", _ollama.generate),
     ]
+
+
+def _with(
+    faces: Faces, handle: Callable[[Faces, Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await handle(faces, request)
+
+    return endpoint
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -25,10 +25,11 @@ MAX_CHAIN = 1_000  # responses in one conversation (a cycle can never form; this
 class StoredResponse:
     previous: str | None
     messages: tuple[ChatMessage, ...]  # this response's input, then its answer
+    body: str = "{}"  # the response object, as GET /v1/responses/{id} answers it (JSON)
 
     @property
     def size(self) -> int:
-        return sum(len(m.content.encode()) for m in self.messages) + 64
+        return sum(len(m.content.encode()) for m in self.messages) + len(self.body) + 64
 
 
 class ResponseChain:
@@ -60,6 +61,16 @@ class ResponseChain:
         for used in reversed(chain):  # used now, the newest last: forgotten after the rest
             self._stored.move_to_end(used)
         return [message for used in reversed(chain) for message in self._stored[used].messages]
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        return self._stored.get(response_id)
+
+    def forget(self, response_id: str) -> bool:
+        """Forget one response (a conversation continued from it can no longer be)."""
+        stored = self._stored.pop(response_id, None)
+        if stored is not None:
+            self._bytes -= stored.size
+        return stored is not None
 
     def keep(self, response_id: str, stored: StoredResponse) -> None:
         if stored.size > self.max_bytes:

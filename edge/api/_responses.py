@@ -5,7 +5,8 @@ streamed as its server-sent events (``response.created`` … ``response.output_t
 ``input`` is a string (one user message) or a list of messages (``message`` items with
 text content); ``instructions`` come first, and are not carried to a later response (as
 OpenAI does). A response is stored unless ``store`` is false, so a later request's
-``previous_response_id`` continues its conversation (:mod:`edge.api._response_chain`).
+``previous_response_id`` continues its conversation (:mod:`edge.api._response_chain`),
+and ``GET``/``DELETE /v1/responses/{id}`` read or forget it.
 ``user`` or ``X-Edge-Participant`` makes the newest user message that participant's turn,
 as for chat completions. Answers are text: ``tools``, ``text.format`` and ``reasoning``
 are accepted and not used, as for chat completions.
@@ -90,6 +91,18 @@ async def responses(faces: Faces, request: Request) -> Response:
     return JSONResponse(await made.whole())
 
 
+async def stored(faces: Faces, request: Request) -> Response:
+    """``GET /v1/responses/{id}``: a stored response; ``DELETE``: forget it."""
+    response_id = request.path_params["response_id"]
+    kept = faces.responses.get(response_id)
+    if kept is None:
+        raise ApiError(404, f"no response {response_id!r} is kept here", param="response_id")
+    if request.method == "DELETE":
+        faces.responses.forget(response_id)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+    return Response(kept.body, media_type="application/json")
+
+
 class _Response:
     """One response: its object as OpenAI shapes it, whole or as events."""
 
@@ -152,17 +165,19 @@ class _Response:
             "total_tokens": u.total_tokens,
         }
 
-    def _done(self, text: str) -> str:
-        """The response is over: stored (unless ``store`` is false); its final status."""
+    def _done(self, text: str) -> dict[str, Any]:
+        """The response is over: its object, stored (unless ``store`` is false)."""
+        status = "incomplete" if self.reply.finish_reason == "length" else "completed"
+        whole = self._object(status, text)
         if self.body.store:
             answered = ChatMessage(role="assistant", content=text)
-            stored = StoredResponse(self.body.previous_response_id, (*self.new, answered))
+            kept = (*self.new, answered)
+            stored = StoredResponse(self.body.previous_response_id, kept, json.dumps(whole))
             self.faces.responses.keep(self.id, stored)
-        return "incomplete" if self.reply.finish_reason == "length" else "completed"
+        return whole
 
     async def whole(self) -> dict[str, Any]:
-        text = "".join([piece async for piece in self.reply.pieces])
-        return self._object(self._done(text), text)
+        return self._done("".join([piece async for piece in self.reply.pieces]))
 
     def _event(self, kind: str, **data: Any) -> str:
         event = {"type": kind, "sequence_number": self.sequence, **data}
@@ -185,13 +200,12 @@ class _Response:
             yield self._event("error", code=exc.code, message=exc.message, param=exc.param)
             return
         whole = "".join(text)
-        status = self._done(whole)
+        response = self._done(whole)
         yield self._event("response.output_text.done", **at, text=whole, logprobs=[])
         yield self._event("response.content_part.done", **at, part=_part(whole))
         done = self._item(whole, "completed")
         yield self._event("response.output_item.done", output_index=0, item=done)
-        final = "response.incomplete" if status == "incomplete" else "response.completed"
-        yield self._event(final, response=self._object(status, whole))
+        yield self._event(f"response.{response['status']}", response=response)
 
 
 def _part(text: str) -> dict[str, Any]:
