@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from edge.api._slots import ConversationSlots, Dialogue, held_run
+from edge.api._front import conversations_per_prefix
+from edge.api._slots import SLOTS_PER_PREFIX, ConversationSlots, Dialogue, held_run
+from edge.device import load_device_config
 from edge.llm import LlamaCppLLM, Priority, ScriptedLLM
 from tests.api_helpers import api_service, openai_client, web_url
 
@@ -133,3 +135,12 @@ async def test_an_answer_its_client_never_read_releases_its_slot() -> None:
         del answer
         gc.collect()
         assert slot.busy == 0
+
+
+def test_conversations_per_system_prompt_follow_the_devices_warm_states() -> None:
+    agx = load_device_config("jetson-agx-orin-64gb", detect=False)
+    headset = load_device_config("snapdragon-xr2-gen2-headset", detect=False)
+    assert agx.budgets.warm_participants == 8 and conversations_per_prefix(agx) == 8
+    assert headset.budgets.warm_participants < SLOTS_PER_PREFIX  # never under the floor
+    assert conversations_per_prefix(headset) == SLOTS_PER_PREFIX
+    assert conversations_per_prefix(None) == SLOTS_PER_PREFIX  # a remote LLM: no budget

@@ -15,6 +15,7 @@ from ._faces import Faces
 from ._limits import ApiLimits
 from ._port import HttpPort
 from ._realtime import RealtimeSession
+from ._slots import SLOTS_PER_PREFIX, ConversationSlots
 from ._turns import Participants
 
 
@@ -52,6 +53,14 @@ def _limits(settings: Any) -> ApiLimits:
     )
 
 
+def conversations_per_prefix(device: Any) -> int:
+    """Conversations under one system prompt that keep a model state each: as many as
+    the device's KV budget keeps warm (``warm_participants``), and never under
+    :data:`SLOTS_PER_PREFIX`."""
+    warm = getattr(getattr(device, "budgets", None), "warm_participants", 0)
+    return max(SLOTS_PER_PREFIX, warm if isinstance(warm, int) else 0)
+
+
 def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
     """Serve the APIs on ``service``'s port (an ``EdgeService``, before it starts)."""
     voice = service.voice
@@ -65,6 +74,7 @@ def serve_api(service: Any, limits: ApiLimits | None = None) -> ApiFront:
         tts=voice.tts if voice is not None else None,
         llm_path=Path(path) if (path := getattr(device, "llm_model_path", None)) else None,
         shift_trimmed=service.settings.shift_trimmed_history,
+        slots=ConversationSlots(conversations_per_prefix(device)),
     )
     front = ApiFront(faces)
     service.websocket.front = front
