@@ -164,6 +164,15 @@ async def test_a_length_cut_answer_is_incomplete_and_a_participant_is_named_by_u
     async with responses_api(llm) as (service, client):
         turn = await client.responses.create(model="edge", input="Hello", user="mia")
         assert turn.output_text and "api:mia" in service.context.participants()
+        # her own context carries the conversation: recorded there, not stored here
+        assert turn.store is False
+        again = await client.responses.create(
+            model="edge", input="Again", user="mia", previous_response_id=turn.id
+        )
+        assert again.output_text == "You said: Again. That is all."
+        assert [r.user for r in service.store.history("api:mia")[0]] == ["Hello", "Again"]
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(turn.id)
 
 
 def test_the_store_forgets_the_least_recently_used_and_names_a_broken_chain() -> None:

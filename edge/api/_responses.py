@@ -8,8 +8,10 @@ OpenAI does). A response is stored unless ``store`` is false, so a later request
 ``previous_response_id`` continues its conversation (:mod:`edge.api._response_chain`),
 and ``GET``/``DELETE /v1/responses/{id}`` read or forget it.
 ``user`` or ``X-Edge-Participant`` makes the newest user message that participant's turn,
-as for chat completions. Answers are text: ``tools``, ``text.format`` and ``reasoning``
-are accepted and not used, as for chat completions.
+as for chat completions: their own context carries the conversation, so such a response
+is recorded in their history (and forgotten with it), not stored here, and its
+``previous_response_id`` is not needed. Answers are text: ``tools``, ``text.format`` and
+``reasoning`` are accepted and not used, as for chat completions.
 """
 
 from __future__ import annotations
@@ -75,16 +77,19 @@ async def responses(faces: Faces, request: Request) -> Response:
     except ValidationError as exc:
         raise invalid(exc) from None
     new = _input_messages(body)
-    earlier = (
-        faces.responses.history(body.previous_response_id) if body.previous_response_id else []
-    )
+    participant = body.user or request.headers.get(PARTICIPANT_HEADER)
+    earlier = []
+    if body.previous_response_id and participant is None:  # a participant's own context
+        earlier = faces.responses.history(body.previous_response_id)  # holds theirs
     system = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
     chat = ChatRequest(
         messages=[*system, *earlier, *new],
-        participant=body.user or request.headers.get(PARTICIPANT_HEADER),
+        participant=participant,
         max_tokens=body.max_output_tokens,
         temperature=body.temperature,
     )
+    if participant is not None:  # recorded in the participant's history, forgotten with it
+        body.store = False
     made = _Response(faces, body, answer(faces, chat), new)
     if body.stream:
         return StreamingResponse(made.events(), media_type="text/event-stream")
