@@ -190,3 +190,32 @@ def test_the_store_forgets_the_least_recently_used_and_names_a_broken_chain() ->
         chain.history("b")
     chain.keep("huge", _response_chain.StoredResponse(None, said("w" * 2_000)))
     assert len(chain) == 2  # one response over the whole bound is not kept
+
+
+@pytest.mark.model
+async def test_a_conversation_continued_by_previous_response_id_evaluates_only_its_news() -> None:
+    """On the default model: each follow-up sent as previous_response_id (the history
+    rebuilt from the stored chain) reuses the state that holds the conversation, so only
+    its new message is evaluated, as for a client resending its history."""
+    from edge.llm import LlamaCppLLM, Priority
+
+    llm = LlamaCppLLM(n_ctx=2048, temperature=0.0, sequences=2)
+    questions = ["What is a centrifuge?", "How fast does it spin?", "What is a pipette?"]
+    evaluated, prompts, previous = [], [], None
+    async with responses_api(llm) as (_, client):
+        for question in questions:
+            reply = await client.responses.create(
+                model="edge",
+                instructions="You are a lab assistant. Answer in one sentence.",
+                input=question,
+                previous_response_id=previous,
+                max_output_tokens=32,
+            )
+            previous = reply.id
+            asked = [x for x in llm.metrics_log if x.priority is Priority.INTERACTIVE][-1]
+            evaluated.append(asked.evaluated_tokens)
+            prompts.append(asked.prompt_tokens)
+        question_tokens = llm.count_tokens(questions[-1]) + 12  # + the chat template's markers
+    assert evaluated[0] > 30  # the instructions and the first question
+    assert prompts[0] < prompts[1] < prompts[2], prompts  # each with the conversation before it
+    assert max(evaluated[1:]) <= question_tokens + 8, (evaluated, prompts)
