@@ -26,10 +26,12 @@ def next_recording() -> int:
 
 @dataclass(frozen=True)
 class AsrSpeculation:
-    """How Wyoming ``asr`` speculates: the VAD to listen with and the pause that starts a pass."""
+    """How Wyoming ``asr`` speculates: the VAD to listen with, its thresholds (as the
+    endpointer's) and the silence heard after the speech before a pass starts."""
 
     vad_factory: Callable[[], Any]
     threshold: float = 0.5
+    silence_threshold: float = 0.35
     after_s: float = 0.15
 
     def start(
@@ -46,6 +48,7 @@ class AsrSpeculation:
             self.vad_factory(),
             utterance,
             threshold=self.threshold,
+            silence_threshold=self.silence_threshold,
             after_s=self.after_s,
             on_text=on_text,
         )

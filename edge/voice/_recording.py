@@ -2,8 +2,9 @@
 microphone until its own VAD has heard a stretch of silence, then sends ``audio-stop``),
 and the pause recognizer that follows it.
 
-:class:`RecordingPauses` watches the recording with a VAD, and once a pause has lasted
-``after_s`` it starts a pass over the recording so far (a :class:`PauseRecognizer`'s,
+:class:`RecordingPauses` watches the recording with a VAD, and once ``after_s`` of a
+pause have been received (the endpoint's pad after the speech, measured from where the
+endpointer would end it) it starts a pass over the recording so far (a :class:`PauseRecognizer`'s,
 on the service's shared recognizer) while the client waits out its silence. At the end,
 when no speech came after that pause, the pass's text is the transcript: ready, or
 nearly. When speech resumed, the pass is not used (a later pause starts a new one). One
@@ -72,6 +73,7 @@ class RecordingPauses:
         utterance: int,
         *,
         threshold: float = 0.5,
+        silence_threshold: float | None = None,
         after_s: float = 0.15,
         on_text: Callable[[str], None] | None = None,
     ) -> None:
@@ -80,6 +82,9 @@ class RecordingPauses:
         self.vad = vad
         self.utterance = utterance
         self.threshold = threshold
+        self.silence_threshold = (
+            silence_threshold if silence_threshold is not None else max(threshold - 0.15, 0.01)
+        )
         self.after = int(after_s * STT_RATE)
         self.on_text = on_text
         self._windows = 0
@@ -92,8 +97,12 @@ class RecordingPauses:
         window = int(self.vad.window)
         for p in self.vad.process(samples):
             self._windows += 1
-            if p >= self.threshold:
-                self._last_voice = self._windows * window
+            end = self._windows * window
+            # as the endpointer counts it: speech goes on while windows stay above the
+            # silence threshold, and resumes after a pause only above the threshold
+            going_on = self._last_voice == end - window and p >= self.silence_threshold
+            if p >= self.threshold or going_on:
+                self._last_voice = end
         self._retract_if_resumed()
         last = self._last_voice
         if last is None or self._windows * window - last < self.after:
