@@ -1,7 +1,7 @@
 """A recording's pause pass (Wyoming ``asr``) hears what the voice pipeline's final pass
 would: the speech as the endpointer ends it (windows above the silence threshold that go
-on from speech count as speech) and the endpoint's pad after it. Scripted VAD windows; the
-pass itself is recorded, not run."""
+on from speech count as speech) and the endpoint's pad after it, the part not received yet
+as silence. Scripted VAD windows; the pass itself is recorded, not run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from edge.voice import RecordingPauses
+from edge.voice import PauseCut, RecordingPauses
 from edge.voice._recording import Recording
 
 WINDOW = 512
@@ -45,7 +45,7 @@ class Passes:
         self.started.append((job, len(audio)))
 
 
-def heard(probabilities: list[float], after_s: float = 0.15) -> tuple[int | None, list[int]]:
+def heard(probabilities: list[float], after_s: float = 0.064) -> tuple[int | None, list[int]]:
     """Feed one window at a time: (the speech end it found, the audio length of each pass)."""
     passes = Passes()
     pauses = RecordingPauses(
@@ -53,9 +53,7 @@ def heard(probabilities: list[float], after_s: float = 0.15) -> tuple[int | None
         lambda *a: None,
         ScriptedVAD(probabilities),
         utterance=1,
-        threshold=0.5,
-        silence_threshold=0.35,
-        after_s=after_s,
+        cut=PauseCut(after_s=after_s),
     )
     recording = Recording(RATE * 5)
     for _ in probabilities:
@@ -65,23 +63,37 @@ def heard(probabilities: list[float], after_s: float = 0.15) -> tuple[int | None
     return pauses._last_voice, [length for _, length in passes.started]
 
 
-def test_the_tail_of_the_speech_counts_as_the_endpointer_counts_it() -> None:
+PAD = int(0.15 * RATE)
+
+
+def test_the_pass_hears_the_speech_as_the_endpointer_ends_it_and_the_pad_after() -> None:
     # speech, then two windows of a fading last word (0.4) before the silence
     end, passes = heard([0.9] * 10 + [0.4, 0.4] + [0.05] * 12)
     assert end == 12 * WINDOW  # the fading windows are speech, as the endpointer's
-    pad = int(0.15 * RATE)
-    assert len(passes) == 1 and passes[0] >= end + pad  # the endpoint's pad, heard
+    # the pass starts 64 ms into the pause and hears the endpoint's cut: the pad after
+    # the speech, the part not received yet as silence (it was cut where it started)
+    assert passes == [end + PAD]
+
+
+def test_a_pass_started_late_hears_the_same_cut() -> None:
+    passes = Passes()
+    passes.running = True  # another pass holds this recording's recognizer for a while
+    pauses = RecordingPauses(
+        passes,  # type: ignore[arg-type]
+        lambda *a: None,
+        ScriptedVAD([0.9] * 10 + [0.05] * 14),
+        utterance=1,
+    )
+    recording = Recording(RATE * 5)
+    for i in range(24):
+        passes.running = i < 20
+        chunk = np.zeros(WINDOW, dtype=np.float32)
+        recording.append(chunk)
+        pauses.feed(chunk, recording)
+    assert [length for _, length in passes.started] == [10 * WINDOW + PAD]
 
 
 def test_a_weak_window_after_a_pause_does_not_resume_the_speech() -> None:
     end, passes = heard([0.9] * 10 + [0.1, 0.1, 0.4, 0.1] + [0.05] * 10)
     assert end == 10 * WINDOW  # 0.4 after silent windows is not speech resuming
-    assert len(passes) == 1
-
-
-def test_no_pass_before_the_pad_after_the_speech_is_heard() -> None:
-    pad_windows = -(-int(0.15 * RATE) // WINDOW)  # 5 windows of 512 samples
-    _, passes = heard([0.9] * 10 + [0.05] * (pad_windows - 1))
-    assert passes == []
-    _, passes = heard([0.9] * 10 + [0.05] * pad_windows)
-    assert len(passes) == 1
+    assert passes == [end + PAD]

@@ -398,19 +398,19 @@ class _Build:
 
     def _wyoming_speculation(self) -> AsrSpeculation | None:
         """Wyoming ``asr`` transcribes during the client's trailing silence, with the same
-        VAD as the voice pipeline, once it has heard the endpoint's pad after the speech:
-        the pass hears what the voice pipeline's final pass would. (Started 64 ms after
-        the last window above the threshold, it heard 110-150 ms after the words, and
-        Whisper tiny wrote "France" as "friends" in 12 % of Piper's questions instead of
-        5-7 %: Home Assistant waits 0.7 s before its audio-stop, so the pass can wait.)"""
+        VAD and pause as the voice pipeline's speculative final pass, over the recording
+        as its endpoint would cut it: the pass hears what the voice pipeline's would.
+        (Cut where the pass started, it heard 110-150 ms after the words, and Whisper tiny
+        wrote "France" as "friends" in 12 % of Piper's questions instead of 5-7 %.)"""
         if self.voice is None or not self.voice.config.speculative_final:
             return None
-        from edge.voice import SileroVAD
+        from edge.voice import PauseCut, SileroVAD
 
         vad = self.voice.config.vad
-        return AsrSpeculation(
-            vad_factory=self._vad_factory or SileroVAD,
+        cut = PauseCut(
             threshold=vad.threshold,
             silence_threshold=vad.silence_threshold,
-            after_s=vad.pad_ms / 1000,
+            after_s=self.voice.config.speculative_after_ms / 1000,
+            pad_s=vad.pad_ms / 1000,
         )
+        return AsrSpeculation(vad_factory=self._vad_factory or SileroVAD, cut=cut)

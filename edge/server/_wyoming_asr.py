@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from edge.voice import PauseRecognizer, Recognizer, RecordingPauses
+from edge.voice import PauseCut, PauseRecognizer, Recognizer, RecordingPauses
 
 _RECORDINGS = itertools.count(1)  # each recording's utterance number, in this process
 
@@ -27,12 +27,10 @@ def next_recording() -> int:
 @dataclass(frozen=True)
 class AsrSpeculation:
     """How Wyoming ``asr`` speculates: the VAD to listen with, its thresholds (as the
-    endpointer's) and the silence heard after the speech before a pass starts."""
+    endpointer's), the pause that starts a pass and the pad after the speech it hears."""
 
     vad_factory: Callable[[], Any]
-    threshold: float = 0.5
-    silence_threshold: float = 0.35
-    after_s: float = 0.15
+    cut: PauseCut = field(default_factory=PauseCut)
 
     def start(
         self,
@@ -47,8 +45,6 @@ class AsrSpeculation:
             spawn,
             self.vad_factory(),
             utterance,
-            threshold=self.threshold,
-            silence_threshold=self.silence_threshold,
-            after_s=self.after_s,
+            cut=self.cut,
             on_text=on_text,
         )
