@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from edge.voice import PauseCut, RecordingPauses
+from edge.voice import RecordingPauses, VoiceConfig
 from edge.voice._recording import Recording
 
 WINDOW = 512
@@ -53,7 +53,7 @@ def heard(probabilities: list[float], after_s: float = 0.064) -> tuple[int | Non
         lambda *a: None,
         ScriptedVAD(probabilities),
         utterance=1,
-        cut=PauseCut(after_s=after_s),
+        config=VoiceConfig(speculative_after_ms=round(after_s * 1000)),
     )
     recording = Recording(RATE * 5)
     for _ in probabilities:

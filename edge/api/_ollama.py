@@ -229,7 +229,7 @@ async def _lines(faces: Faces, reply: Answer, started: float, shape: _Shape) -> 
 
 def _final(
     faces: Faces,
-    text: dict[str, Any],
+    said: dict[str, Any],
     reason: str,
     reply: Answer | None = None,
     started: float = 0.0,
@@ -238,7 +238,7 @@ def _final(
     final: dict[str, Any] = {
         "model": _tag(faces),
         "created_at": _now(),
-        **text,
+        **said,
         "done": True,
         "done_reason": reason,
         "total_duration": total,

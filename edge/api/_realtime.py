@@ -260,12 +260,13 @@ class RealtimeSession:
 
     async def _append(self, message: dict[str, Any]) -> None:
         audio = message.get("audio") or ""
+        wrong = ClientError("audio must be a string: base64 of PCM16 at 24 kHz")
+        if not isinstance(audio, str):
+            raise wrong
         try:
-            if not isinstance(audio, str):
-                raise ValueError(type(audio).__name__)
             pcm = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
-            raise ClientError("audio must be a string: base64 of PCM16 at 24 kHz") from None
+            raise wrong from None
         if self.turn_detection is None and not self._holding:
             await self.gateway.hold(self.pid, SOURCE)  # only commit ends the utterance
             self._holding = True
@@ -299,7 +300,7 @@ class RealtimeSession:
         )
         if item.get("role") != "user" or not text.strip():
             raise ClientError("conversation.item.create: only user messages with input_text")
-        if sum(map(len, self._pending)) + len(text) > MAX_TEXT_CHARS:  # one turn's worth
+        if len(self._pending_text(text)) > MAX_TEXT_CHARS:  # the turn they will make
             raise ClientError(
                 f"conversation.item.create: the messages waiting for response.create are over "
                 f"{MAX_TEXT_CHARS:,} characters"
@@ -312,8 +313,12 @@ class RealtimeSession:
             if self.events.response is not None or self._holding:
                 return  # a spoken turn's response is already on its way
             raise ClientError("response.create: no user message to respond to")
-        text, self._pending = "\n".join(self._pending), []
-        await self.gateway.query(self.pid, text, SOURCE)
+        await self.gateway.query(self.pid, self._pending_text(), SOURCE)
+        self._pending = []  # asked: kept until then, so a refused turn loses no item
+
+    def _pending_text(self, *more: str) -> str:
+        """The turn the user items waiting for ``response.create`` make (with ``more``)."""
+        return "\n".join([*self._pending, *more])
 
     async def _response_cancel(self, message: dict[str, Any]) -> None:
         response = self.events.response

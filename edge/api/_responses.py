@@ -89,7 +89,7 @@ async def responses(faces: Faces, request: Request) -> Response:
         temperature=body.temperature,
     )
     if participant is not None:  # recorded in the participant's history, forgotten with it
-        body.store = False
+        body = body.model_copy(update={"store": False})
     made = _Response(faces, body, answer(faces, chat), new)
     if body.stream:
         return StreamingResponse(made.events(), media_type="text/event-stream")

@@ -399,18 +399,11 @@ class _Build:
     def _wyoming_speculation(self) -> AsrSpeculation | None:
         """Wyoming ``asr`` transcribes during the client's trailing silence, with the same
         VAD and pause as the voice pipeline's speculative final pass, over the recording
-        as its endpoint would cut it: the pass hears what the voice pipeline's would.
-        (Cut where the pass started, it heard 110-150 ms after the words, and Whisper tiny
-        wrote "France" as "friends" in 12 % of Piper's questions instead of 5-7 %.)"""
+        as its endpoint would cut it: the pass hears what the voice pipeline's would (cut
+        where it started, it heard too little after the last word, and Whisper tiny wrote
+        "France" as "friends" more often)."""
         if self.voice is None or not self.voice.config.speculative_final:
             return None
-        from edge.voice import PauseCut, SileroVAD
+        from edge.voice import SileroVAD
 
-        vad = self.voice.config.vad
-        cut = PauseCut(
-            threshold=vad.threshold,
-            silence_threshold=vad.silence_threshold,
-            after_s=self.voice.config.speculative_after_ms / 1000,
-            pad_s=vad.pad_ms / 1000,
-        )
-        return AsrSpeculation(vad_factory=self._vad_factory or SileroVAD, cut=cut)
+        return AsrSpeculation(self._vad_factory or SileroVAD, self.voice.config)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge.voice import PauseCut, PauseRecognizer, Recognizer, RecordingPauses
+from edge.voice import PauseRecognizer, Recognizer, RecordingPauses, VoiceConfig
 
 _RECORDINGS = itertools.count(1)  # each recording's utterance number, in this process
 
@@ -26,11 +26,11 @@ def next_recording() -> int:
 
 @dataclass(frozen=True)
 class AsrSpeculation:
-    """How Wyoming ``asr`` speculates: the VAD to listen with, its thresholds (as the
-    endpointer's), the pause that starts a pass and the pad after the speech it hears."""
+    """How Wyoming ``asr`` speculates: the VAD to listen with, and the voice's settings
+    (its VAD thresholds and pad, the pause that starts a pass)."""
 
     vad_factory: Callable[[], Any]
-    cut: PauseCut = field(default_factory=PauseCut)
+    config: VoiceConfig = field(default_factory=VoiceConfig)
 
     def start(
         self,
@@ -45,6 +45,6 @@ class AsrSpeculation:
             spawn,
             self.vad_factory(),
             utterance,
-            cut=self.cut,
+            config=self.config,
             on_text=on_text,
         )

@@ -55,7 +55,7 @@ from ._messages import (
 )
 from ._pause import Pass, PassCost, PassTimeoutError, PauseRecognizer, Recognizer
 from ._pipeline import VoicePipeline, VoiceTopics
-from ._recording import PauseCut, Recording, RecordingFullError, RecordingPauses
+from ._recording import Recording, RecordingFullError, RecordingPauses
 from ._remote import (
     DEGRADED_FOR_S,
     REMOTE_ERRORS,
@@ -116,7 +116,6 @@ __all__ = [
     "Pass",
     "PassCost",
     "PassTimeoutError",
-    "PauseCut",
     "PauseRecognizer",
     "PiperTTS",
     "Recognition",

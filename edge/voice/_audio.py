@@ -59,6 +59,13 @@ def float_to_pcm16(audio: np.ndarray) -> bytes:
     return (clipped * 32767.0).round().astype("<i2").tobytes()
 
 
+def cut_or_pad(audio: np.ndarray, length: int) -> np.ndarray:
+    """``audio`` cut to ``length`` samples, or silence appended up to them."""
+    if len(audio) >= length:
+        return audio[:length]
+    return np.concatenate([audio, np.zeros(length - len(audio), dtype=np.float32)])
+
+
 def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     """Resample a whole mono float32 signal (soxr, high quality)."""
     audio = np.asarray(audio, dtype=np.float32)

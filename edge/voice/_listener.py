@@ -37,6 +37,7 @@ from anyio.abc import TaskGroup
 
 from edge.runtime import TRACES
 
+from ._audio import cut_or_pad
 from ._config import VoiceConfig
 from ._endpoint import (
     Endpointer,
@@ -75,9 +76,7 @@ def _as_at_endpoint(audio: np.ndarray, audio_start: int, ep: Endpointer) -> tupl
     serves as the final one hears what a pass at the endpoint would. Returns the audio
     and the speech end it was cut for."""
     want = ep.last_voiced_end + ep.pad_samples - audio_start
-    if len(audio) < want:
-        audio = np.concatenate([audio, np.zeros(want - len(audio), dtype=np.float32)])
-    return audio[:want], ep.last_voiced_end
+    return cut_or_pad(audio, want), ep.last_voiced_end
 
 
 class Listener:

@@ -3,9 +3,9 @@ microphone until its own VAD has heard a stretch of silence, then sends ``audio-
 and the pause recognizer that follows it.
 
 :class:`RecordingPauses` watches the recording with a VAD, and once a pause has lasted
-``after_s`` (from where the endpointer would end the speech) it starts a pass over the
-recording as the endpoint would cut it (``pad_s`` after the speech, what is not received
-yet as silence) (a :class:`PauseRecognizer`'s,
+the voice's ``speculative_after_ms`` (from where the endpointer would end the speech) it
+starts a pass over the recording as the endpoint would cut it (its ``pad_ms`` after the
+speech, what is not received yet as silence) (a :class:`PauseRecognizer`'s,
 on the service's shared recognizer) while the client waits out its silence. At the end,
 when no speech came after that pause, the pass's text is the transcript: ready, or
 nearly. When speech resumed, the pass is not used (a later pause starts a new one). One
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._audio import STT_RATE
+from ._audio import STT_RATE, cut_or_pad
+from ._config import VoiceConfig
 from ._pause import Pass, PauseRecognizer
 
 SPECULATE_UP_TO_S = 30.0
@@ -61,19 +61,6 @@ class Recording:
         return self._buffer[: self.length]
 
 
-@dataclass(frozen=True)
-class PauseCut:
-    """When a recording's pause starts a pass, and what the pass hears: speech is a
-    window at ``threshold`` (going on while windows stay at ``silence_threshold``, as the
-    endpointer counts it); a pass starts once a pause lasts ``after_s`` and hears
-    ``pad_s`` after the speech."""
-
-    threshold: float = 0.5
-    silence_threshold: float = 0.35
-    after_s: float = 0.064
-    pad_s: float = 0.15
-
-
 class RecordingPauses:
     """Recognition during one recording's pauses (utterance ``utterance`` of its voice):
     :meth:`feed` each chunk (16 kHz mono float32) as it is appended, :meth:`take` at the
@@ -87,16 +74,18 @@ class RecordingPauses:
         vad: Any,
         utterance: int,
         *,
-        cut: PauseCut | None = None,
+        config: VoiceConfig | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> None:
         self.pauses = pauses
         self.spawn = spawn  # starts a pass's task
         self.vad = vad
         self.utterance = utterance
-        self.cut = cut = cut or PauseCut()
-        self.after = int(cut.after_s * STT_RATE)
-        self.pad = int(cut.pad_s * STT_RATE)
+        config = config or VoiceConfig()
+        self.threshold = config.vad.threshold
+        self.silence_threshold = config.vad.silence_threshold
+        self.after = config.speculative_after_ms * STT_RATE // 1000
+        self.pad = config.vad.pad_ms * STT_RATE // 1000
         self.on_text = on_text
         self._windows = 0
         self._last_voice: int | None = None  # sample where the last voiced window ended
@@ -111,8 +100,8 @@ class RecordingPauses:
             end = self._windows * window
             # as the endpointer counts it: speech goes on while windows stay above the
             # silence threshold, and resumes after a pause only above the threshold
-            going_on = self._last_voice == end - window and p >= self.cut.silence_threshold
-            if p >= self.cut.threshold or going_on:
+            going_on = self._last_voice == end - window and p >= self.silence_threshold
+            if p >= self.threshold or going_on:
                 self._last_voice = end
         self._retract_if_resumed()
         last = self._last_voice
@@ -124,8 +113,10 @@ class RecordingPauses:
             return  # this pause already has its pass, or one runs (a later chunk retries)
         heard = recording.audio()
         self.started += 1
-        job = Pass(self.utterance, len(heard), "speculative", speculative=True)
-        self.pauses.start(self.spawn, job, _as_at_endpoint(heard, last + self.pad), self._done)
+        job = Pass(self.utterance, len(heard), "speculative", speculative=True, cut_for=last)
+        # cut as the endpoint would: the pad after the speech, what is not received yet as
+        # silence (Whisper tiny's reading of a last word changes with what follows it)
+        self.pauses.start(self.spawn, job, cut_or_pad(heard, last + self.pad), self._done)
 
     def _retract_if_resumed(self) -> None:
         """Speech after the pause whose words were offered: they are retracted ("")."""
@@ -150,15 +141,6 @@ class RecordingPauses:
             return None
         await job.done.wait()
         return _text(job)
-
-
-def _as_at_endpoint(heard: np.ndarray, end: int) -> np.ndarray:
-    """The recording cut where the endpoint would cut it (the pad after the speech), the
-    part of the pad not received yet as silence: Whisper tiny's reading of a last word
-    changes with what follows it ("France" heard as "friends")."""
-    if len(heard) >= end:
-        return heard[:end]
-    return np.concatenate([heard, np.zeros(end - len(heard), dtype=np.float32)])
 
 
 def _text(job: Pass) -> str | None:
